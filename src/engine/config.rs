@@ -1,0 +1,141 @@
+//! Engine configuration: a builder, with environment overrides.
+
+use std::num::NonZeroUsize;
+
+use super::Engine;
+use crate::error::Error;
+
+/// How the engine executes ops.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EngineKind {
+    /// Per-device worker pools; conflicting ops in push order, everything
+    /// else in parallel (the default).
+    #[default]
+    Threaded,
+    /// Every op runs on the thread that makes it ready, at push when its
+    /// vars are free: with only sync ops, everything runs synchronously at
+    /// push, in push order. For debugging.
+    Naive,
+}
+
+/// The environment variables read by [`EngineBuilder::build`].
+pub(crate) const ENV_TYPE: &str = "DEPENGINE_TYPE";
+pub(crate) const ENV_CPU_WORKERS: &str = "DEPENGINE_CPU_WORKERS";
+pub(crate) const ENV_PRIORITY_WORKERS: &str = "DEPENGINE_CPU_PRIORITY_WORKERS";
+
+/// Settled configuration.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) kind: EngineKind,
+    pub(crate) cpu_workers: usize,
+    pub(crate) priority_workers: usize,
+    pub(crate) cpu_devices: usize,
+}
+
+/// Configures and builds an [`Engine`].
+///
+/// Each setting is taken from, in order: the builder call, the environment
+/// variable named in its documentation, the default.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> depengine::Result<()> {
+/// use depengine::{Engine, EngineKind};
+/// let engine = Engine::builder().kind(EngineKind::Threaded).cpu_workers(2).build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Default)]
+#[must_use = "a builder does nothing until build is called"]
+pub struct EngineBuilder {
+    kind: Option<EngineKind>,
+    cpu_workers: Option<usize>,
+    priority_workers: Option<usize>,
+    cpu_devices: Option<usize>,
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+impl EngineBuilder {
+    /// The engine type. Environment: `DEPENGINE_TYPE=threaded|naive`.
+    pub fn kind(mut self, kind: EngineKind) -> Self {
+        self.kind = Some(kind);
+        self
+    }
+
+    /// Worker threads per CPU device for normal ops. Environment:
+    /// `DEPENGINE_CPU_WORKERS`. Default: the machine's available parallelism.
+    pub fn cpu_workers(mut self, n: usize) -> Self {
+        self.cpu_workers = Some(n);
+        self
+    }
+
+    /// Worker threads of the shared pool for [`Lane::Prioritized`](crate::Lane)
+    /// ops. Environment: `DEPENGINE_CPU_PRIORITY_WORKERS`. Default: 1.
+    pub fn priority_workers(mut self, n: usize) -> Self {
+        self.priority_workers = Some(n);
+        self
+    }
+
+    /// Number of CPU devices, `Cpu(0)` to `Cpu(n - 1)`, each with its own
+    /// pool. Default: 1.
+    pub fn cpu_devices(mut self, n: usize) -> Self {
+        self.cpu_devices = Some(n);
+        self
+    }
+
+    /// The Tokio runtime that future ops run on. Default: the runtime
+    /// current when [`build`](Self::build) is called, if any.
+    pub fn runtime(mut self, handle: tokio::runtime::Handle) -> Self {
+        self.runtime = Some(handle);
+        self
+    }
+
+    /// Builds the engine. Worker threads start lazily, on the first op for
+    /// each pool.
+    ///
+    /// # Errors
+    ///
+    /// A count of zero, or an environment variable that does not parse.
+    pub fn build(self) -> Result<Engine, Error> {
+        let kind = match self.kind {
+            Some(kind) => kind,
+            None => env_kind()?.unwrap_or_default(),
+        };
+        let default_workers = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        let config = Config {
+            kind,
+            cpu_workers: setting("cpu_workers", self.cpu_workers, ENV_CPU_WORKERS, default_workers)?,
+            priority_workers: setting("priority_workers", self.priority_workers, ENV_PRIORITY_WORKERS, 1)?,
+            cpu_devices: setting("cpu_devices", self.cpu_devices, "", 1)?,
+        };
+        let runtime = self.runtime.or_else(|| tokio::runtime::Handle::try_current().ok());
+        Ok(Engine::from_config(config, runtime))
+    }
+}
+
+fn env_kind() -> Result<Option<EngineKind>, Error> {
+    let Ok(value) = std::env::var(ENV_TYPE) else { return Ok(None) };
+    match value.trim().to_ascii_lowercase().as_str() {
+        "threaded" | "threadedengineperdevice" => Ok(Some(EngineKind::Threaded)),
+        "naive" | "naiveengine" => Ok(Some(EngineKind::Naive)),
+        _ => Err(Error::invalid(format!("{ENV_TYPE}={value:?}: expected `threaded` or `naive`"))),
+    }
+}
+
+fn setting(what: &str, given: Option<usize>, env: &str, default: usize) -> Result<usize, Error> {
+    let value = match given {
+        Some(n) => n,
+        None => match std::env::var(env).ok().filter(|_| !env.is_empty()) {
+            Some(s) => s
+                .trim()
+                .parse()
+                .map_err(|_| Error::invalid(format!("{env}={s:?}: expected a positive integer")))?,
+            None => default,
+        },
+    };
+    if value == 0 {
+        return Err(Error::invalid(format!("{what} must be at least 1")));
+    }
+    Ok(value)
+}

@@ -1,0 +1,118 @@
+//! The one module that knows the topology: which pool runs an op of a given
+//! device and lane, and how ops run on the current thread.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::sync::OnceLock;
+
+use super::config::{Config, EngineKind};
+use crate::device::{Device, Lane};
+use crate::op::{Exec, TaskRef};
+use crate::pool::Pool;
+
+pub(crate) struct Dispatcher {
+    naive: bool,
+    cpu_workers: usize,
+    priority_workers: usize,
+    /// One normal pool per CPU device, started on first use.
+    cpu: Vec<OnceLock<Pool>>,
+    /// The shared pool of prioritized CPU ops.
+    priority: OnceLock<Pool>,
+}
+
+impl Dispatcher {
+    pub(crate) fn new(config: &Config) -> Self {
+        Self {
+            naive: config.kind == EngineKind::Naive,
+            cpu_workers: config.cpu_workers,
+            priority_workers: config.priority_workers,
+            cpu: (0..config.cpu_devices).map(|_| OnceLock::new()).collect(),
+            priority: OnceLock::new(),
+        }
+    }
+
+    /// Runs a ready op: on its pool, or here for inline placement and the
+    /// naive engine. `at_push`: the op became ready inside `push`.
+    pub(crate) fn dispatch(&self, task: TaskRef, at_push: bool) {
+        match task.header().meta.exec {
+            Exec::Pool(device, lane) if !self.naive => self.pool(device, lane).submit(task),
+            _ => run_here(task, at_push),
+        }
+    }
+
+    fn pool(&self, device: Device, lane: Lane) -> &Pool {
+        let (cell, name, workers) = match (device, lane) {
+            (_, Lane::Prioritized) => (&self.priority, "depengine-prio".to_owned(), self.priority_workers),
+            (Device::Cpu(i), _) => (&self.cpu[i], format!("depengine-cpu{i}"), self.cpu_workers),
+            (Device::Gpu(_), _) => unreachable!("gpu placement is refused at push"),
+        };
+        cell.get_or_init(|| {
+            Pool::start(&name, workers).unwrap_or_else(|e| panic!("cannot start {name} worker threads: {e}"))
+        })
+    }
+
+    fn pools(&self) -> impl Iterator<Item = &Pool> {
+        self.cpu.iter().chain(std::iter::once(&self.priority)).filter_map(OnceLock::get)
+    }
+
+    /// Tells every worker to exit once idle.
+    pub(crate) fn stop(&self) {
+        self.pools().for_each(Pool::stop);
+    }
+
+    /// Stops every worker and waits for the threads to exit.
+    pub(crate) fn stop_and_join(&self) {
+        self.stop();
+        self.pools().for_each(Pool::join);
+    }
+}
+
+thread_local! {
+    /// Ops queued to run on this thread after the one it is running.
+    static LOCAL: RefCell<Option<VecDeque<TaskRef>>> = const { RefCell::new(None) };
+}
+
+/// Runs `task` on this thread.
+///
+/// An op made ready while this thread already runs one (a successor released
+/// by its completion) is queued and run after it, so chains of inline ops
+/// never recurse. One made ready by a push runs at once (`now`), even inside
+/// another op: the pusher may wait for it.
+pub(crate) fn run_here(task: TaskRef, now: bool) {
+    enum Role {
+        Queued,
+        Nested(TaskRef),
+        Outer(TaskRef),
+    }
+    let role = LOCAL.with(|local| {
+        let mut local = local.borrow_mut();
+        match local.as_mut() {
+            Some(queue) if !now => {
+                queue.push_back(task);
+                Role::Queued
+            }
+            Some(_) => Role::Nested(task),
+            None => {
+                *local = Some(VecDeque::new());
+                Role::Outer(task)
+            }
+        }
+    });
+    match role {
+        Role::Queued => {}
+        Role::Nested(task) => task.execute(),
+        Role::Outer(task) => {
+            struct Reset;
+            impl Drop for Reset {
+                fn drop(&mut self) {
+                    LOCAL.with(|local| local.borrow_mut().take());
+                }
+            }
+            let _reset = Reset;
+            task.execute();
+            while let Some(next) = LOCAL.with(|local| local.borrow_mut().as_mut().and_then(VecDeque::pop_front)) {
+                next.execute();
+            }
+        }
+    }
+}

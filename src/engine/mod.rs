@@ -1,0 +1,547 @@
+//! The engine: the public handle, the push path and the waits.
+
+mod config;
+mod dispatch;
+mod epoch;
+mod latch;
+
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
+
+use crate::device::{Device, Lane};
+use crate::error::{BoxError, Error, Kind};
+use crate::loom::lock;
+use crate::loom::sync::Mutex;
+use crate::loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::op::access::Decl;
+use crate::op::builder::{OpBuilder, OpOptions};
+use crate::op::cell::{Job, OpCell, SlotRef};
+use crate::op::handle::{Completion, OpHandle};
+use crate::op::{Dep, Exec, Header, Meta, TaskRef, submit};
+use crate::var::{Access, AcquireBuilder, AnyVar, Var};
+
+pub use config::{EngineBuilder, EngineKind};
+pub(crate) use dispatch::run_here;
+use dispatch::Dispatcher;
+pub(crate) use epoch::Epoch;
+use epoch::Tracker;
+use latch::{Latch, LatchWait};
+
+/// Var ids are unique across engines: they order lock acquisition.
+static NEXT_VAR_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A dependency engine.
+///
+/// Cheap to clone: every clone is a handle to the same engine. When the
+/// last handle is dropped the engine stops taking work, lets what was pushed
+/// finish, then stops its threads; [`shutdown`](Engine::shutdown) does the
+/// same and waits for it.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> depengine::Result<()> {
+/// use depengine::Engine;
+///
+/// let engine = Engine::new();
+/// let x = engine.var(vec![1.0f32; 1024]);
+/// let s = engine.var(0.0f32);
+/// engine.op("sum").read(&x).write(&s).run(|(x,), (mut s,)| {
+///     *s = x.iter().sum();
+///     Ok(())
+/// });
+/// let total = engine.op("get").read(&s).run(|(s,), ()| Ok(*s)).await?;
+/// assert_eq!(total, 1024.0);
+/// engine.wait_for_all().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Engine {
+    handle: Arc<EngineHandle>,
+}
+
+/// Closes the engine when the last `Engine` clone goes.
+struct EngineHandle {
+    shared: Arc<Shared>,
+}
+
+/// How [`Engine::shutdown`] treats ops that have not started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ShutdownMode {
+    /// Run everything already pushed.
+    #[default]
+    Drain,
+    /// Resolve every op that has not started with
+    /// [`Error::is_cancelled`]; running ops finish, deletions still run.
+    Cancel,
+}
+
+/// What engine-internal ops do besides user ops.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    User,
+    WaitForVar,
+    Delete,
+}
+
+pub(crate) struct Shared {
+    config: config::Config,
+    tracker: Tracker,
+    dispatcher: Dispatcher,
+    runtime: Option<tokio::runtime::Handle>,
+    first_error: Mutex<Option<Error>>,
+    cancelling: AtomicBool,
+    pushed: AtomicU64,
+}
+
+impl Engine {
+    /// An engine configured from the machine and the environment.
+    ///
+    /// # Panics
+    ///
+    /// If an environment variable read by [`EngineBuilder`] is invalid; use
+    /// `Engine::builder().build()` to get that as an error.
+    pub fn new() -> Self {
+        Self::builder().build().expect("invalid depengine configuration in the environment")
+    }
+
+    /// A builder to configure an engine.
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::default()
+    }
+
+    fn from_config(config: config::Config, runtime: Option<tokio::runtime::Handle>) -> Self {
+        let dispatcher = Dispatcher::new(&config);
+        let shared = Arc::new(Shared {
+            config,
+            tracker: Tracker::new(),
+            dispatcher,
+            runtime,
+            first_error: Mutex::new(None),
+            cancelling: AtomicBool::new(false),
+            pushed: AtomicU64::new(0),
+        });
+        Self { handle: Arc::new(EngineHandle { shared }) }
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.handle.shared
+    }
+
+    /// The engine type.
+    pub fn kind(&self) -> EngineKind {
+        self.shared().config.kind
+    }
+
+    /// Worker threads per CPU device.
+    pub fn cpu_workers(&self) -> usize {
+        self.shared().config.cpu_workers
+    }
+
+    /// Whether the engine has stopped taking work.
+    pub fn is_closed(&self) -> bool {
+        self.shared().tracker.is_closed()
+    }
+
+    /// Ops pushed so far (internal waits and acquires included).
+    pub fn pushed_ops(&self) -> u64 {
+        self.shared().pushed.load(Ordering::Relaxed)
+    }
+
+    /// A new var owning `value`.
+    pub fn var<T: Send + Sync + 'static>(&self, value: T) -> Var<T> {
+        let id = NEXT_VAR_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Var::new(self.shared().clone(), id, value)
+    }
+
+    /// A new bare tag, for state kept outside the engine (MXNet's `NewVariable`).
+    pub fn new_var(&self) -> Var<()> {
+        self.var(())
+    }
+
+    /// Starts building an op named `name`.
+    pub fn op(&self, name: impl Into<Cow<'static, str>>) -> OpBuilder<'_> {
+        OpBuilder::new(self.shared(), name.into())
+    }
+
+    /// Starts building a multi-var acquire.
+    pub fn acquire(&self) -> AcquireBuilder<'_> {
+        AcquireBuilder::new(self.shared())
+    }
+
+    /// Pushes a sync op over untyped vars (MXNet's `PushSync`), on `Cpu(0)`.
+    /// For placement and priority use [`op`](Engine::op) with
+    /// [`read_any`](OpBuilder::read_any) / [`write_any`](OpBuilder::write_any).
+    ///
+    /// # Errors
+    ///
+    /// As for [`OpBuilder::try_run`].
+    pub fn push_sync<F>(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        reads: &[AnyVar],
+        writes: &[AnyVar],
+        body: F,
+    ) -> Result<OpHandle<()>, Error>
+    where
+        F: FnOnce() -> Result<(), BoxError> + Send + 'static,
+    {
+        self.untyped(name, reads, writes).try_run(move |(), ()| body())
+    }
+
+    /// Pushes an async op over untyped vars (MXNet's `PushAsync`): it
+    /// completes when its [`Completion`] is signalled.
+    ///
+    /// # Errors
+    ///
+    /// As for [`OpBuilder::try_run`].
+    pub fn push_async<F>(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        reads: &[AnyVar],
+        writes: &[AnyVar],
+        body: F,
+    ) -> Result<OpHandle<()>, Error>
+    where
+        F: FnOnce(Completion<()>) + Send + 'static,
+    {
+        self.untyped(name, reads, writes).try_run_async(move |(), (), done| body(done))
+    }
+
+    fn untyped(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        reads: &[AnyVar],
+        writes: &[AnyVar],
+    ) -> OpBuilder<'_> {
+        let op = reads.iter().fold(self.op(name), OpBuilder::read_any);
+        writes.iter().fold(op, OpBuilder::write_any)
+    }
+
+    /// Resolves once every write pushed to `var` before this call has
+    /// completed. It is a read pushed on `var`, so it never blocks a thread.
+    ///
+    /// # Errors
+    ///
+    /// The error `var` carries from a failed write, which this wait clears
+    /// (as MXNet's `WaitForVar` does), so later ops use the var again; or a
+    /// refused push (deleted var, closed engine).
+    pub fn wait_for_var<T: Send + Sync + 'static>(&self, var: &Var<T>) -> OpHandle<()> {
+        let decls = vec![Decl { var: var.any(), access: Access::Read, typed: false }];
+        let opts = internal_opts("wait_for_var");
+        let pushed = self.shared().push(opts, Role::WaitForVar, decls, WaitJob, true);
+        pushed.map_or_else(OpHandle::refused, OpHandle::pushed)
+    }
+
+    /// Resolves once every op pushed before this call has completed (later
+    /// ops are not waited for).
+    ///
+    /// # Errors
+    ///
+    /// The first op failure recorded since the previous `wait_for_all`.
+    pub fn wait_for_all(&self) -> WaitForAll {
+        let latch = self.shared().tracker.rotate(false);
+        WaitForAll { wait: latch.wait(), shared: self.shared().clone() }
+    }
+
+    /// Blocking [`wait_for_var`](Engine::wait_for_var), for non-async callers.
+    ///
+    /// # Errors
+    ///
+    /// As for `wait_for_var`, and [`Error::is_blocking_in_runtime`] inside a
+    /// Tokio runtime. In `spawn_blocking`, use `Handle::block_on` on the
+    /// async variant instead.
+    pub fn blocking_wait_for_var<T: Send + Sync + 'static>(&self, var: &Var<T>) -> Result<(), Error> {
+        refuse_in_runtime("Engine::blocking_wait_for_var")?;
+        futures::executor::block_on(self.wait_for_var(var))
+    }
+
+    /// Blocking [`wait_for_all`](Engine::wait_for_all), for non-async callers.
+    ///
+    /// # Errors
+    ///
+    /// As for `wait_for_all`, and [`Error::is_blocking_in_runtime`] inside a
+    /// Tokio runtime.
+    pub fn blocking_wait_for_all(&self) -> Result<(), Error> {
+        refuse_in_runtime("Engine::blocking_wait_for_all")?;
+        futures::executor::block_on(self.wait_for_all())
+    }
+
+    /// Deletes `var` once every op pushed on it so far has completed, and
+    /// returns its data. Any later push that uses the var is refused with
+    /// [`Error::is_var_deleted`]. The deletion runs whatever error the var
+    /// carries, and also under a cancelling shutdown.
+    pub fn delete_var<T: Send + Sync + 'static>(&self, var: &Var<T>) -> OpHandle<T> {
+        let decls = vec![Decl { var: var.any(), access: Access::Write, typed: false }];
+        let job = DeleteJob { var: var.clone() };
+        let pushed = self.shared().push(internal_opts("delete_var"), Role::Delete, decls, job, true);
+        pushed.map_or_else(OpHandle::refused, OpHandle::pushed)
+    }
+
+    /// Stops taking work and waits until every pushed op has completed (or,
+    /// with [`ShutdownMode::Cancel`], been cancelled) and every worker thread
+    /// has exited. Later pushes are refused with [`Error::is_shutdown`].
+    ///
+    /// # Errors
+    ///
+    /// The first op failure recorded since the last `wait_for_all`.
+    pub fn shutdown(&self, mode: ShutdownMode) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        let latch = self.shared().close(mode);
+        let shared = self.shared().clone();
+        async move {
+            latch.wait().await;
+            shared.dispatcher.stop_and_join();
+            shared.take_error()
+        }
+    }
+
+    /// Blocking [`shutdown`](Engine::shutdown).
+    ///
+    /// # Errors
+    ///
+    /// As for `shutdown`, and [`Error::is_blocking_in_runtime`] inside a
+    /// Tokio runtime.
+    pub fn blocking_shutdown(&self, mode: ShutdownMode) -> Result<(), Error> {
+        refuse_in_runtime("Engine::blocking_shutdown")?;
+        futures::executor::block_on(self.shutdown(mode))
+    }
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shared = self.shared();
+        f.debug_struct("Engine")
+            .field("kind", &shared.config.kind)
+            .field("cpu_workers", &shared.config.cpu_workers)
+            .field("closed", &shared.tracker.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for EngineHandle {
+    fn drop(&mut self) {
+        let latch = self.shared.close(ShutdownMode::Drain);
+        let weak: Weak<Shared> = Arc::downgrade(&self.shared);
+        latch.on_set(move || {
+            if let Some(shared) = weak.upgrade() {
+                shared.dispatcher.stop();
+            }
+        });
+    }
+}
+
+/// The future of [`Engine::wait_for_all`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct WaitForAll {
+    wait: LatchWait,
+    shared: Arc<Shared>,
+}
+
+impl Future for WaitForAll {
+    type Output = Result<(), Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match Pin::new(&mut self.wait).poll(cx) {
+            Poll::Ready(()) => Poll::Ready(self.shared.take_error()),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl fmt::Debug for WaitForAll {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WaitForAll").finish_non_exhaustive()
+    }
+}
+
+fn internal_opts(name: &'static str) -> OpOptions {
+    let mut opts = OpOptions::new(name.into());
+    opts.lane = Lane::Inline;
+    opts
+}
+
+/// Refuses a blocking wait inside a Tokio runtime, where it could deadlock.
+pub(crate) fn refuse_in_runtime(what: &'static str) -> Result<(), Error> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => Err(Error::new(Kind::BlockingInRuntime { what })),
+        Err(_) => Ok(()),
+    }
+}
+
+impl Shared {
+    pub(crate) fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.runtime.clone()
+    }
+
+    pub(crate) fn is_cancelling(&self) -> bool {
+        self.cancelling.load(Ordering::Acquire)
+    }
+
+    /// Records an op failure for `wait_for_all`, if none is recorded yet.
+    pub(crate) fn note_error(&self, err: Error) {
+        lock(&self.first_error).get_or_insert(err);
+    }
+
+    fn take_error(&self) -> Result<(), Error> {
+        lock(&self.first_error).take().map_or(Ok(()), Err)
+    }
+
+    /// Runs a ready op where its placement says.
+    pub(crate) fn dispatch(&self, task: TaskRef, at_push: bool) {
+        self.dispatcher.dispatch(task, at_push);
+    }
+
+    fn close(&self, mode: ShutdownMode) -> Arc<Latch> {
+        if mode == ShutdownMode::Cancel {
+            self.cancelling.store(true, Ordering::Release);
+        }
+        self.tracker.rotate(true)
+    }
+
+    /// Pushes a user op.
+    pub(crate) fn push_job<J: Job>(
+        self: &Arc<Self>,
+        opts: OpOptions,
+        decls: Vec<Decl>,
+        job: J,
+        starts_inline: bool,
+    ) -> Result<SlotRef<J::Output>, Error> {
+        self.push(opts, Role::User, decls, job, starts_inline)
+    }
+
+    fn push<J: Job>(
+        self: &Arc<Self>,
+        opts: OpOptions,
+        role: Role,
+        decls: Vec<Decl>,
+        job: J,
+        starts_inline: bool,
+    ) -> Result<SlotRef<J::Output>, Error> {
+        let exec = self.placement(&opts, starts_inline)?;
+        let deps = self.normalize(decls, &opts.name)?;
+        let epoch = self.tracker.enter()?;
+        let meta = Meta {
+            name: opts.name,
+            device: opts.device,
+            lane: opts.lane,
+            exec,
+            priority: opts.priority,
+            no_skip: opts.no_skip || role == Role::Delete,
+            clears_error: role == Role::WaitForVar,
+            cancellable: role == Role::User,
+            deletes: role == Role::Delete,
+        };
+        let cell = OpCell::new(Header::new(meta, deps, self.clone(), epoch), job);
+        submit(cell.clone())?;
+        self.pushed.fetch_add(1, Ordering::Relaxed);
+        Ok(cell)
+    }
+
+    /// Checks the device and lane; decides where the op's body starts.
+    fn placement(&self, opts: &OpOptions, starts_inline: bool) -> Result<Exec, Error> {
+        match opts.device {
+            Device::Gpu(i) => {
+                return Err(Error::unsupported(format!(
+                    "op `{}` targets gpu({i}), but this build of depengine has no GPU support",
+                    opts.name
+                )));
+            }
+            Device::Cpu(i) if i >= self.config.cpu_devices => {
+                return Err(Error::invalid(format!(
+                    "op `{}` targets cpu({i}), but the engine has {} cpu device(s); see EngineBuilder::cpu_devices",
+                    opts.name, self.config.cpu_devices
+                )));
+            }
+            Device::Cpu(_) => {}
+        }
+        match opts.lane {
+            Lane::CopyToGpu | Lane::CopyFromGpu => Err(Error::invalid(format!(
+                "op `{}`: lane {:?} is for GPU copies and needs a GPU device",
+                opts.name, opts.lane
+            ))),
+            Lane::Inline => Ok(Exec::Inline),
+            _ if starts_inline => Ok(Exec::Inline),
+            lane => Ok(Exec::Pool(opts.device, lane)),
+        }
+    }
+
+    /// Sorts an op's declarations by var id and merges duplicates: repeated
+    /// reads become one read, a read and a write become a write. A typed op
+    /// that declares one var twice with a write is refused: it would receive
+    /// two guards on the var, one of them exclusive.
+    fn normalize(self: &Arc<Self>, mut decls: Vec<Decl>, name: &str) -> Result<Vec<Dep>, Error> {
+        if let Some(d) = decls.iter().find(|d| !Arc::ptr_eq(d.var.shared(), self)) {
+            return Err(Error::invalid(format!(
+                "op `{name}` uses var #{} of another engine",
+                d.var.id()
+            )));
+        }
+        decls.sort_by_key(|d| d.var.id());
+        let mut deps: Vec<Dep> = Vec::with_capacity(decls.len());
+        let mut typed = (0usize, false); // typed declarations of the current var, any a write
+        for d in decls {
+            let is_write = d.access == Access::Write;
+            match deps.last_mut() {
+                Some(last) if last.var.id() == d.var.id() => {
+                    if d.typed {
+                        typed = (typed.0 + 1, typed.1 || is_write);
+                    }
+                    if typed.0 >= 2 && typed.1 {
+                        return Err(Error::invalid(format!(
+                            "op `{name}` declares var #{} more than once with a write; \
+                             a typed op gets one guard per declaration, so declare it once",
+                            d.var.id()
+                        )));
+                    }
+                    if is_write {
+                        last.access = Access::Write;
+                    }
+                }
+                _ => {
+                    typed = (usize::from(d.typed), d.typed && is_write);
+                    deps.push(Dep { var: d.var, access: d.access });
+                }
+            }
+        }
+        Ok(deps)
+    }
+}
+
+/// The body of `wait_for_var`: returns the error it took from the var.
+struct WaitJob;
+
+impl Job for WaitJob {
+    type Output = ();
+
+    fn start(self, slot: SlotRef<()>) {
+        let result = slot.header().seen_error().cloned().map_or(Ok(()), Err);
+        slot.store(result);
+    }
+}
+
+/// The body of `delete_var`: takes the data out of the var.
+struct DeleteJob<T> {
+    var: Var<T>,
+}
+
+impl<T: Send + Sync + 'static> Job for DeleteJob<T> {
+    type Output = T;
+
+    fn start(self, slot: SlotRef<T>) {
+        let task: TaskRef = slot.clone();
+        let guard = self.var.write_guard(crate::op::LiveRef::new(&task));
+        let value = guard.take();
+        slot.store(Ok(value));
+    }
+}

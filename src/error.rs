@@ -1,0 +1,236 @@
+//! The one error type of the crate.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+/// A boxed error as returned by op bodies; `?` converts any error into it.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The result type of every fallible engine call and of every op handle.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An engine error.
+///
+/// Cheap to clone: one failure reaches many vars and waiters, so the error is
+/// shared behind an `Arc`. Use the `is_*` helpers to tell kinds apart and
+/// [`root`](Error::root) to reach the failure that started a chain of skipped
+/// ops.
+#[derive(Clone)]
+pub struct Error {
+    inner: Arc<Kind>,
+}
+
+pub(crate) enum Kind {
+    /// The op's body returned an error.
+    Failed { op: Cow<'static, str>, source: BoxError },
+    /// The op's body panicked.
+    Panicked { op: Cow<'static, str>, message: String },
+    /// An async op's completion token was dropped without being signalled.
+    CompletionDropped { op: Cow<'static, str> },
+    /// The op was not run because a var it uses carries an error.
+    Skipped { op: Cow<'static, str>, root: Error },
+    /// The op was cancelled: a cancelling shutdown before it ran, or its
+    /// runtime dropped it.
+    Cancelled { op: Cow<'static, str>, reason: &'static str },
+    /// The engine is closed and takes no more work.
+    Shutdown,
+    /// A var was used after `delete_var`.
+    VarDeleted { var: u64 },
+    /// Bad arguments at push or configuration time.
+    InvalidArgument(String),
+    /// The operation needs something this build or engine does not offer.
+    Unsupported(String),
+    /// A future op was pushed with no Tokio runtime to run it on.
+    NoRuntime,
+    /// A blocking wait was called from inside a Tokio runtime.
+    BlockingInRuntime { what: &'static str },
+}
+
+impl Error {
+    pub(crate) fn new(kind: Kind) -> Self {
+        Self { inner: Arc::new(kind) }
+    }
+
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+        Self::new(Kind::InvalidArgument(msg.into()))
+    }
+
+    pub(crate) fn unsupported(msg: impl Into<String>) -> Self {
+        Self::new(Kind::Unsupported(msg.into()))
+    }
+
+    pub(crate) fn kind(&self) -> &Kind {
+        &self.inner
+    }
+
+    /// The failure at the start of a chain of skipped ops, or `self`.
+    pub fn root(&self) -> &Error {
+        match self.kind() {
+            Kind::Skipped { root, .. } => root.root(),
+            _ => self,
+        }
+    }
+
+    /// The op's body returned an error ([`source`](std::error::Error::source)
+    /// gives it).
+    pub fn is_failed(&self) -> bool {
+        matches!(self.kind(), Kind::Failed { .. })
+    }
+
+    /// The op's body panicked (the panic was caught; no worker died).
+    pub fn is_panic(&self) -> bool {
+        matches!(self.kind(), Kind::Panicked { .. })
+    }
+
+    /// An async op's [`Completion`](crate::Completion) was dropped unsignalled.
+    pub fn is_completion_dropped(&self) -> bool {
+        matches!(self.kind(), Kind::CompletionDropped { .. })
+    }
+
+    /// The op was skipped because a var it uses carries an error.
+    pub fn is_skipped(&self) -> bool {
+        matches!(self.kind(), Kind::Skipped { .. })
+    }
+
+    /// The op was cancelled by [`ShutdownMode::Cancel`](crate::ShutdownMode)
+    /// before it ran, or its future was dropped by a Tokio runtime shutting down.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self.kind(), Kind::Cancelled { .. })
+    }
+
+    /// The engine is closed.
+    pub fn is_shutdown(&self) -> bool {
+        matches!(self.kind(), Kind::Shutdown)
+    }
+
+    /// A deleted var was used.
+    pub fn is_var_deleted(&self) -> bool {
+        matches!(self.kind(), Kind::VarDeleted { .. })
+    }
+
+    /// Invalid arguments were given.
+    pub fn is_invalid_argument(&self) -> bool {
+        matches!(self.kind(), Kind::InvalidArgument(_))
+    }
+
+    /// The request needs a feature or device this engine does not have.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self.kind(), Kind::Unsupported(_))
+    }
+
+    /// A future op needs a Tokio runtime and none was available.
+    pub fn is_no_runtime(&self) -> bool {
+        matches!(self.kind(), Kind::NoRuntime)
+    }
+
+    /// A `blocking_*` call was refused because it ran inside a Tokio runtime.
+    pub fn is_blocking_in_runtime(&self) -> bool {
+        matches!(self.kind(), Kind::BlockingInRuntime { .. })
+    }
+
+    /// The name of the op this error belongs to, if any.
+    pub fn op_name(&self) -> Option<&str> {
+        match self.kind() {
+            Kind::Failed { op, .. }
+            | Kind::Panicked { op, .. }
+            | Kind::CompletionDropped { op }
+            | Kind::Skipped { op, .. }
+            | Kind::Cancelled { op, .. } => Some(op),
+            _ => None,
+        }
+    }
+
+    /// Whether two errors are the same shared failure (not just equal text).
+    pub fn same_as(&self, other: &Error) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind() {
+            Kind::Failed { op, source } => write!(f, "op `{op}` failed: {source}"),
+            Kind::Panicked { op, message } => write!(f, "op `{op}` panicked: {message}"),
+            Kind::CompletionDropped { op } => {
+                write!(f, "op `{op}` failed: its completion was dropped without being signalled")
+            }
+            Kind::Skipped { op, root } => {
+                write!(f, "op `{op}` skipped: a var it uses carries an error: {}", root.root())
+            }
+            Kind::Cancelled { op, reason } => write!(f, "op `{op}` cancelled: {reason}"),
+            Kind::Shutdown => f.write_str("engine is shut down"),
+            Kind::VarDeleted { var } => write!(f, "var #{var} has been deleted"),
+            Kind::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
+            Kind::Unsupported(msg) => write!(f, "unsupported: {msg}"),
+            Kind::NoRuntime => f.write_str(
+                "no tokio runtime: build the engine inside one or pass EngineBuilder::runtime",
+            ),
+            Kind::BlockingInRuntime { what } => write!(
+                f,
+                "{what} would block a tokio runtime thread; use the async variant instead"
+            ),
+        }
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Error({self})")
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self.kind() {
+            Kind::Failed { source, .. } => Some(source.as_ref()),
+            Kind::Skipped { root, .. } => Some(root),
+            _ => None,
+        }
+    }
+}
+
+/// Text of a caught panic payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skipped_error_names_the_root_failure() {
+        let root = Error::new(Kind::Failed { op: "a".into(), source: "boom".into() });
+        let skipped = Error::new(Kind::Skipped { op: "b".into(), root: root.clone() });
+        let skipped2 = Error::new(Kind::Skipped { op: "c".into(), root: skipped.clone() });
+        assert!(skipped2.root().same_as(&root));
+        assert_eq!(
+            skipped2.to_string(),
+            "op `c` skipped: a var it uses carries an error: op `a` failed: boom"
+        );
+        assert_eq!(skipped2.op_name(), Some("c"));
+        assert!(skipped2.is_skipped() && root.is_failed());
+    }
+
+    #[test]
+    fn display_is_lowercase_without_period() {
+        let errs = [
+            Error::new(Kind::Shutdown),
+            Error::new(Kind::NoRuntime),
+            Error::new(Kind::VarDeleted { var: 3 }),
+            Error::invalid("x"),
+        ];
+        for e in errs {
+            let s = e.to_string();
+            assert!(s.starts_with(|c: char| c.is_lowercase()), "{s}");
+            assert!(!s.ends_with('.'), "{s}");
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! A dependency engine native to Tokio.
+//!
+//! State shared by operations lives in **vars**. An **op** is pushed with the
+//! vars it reads and the vars it writes; ops that touch the same var take
+//! effect in push order, reads between two writes run in parallel, and
+//! everything that does not conflict runs in parallel on device-pinned
+//! worker pools. The data lives in the var, and the only way to reach it is
+//! the guard an op receives for what it declared, so a data race between
+//! ops cannot be written.
+//!
+//! ```
+//! # #[tokio::main]
+//! # async fn main() -> depengine::Result<()> {
+//! use depengine::Engine;
+//!
+//! let engine = Engine::new();
+//! let x = engine.var(vec![1.0f32; 1 << 10]);
+//! let s = engine.var(0.0f32);
+//!
+//! // A sync op on a CPU worker: a guard for each declared var.
+//! let h = engine.op("sum").read(&x).write(&s).run(|(x,), (mut s,)| {
+//!     *s = x.iter().sum();
+//!     Ok(())
+//! });
+//! h.await?;
+//!
+//! // Ops return values; handles are futures.
+//! let total = engine.op("get").read(&s).run(|(s,), ()| Ok(*s)).await?;
+//! assert_eq!(total, 1024.0);
+//!
+//! // The var is an async gate too, ordered with ops by call time.
+//! *s.write().await? *= 2.0;
+//! engine.wait_for_var(&s).await?;
+//! assert_eq!(*s.read().await?, 2048.0);
+//! engine.wait_for_all().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! See `README.md` for the semantics in full, and `src/var/README.md` for the
+//! design of the var gate.
+
+#![deny(unsafe_code)]
+#![deny(unreachable_pub)]
+#![warn(missing_docs, missing_debug_implementations)]
+
+mod device;
+mod engine;
+mod error;
+mod loom;
+mod op;
+mod pool;
+mod var;
+
+/// The sealed traits that describe what an op declares.
+pub mod access {
+    #[doc(hidden)]
+    pub use crate::op::access::{Decls, OpToken};
+    pub use crate::op::access::{Append, Item, Reading, Writing};
+}
+
+pub use device::{Device, Lane};
+pub use engine::{Engine, EngineBuilder, EngineKind, ShutdownMode, WaitForAll};
+pub use error::{BoxError, Error, Result};
+pub use op::builder::OpBuilder;
+pub use op::handle::{Completion, OpHandle};
+pub use var::{Acquire, AcquireBuilder, AnyVar, ReadGuard, Var, VarDebug, WriteGuard};

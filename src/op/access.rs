@@ -1,0 +1,185 @@
+//! What an op declares: typed items (a var read, a var written, a run-time
+//! list of either) and tuples of them, each turning into guards when the op
+//! runs.
+//!
+//! The traits are sealed: their methods take crate-private tokens, so only
+//! this crate implements or calls them.
+
+use crate::op::{LiveRef, TaskRef};
+use crate::var::{Access, AnyVar, ReadGuard, Var, WriteGuard};
+
+/// One declared access, before normalisation.
+pub(crate) struct Decl {
+    pub(crate) var: AnyVar,
+    pub(crate) access: Access,
+    /// Declared through the typed API: the op receives a guard for it.
+    pub(crate) typed: bool,
+}
+
+/// The declarations an item adds (opaque outside the crate).
+#[allow(unreachable_pub, missing_debug_implementations)] // sealed
+#[doc(hidden)]
+pub struct Decls(pub(crate) Vec<Decl>);
+
+/// The op an item's guards belong to (opaque outside the crate).
+#[allow(unreachable_pub, missing_debug_implementations)] // sealed
+#[doc(hidden)]
+pub struct OpToken<'a>(pub(crate) &'a TaskRef);
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Something an op or an acquire declares, and the guard it receives for it.
+///
+/// Implemented for [`Reading`] and [`Writing`] of a [`Var`] or a `Vec` of
+/// vars, and for tuples of up to twelve items. Sealed.
+pub trait Item: sealed::Sealed + Send + 'static {
+    /// What the op's body receives for this item.
+    type Guard: Send + 'static;
+
+    #[doc(hidden)]
+    fn declare(&self, decls: &mut Decls);
+
+    #[doc(hidden)]
+    fn guard(&self, op: OpToken<'_>) -> Self::Guard;
+}
+
+/// A read of a var, or of each var of a list.
+#[derive(Debug)]
+pub struct Reading<X>(pub(crate) X);
+
+/// A write of a var, or of each var of a list.
+#[derive(Debug)]
+pub struct Writing<X>(pub(crate) X);
+
+fn declare_one<T>(var: &Var<T>, access: Access, decls: &mut Decls)
+where
+    T: Send + Sync + 'static,
+{
+    decls.0.push(Decl { var: var.any(), access, typed: true });
+}
+
+impl<T: Send + Sync + 'static> sealed::Sealed for Reading<Var<T>> {}
+impl<T: Send + Sync + 'static> Item for Reading<Var<T>> {
+    type Guard = ReadGuard<T>;
+
+    fn declare(&self, decls: &mut Decls) {
+        declare_one(&self.0, Access::Read, decls);
+    }
+
+    fn guard(&self, op: OpToken<'_>) -> ReadGuard<T> {
+        self.0.read_guard(LiveRef::new(op.0))
+    }
+}
+
+impl<T: Send + Sync + 'static> sealed::Sealed for Writing<Var<T>> {}
+impl<T: Send + Sync + 'static> Item for Writing<Var<T>> {
+    type Guard = WriteGuard<T>;
+
+    fn declare(&self, decls: &mut Decls) {
+        declare_one(&self.0, Access::Write, decls);
+    }
+
+    fn guard(&self, op: OpToken<'_>) -> WriteGuard<T> {
+        self.0.write_guard(LiveRef::new(op.0))
+    }
+}
+
+impl<T: Send + Sync + 'static> sealed::Sealed for Reading<Vec<Var<T>>> {}
+impl<T: Send + Sync + 'static> Item for Reading<Vec<Var<T>>> {
+    type Guard = Vec<ReadGuard<T>>;
+
+    fn declare(&self, decls: &mut Decls) {
+        self.0.iter().for_each(|v| declare_one(v, Access::Read, decls));
+    }
+
+    fn guard(&self, op: OpToken<'_>) -> Vec<ReadGuard<T>> {
+        self.0.iter().map(|v| v.read_guard(LiveRef::new(op.0))).collect()
+    }
+}
+
+impl<T: Send + Sync + 'static> sealed::Sealed for Writing<Vec<Var<T>>> {}
+impl<T: Send + Sync + 'static> Item for Writing<Vec<Var<T>>> {
+    type Guard = Vec<WriteGuard<T>>;
+
+    fn declare(&self, decls: &mut Decls) {
+        self.0.iter().for_each(|v| declare_one(v, Access::Write, decls));
+    }
+
+    fn guard(&self, op: OpToken<'_>) -> Vec<WriteGuard<T>> {
+        self.0.iter().map(|v| v.write_guard(LiveRef::new(op.0))).collect()
+    }
+}
+
+macro_rules! tuple_item {
+    ($($T:ident)*) => {
+        impl<$($T: Item),*> sealed::Sealed for ($($T,)*) {}
+
+        #[allow(non_snake_case, unused_variables, clippy::unused_unit)]
+        impl<$($T: Item),*> Item for ($($T,)*) {
+            type Guard = ($($T::Guard,)*);
+
+            fn declare(&self, decls: &mut Decls) {
+                let ($($T,)*) = self;
+                $($T.declare(decls);)*
+            }
+
+            fn guard(&self, op: OpToken<'_>) -> Self::Guard {
+                let ($($T,)*) = self;
+                ($($T.guard(OpToken(op.0)),)*)
+            }
+        }
+    };
+}
+
+tuple_item!();
+tuple_item!(A);
+tuple_item!(A B);
+tuple_item!(A B C);
+tuple_item!(A B C D);
+tuple_item!(A B C D E);
+tuple_item!(A B C D E F);
+tuple_item!(A B C D E F G);
+tuple_item!(A B C D E F G H);
+tuple_item!(A B C D E F G H I);
+tuple_item!(A B C D E F G H I J);
+tuple_item!(A B C D E F G H I J K);
+tuple_item!(A B C D E F G H I J K L);
+
+/// A tuple that can grow by one element: how builders collect items of
+/// different types.
+pub trait Append<X> {
+    /// The tuple with `X` added at the end.
+    type Output;
+
+    #[doc(hidden)]
+    fn append(self, x: X) -> Self::Output;
+}
+
+macro_rules! tuple_append {
+    ($($T:ident)*) => {
+        #[allow(non_snake_case)]
+        impl<$($T,)* X> Append<X> for ($($T,)*) {
+            type Output = ($($T,)* X,);
+
+            fn append(self, x: X) -> Self::Output {
+                let ($($T,)*) = self;
+                ($($T,)* x,)
+            }
+        }
+    };
+}
+
+tuple_append!();
+tuple_append!(A);
+tuple_append!(A B);
+tuple_append!(A B C);
+tuple_append!(A B C D);
+tuple_append!(A B C D E);
+tuple_append!(A B C D E F);
+tuple_append!(A B C D E F G);
+tuple_append!(A B C D E F G H);
+tuple_append!(A B C D E F G H I);
+tuple_append!(A B C D E F G H I J);
+tuple_append!(A B C D E F G H I J K);

@@ -1,0 +1,266 @@
+//! The typed op builder: `engine.op(name).read(&x).write(&y).run(body)`.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use super::access::{Append, Decl, Decls, Item, Reading, Writing};
+use super::cell::{AsyncJob, FutureJob, Job, SyncJob};
+use super::handle::{Completion, OpHandle};
+use crate::device::{Device, Lane};
+use crate::engine::Shared;
+use crate::error::{BoxError, Error, Kind};
+use crate::var::{Access, AnyVar, Var};
+
+/// Placement and policy of an op, as given to the builder.
+#[derive(Clone, Debug)]
+pub(crate) struct OpOptions {
+    pub(crate) name: Cow<'static, str>,
+    pub(crate) device: Device,
+    pub(crate) lane: Lane,
+    pub(crate) priority: i32,
+    pub(crate) no_skip: bool,
+}
+
+impl OpOptions {
+    pub(crate) fn new(name: Cow<'static, str>) -> Self {
+        Self { name, device: Device::Cpu(0), lane: Lane::Normal, priority: 0, no_skip: false }
+    }
+}
+
+/// Builds an op: what it reads and writes, where it runs, then its body.
+///
+/// Created by [`Engine::op`](crate::Engine::op). Each [`read`](Self::read)
+/// or [`write`](Self::write) adds one guard to the tuple the body receives,
+/// in call order; [`read_all`](Self::read_all) and
+/// [`write_all`](Self::write_all) add one `Vec` of guards for a list known
+/// only at run time. The op is pushed, atomically on all its vars, when a
+/// `run*`/`spawn` method is called.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> depengine::Result<()> {
+/// use depengine::Engine;
+/// let engine = Engine::new();
+/// let parts: Vec<_> = (1..=4u64).map(|i| engine.var(i)).collect();
+/// let sum = engine.var(0u64);
+/// engine
+///     .op("sum")
+///     .read_all(&parts)
+///     .write(&sum)
+///     .run(|(parts,), (mut sum,)| {
+///         *sum = parts.iter().map(|p| **p).sum();
+///         Ok(())
+///     })
+///     .await?;
+/// assert_eq!(*sum.read().await?, 10);
+/// # Ok(()) }
+/// ```
+#[must_use = "an op is pushed only when one of its run or spawn methods is called"]
+pub struct OpBuilder<'e, Rd = (), Wr = ()> {
+    shared: &'e Arc<Shared>,
+    opts: OpOptions,
+    reads: Rd,
+    writes: Wr,
+    untyped: Vec<Decl>,
+}
+
+impl<'e> OpBuilder<'e> {
+    pub(crate) fn new(shared: &'e Arc<Shared>, name: Cow<'static, str>) -> Self {
+        Self { shared, opts: OpOptions::new(name), reads: (), writes: (), untyped: Vec::new() }
+    }
+}
+
+impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
+    /// Declares a read of `var`: the body receives a [`ReadGuard`](crate::ReadGuard).
+    pub fn read<T>(self, var: &Var<T>) -> OpBuilder<'e, Rd::Output, Wr>
+    where
+        T: Send + Sync + 'static,
+        Rd: Append<Reading<Var<T>>>,
+    {
+        let Self { shared, opts, reads, writes, untyped } = self;
+        OpBuilder { shared, opts, reads: reads.append(Reading(var.clone())), writes, untyped }
+    }
+
+    /// Declares a read of each var: the body receives a `Vec` of guards.
+    pub fn read_all<'v, T, I>(self, vars: I) -> OpBuilder<'e, Rd::Output, Wr>
+    where
+        T: Send + Sync + 'static,
+        I: IntoIterator<Item = &'v Var<T>>,
+        Rd: Append<Reading<Vec<Var<T>>>>,
+    {
+        let Self { shared, opts, reads, writes, untyped } = self;
+        let reads = reads.append(Reading(vars.into_iter().cloned().collect()));
+        OpBuilder { shared, opts, reads, writes, untyped }
+    }
+
+    /// Declares a write of `var`: the body receives a [`WriteGuard`](crate::WriteGuard).
+    pub fn write<T>(self, var: &Var<T>) -> OpBuilder<'e, Rd, Wr::Output>
+    where
+        T: Send + Sync + 'static,
+        Wr: Append<Writing<Var<T>>>,
+    {
+        let Self { shared, opts, reads, writes, untyped } = self;
+        OpBuilder { shared, opts, reads, writes: writes.append(Writing(var.clone())), untyped }
+    }
+
+    /// Declares a write of each var: the body receives a `Vec` of guards.
+    pub fn write_all<'v, T, I>(self, vars: I) -> OpBuilder<'e, Rd, Wr::Output>
+    where
+        T: Send + Sync + 'static,
+        I: IntoIterator<Item = &'v Var<T>>,
+        Wr: Append<Writing<Vec<Var<T>>>>,
+    {
+        let Self { shared, opts, reads, writes, untyped } = self;
+        let writes = writes.append(Writing(vars.into_iter().cloned().collect()));
+        OpBuilder { shared, opts, reads, writes, untyped }
+    }
+
+    /// Declares a read of a var without receiving its data (a dependency
+    /// only, as for MXNet's tags).
+    pub fn read_any(mut self, var: &AnyVar) -> Self {
+        self.untyped.push(Decl { var: var.clone(), access: Access::Read, typed: false });
+        self
+    }
+
+    /// Declares a write of a var without receiving its data.
+    pub fn write_any(mut self, var: &AnyVar) -> Self {
+        self.untyped.push(Decl { var: var.clone(), access: Access::Write, typed: false });
+        self
+    }
+
+    /// The device the op runs on (default `Cpu(0)`).
+    pub fn device(mut self, device: Device) -> Self {
+        self.opts.device = device;
+        self
+    }
+
+    /// The lane (worker pool) the op runs on (default [`Lane::Normal`]).
+    pub fn lane(mut self, lane: Lane) -> Self {
+        self.opts.lane = lane;
+        self
+    }
+
+    /// Priority within the lane's queue: higher first, FIFO among equals
+    /// (default 0).
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.opts.priority = priority;
+        self
+    }
+
+    /// Runs the op even when a var it uses carries an error (default
+    /// false). The error still passes on to the vars it writes.
+    pub fn no_skip(mut self, no_skip: bool) -> Self {
+        self.opts.no_skip = no_skip;
+        self
+    }
+}
+
+impl<Rd: Item, Wr: Item> OpBuilder<'_, Rd, Wr> {
+    /// Pushes the op with a body run to completion on a worker of its lane.
+    ///
+    /// A refused push (closed engine, deleted var, invalid arguments)
+    /// returns a handle that resolves at once to that error; use
+    /// [`try_run`](Self::try_run) to get it here instead.
+    pub fn run<R, F>(self, body: F) -> OpHandle<R>
+    where
+        F: FnOnce(Rd::Guard, Wr::Guard) -> Result<R, BoxError> + Send + 'static,
+        R: Send + 'static,
+    {
+        self.try_run(body).unwrap_or_else(OpHandle::refused)
+    }
+
+    /// Like [`run`](Self::run), returning a refused push as an error.
+    ///
+    /// # Errors
+    ///
+    /// The engine is closed, a var was deleted or belongs to another engine,
+    /// a var is declared twice with a write, or the device or lane is invalid.
+    pub fn try_run<R, F>(self, body: F) -> Result<OpHandle<R>, Error>
+    where
+        F: FnOnce(Rd::Guard, Wr::Guard) -> Result<R, BoxError> + Send + 'static,
+        R: Send + 'static,
+    {
+        self.push(|reads, writes, _| Ok(SyncJob { reads, writes, body }), false)
+    }
+
+    /// Pushes an async op: the body receives a [`Completion`] and the op
+    /// completes when it is signalled (from any thread, any time) and the
+    /// guards are dropped.
+    pub fn run_async<R, F>(self, body: F) -> OpHandle<R>
+    where
+        F: FnOnce(Rd::Guard, Wr::Guard, Completion<R>) + Send + 'static,
+        R: Send + 'static,
+    {
+        self.try_run_async(body).unwrap_or_else(OpHandle::refused)
+    }
+
+    /// Like [`run_async`](Self::run_async), returning a refused push as an error.
+    ///
+    /// # Errors
+    ///
+    /// As for [`try_run`](Self::try_run).
+    pub fn try_run_async<R, F>(self, body: F) -> Result<OpHandle<R>, Error>
+    where
+        F: FnOnce(Rd::Guard, Wr::Guard, Completion<R>) + Send + 'static,
+        R: Send + 'static,
+    {
+        let output = PhantomData;
+        self.push(|reads, writes, _| Ok(AsyncJob { reads, writes, body, output }), false)
+    }
+
+    /// Pushes a future op: once its vars are free, `body` is called with the
+    /// guards and the future it returns runs on the engine's Tokio runtime.
+    /// The op completes when the future resolves and the guards are dropped.
+    pub fn spawn<R, F, Fut>(self, body: F) -> OpHandle<R>
+    where
+        F: FnOnce(Rd::Guard, Wr::Guard) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<R, BoxError>> + Send + 'static,
+        R: Send + 'static,
+    {
+        self.try_spawn(body).unwrap_or_else(OpHandle::refused)
+    }
+
+    /// Like [`spawn`](Self::spawn), returning a refused push as an error.
+    ///
+    /// # Errors
+    ///
+    /// As for [`try_run`](Self::try_run), and [`Error::is_no_runtime`] when
+    /// the engine has no Tokio runtime.
+    pub fn try_spawn<R, F, Fut>(self, body: F) -> Result<OpHandle<R>, Error>
+    where
+        F: FnOnce(Rd::Guard, Wr::Guard) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<R, BoxError>> + Send + 'static,
+        R: Send + 'static,
+    {
+        self.push(
+            |reads, writes, shared| {
+                let runtime = shared.runtime().ok_or_else(|| Error::new(Kind::NoRuntime))?;
+                Ok(FutureJob { reads, writes, body, runtime })
+            },
+            true,
+        )
+    }
+
+    fn push<J: Job>(
+        self,
+        make: impl FnOnce(Rd, Wr, &Shared) -> Result<J, Error>,
+        starts_inline: bool,
+    ) -> Result<OpHandle<J::Output>, Error> {
+        let mut decls = Decls(self.untyped);
+        self.reads.declare(&mut decls);
+        self.writes.declare(&mut decls);
+        let job = make(self.reads, self.writes, self.shared)?;
+        let slot = self.shared.push_job(self.opts, decls.0, job, starts_inline)?;
+        Ok(OpHandle::pushed(slot))
+    }
+}
+
+impl<Rd, Wr> std::fmt::Debug for OpBuilder<'_, Rd, Wr> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpBuilder").field("options", &self.opts).finish_non_exhaustive()
+    }
+}

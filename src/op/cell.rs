@@ -1,0 +1,277 @@
+//! The typed op record: one allocation holding the header, the body until it
+//! runs, and the result until the handle takes it.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use futures::FutureExt;
+
+use super::access::{Item, OpToken};
+use super::handle::Completion;
+use super::{Header, Task, TaskRef, release_live};
+use crate::error::{BoxError, Error, Kind, panic_message};
+use crate::loom::lock;
+use crate::loom::sync::Mutex;
+
+/// An op's body, typed.
+pub(crate) trait Job: Send + 'static {
+    type Output: Send + 'static;
+
+    /// Starts the body. It must lead to exactly one [`OpSlot::store`] on
+    /// `slot`: before returning, from a [`Completion`], or from a spawned task.
+    fn start(self, slot: SlotRef<Self::Output>);
+
+    /// The op will not run (`err` says why); called instead of `start`.
+    fn vetoed(self, _err: &Error)
+    where
+        Self: Sized,
+    {
+    }
+}
+
+/// The handle-facing side of a typed op.
+pub(crate) trait OpSlot<R>: Task {
+    /// Stores the body's result; the first call wins. Releases the body's
+    /// live count, so the op may complete inside this call.
+    fn store(self: Arc<Self>, result: Result<R, Error>);
+
+    /// Takes the result once the op has completed.
+    fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<R, Error>>;
+
+    /// Whether the op has completed.
+    fn is_complete(&self) -> bool;
+}
+
+pub(crate) type SlotRef<R> = Arc<dyn OpSlot<R>>;
+
+pub(crate) struct OpCell<J: Job> {
+    header: Header,
+    state: Mutex<State<J>>,
+}
+
+struct State<J: Job> {
+    job: Option<J>,
+    result: Option<Result<J::Output, Error>>,
+    stored: bool,
+    published: bool,
+    waker: Option<Waker>,
+}
+
+impl<J: Job> OpCell<J> {
+    pub(crate) fn new(header: Header, job: J) -> Arc<Self> {
+        let state = State { job: Some(job), result: None, stored: false, published: false, waker: None };
+        Arc::new(Self { header, state: Mutex::new(state) })
+    }
+}
+
+impl<J: Job> Task for OpCell<J> {
+    fn header(&self) -> &Header {
+        &self.header
+    }
+
+    fn execute(self: Arc<Self>) {
+        let Some(job) = lock(&self.state).job.take() else {
+            debug_assert!(false, "op executed twice");
+            return;
+        };
+        let span = self.header.span.clone();
+        let _entered = span.enter();
+        tracing::debug!(target: "depengine::op", "started");
+        match self.header.veto() {
+            Some(err) => {
+                job.vetoed(&err);
+                self.store(Err(err));
+            }
+            None => job.start(self),
+        }
+    }
+
+    fn publish(&self) {
+        let waker = {
+            let mut state = lock(&self.state);
+            state.published = true;
+            state.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+impl<J: Job> OpSlot<J::Output> for OpCell<J> {
+    fn store(self: Arc<Self>, result: Result<J::Output, Error>) {
+        let outcome = result.as_ref().map(|_| ()).map_err(Clone::clone);
+        {
+            let mut state = lock(&self.state);
+            if state.stored {
+                return;
+            }
+            state.stored = true;
+            state.result = Some(result);
+        }
+        self.header.record_outcome(outcome.as_ref().map(|_| ()));
+        if let Err(err) = outcome {
+            if !self.header.meta.clears_error {
+                self.header.shared.note_error(err);
+            }
+        }
+        let task: TaskRef = self;
+        release_live(&task);
+    }
+
+    fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<J::Output, Error>> {
+        let mut state = lock(&self.state);
+        if state.published {
+            let result = state.result.take().expect("op handle polled after it returned its result");
+            return Poll::Ready(result);
+        }
+        match &state.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => state.waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    fn is_complete(&self) -> bool {
+        lock(&self.state).published
+    }
+}
+
+/// Maps a body's outcome, panics included, to the op's result.
+fn op_result<R>(
+    name: &Header,
+    caught: std::thread::Result<Result<R, BoxError>>,
+) -> Result<R, Error> {
+    let op = name.meta.name.clone();
+    match caught {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(source)) => Err(Error::new(Kind::Failed { op, source })),
+        Err(payload) => Err(Error::new(Kind::Panicked { op, message: panic_message(&*payload) })),
+    }
+}
+
+/// A closure run to completion on a worker.
+pub(crate) struct SyncJob<Rd, Wr, F> {
+    pub(crate) reads: Rd,
+    pub(crate) writes: Wr,
+    pub(crate) body: F,
+}
+
+impl<Rd, Wr, F, R> Job for SyncJob<Rd, Wr, F>
+where
+    Rd: Item,
+    Wr: Item,
+    F: FnOnce(Rd::Guard, Wr::Guard) -> Result<R, BoxError> + Send + 'static,
+    R: Send + 'static,
+{
+    type Output = R;
+
+    fn start(self, slot: SlotRef<R>) {
+        let task: TaskRef = slot.clone();
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            let reads = self.reads.guard(OpToken(&task));
+            let writes = self.writes.guard(OpToken(&task));
+            (self.body)(reads, writes)
+        }));
+        let result = op_result(task.header(), caught);
+        slot.store(result);
+    }
+}
+
+/// A closure that receives a [`Completion`] to signal, now or later.
+pub(crate) struct AsyncJob<Rd, Wr, F, R> {
+    pub(crate) reads: Rd,
+    pub(crate) writes: Wr,
+    pub(crate) body: F,
+    pub(crate) output: PhantomData<fn(R)>,
+}
+
+impl<Rd, Wr, F, R> Job for AsyncJob<Rd, Wr, F, R>
+where
+    Rd: Item,
+    Wr: Item,
+    F: FnOnce(Rd::Guard, Wr::Guard, Completion<R>) + Send + 'static,
+    R: Send + 'static,
+{
+    type Output = R;
+
+    fn start(self, slot: SlotRef<R>) {
+        let task: TaskRef = slot.clone();
+        let done = Completion::new(slot.clone());
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            let reads = self.reads.guard(OpToken(&task));
+            let writes = self.writes.guard(OpToken(&task));
+            (self.body)(reads, writes, done);
+        }));
+        if let Err(payload) = caught {
+            // If the token was dropped by the unwinding, it has already
+            // stored a panic error; this store is then ignored.
+            let op = task.header().meta.name.clone();
+            slot.store(Err(Error::new(Kind::Panicked { op, message: panic_message(&*payload) })));
+        }
+    }
+}
+
+/// A future run on the engine's Tokio runtime.
+pub(crate) struct FutureJob<Rd, Wr, F> {
+    pub(crate) reads: Rd,
+    pub(crate) writes: Wr,
+    pub(crate) body: F,
+    pub(crate) runtime: tokio::runtime::Handle,
+}
+
+impl<Rd, Wr, F, Fut, R> Job for FutureJob<Rd, Wr, F>
+where
+    Rd: Item,
+    Wr: Item,
+    F: FnOnce(Rd::Guard, Wr::Guard) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<R, BoxError>> + Send + 'static,
+    R: Send + 'static,
+{
+    type Output = R;
+
+    fn start(self, slot: SlotRef<R>) {
+        let task: TaskRef = slot.clone();
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            (self.reads.guard(OpToken(&task)), self.writes.guard(OpToken(&task)))
+        }));
+        let (reads, writes) = match caught {
+            Ok(guards) => guards,
+            Err(payload) => return slot.store(op_result(task.header(), Err(payload))),
+        };
+        let body = self.body;
+        let on_drop = StoreOnDrop(Some(slot));
+        drop(task);
+        self.runtime.spawn(async move {
+            let on_drop = on_drop;
+            let caught = AssertUnwindSafe(async move { body(reads, writes).await }).catch_unwind().await;
+            if let Some(slot) = on_drop.disarm() {
+                let result = op_result(slot.header(), caught);
+                slot.store(result);
+            }
+        });
+    }
+}
+
+/// Stores an error if a future op's task is dropped unfinished (its runtime
+/// shut down), so that the op still completes.
+struct StoreOnDrop<R: 'static>(Option<SlotRef<R>>);
+
+impl<R: 'static> StoreOnDrop<R> {
+    fn disarm(mut self) -> Option<SlotRef<R>> {
+        self.0.take()
+    }
+}
+
+impl<R: 'static> Drop for StoreOnDrop<R> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0.take() {
+            let op = slot.header().meta.name.clone();
+            let reason = "its tokio runtime shut down before it finished";
+            slot.store(Err(Error::new(Kind::Cancelled { op, reason })));
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! A count of outstanding events whose release reports, exactly once, the
+//! call that brought it to zero.
+//!
+//! # Memory ordering
+//!
+//! `release` is `AcqRel`: each releaser's prior writes (a finished op's data,
+//! a var's state) happen-before whatever the zero-reaching caller does next
+//! (running the op, completing it). `add` is `Relaxed`: it is only called by
+//! a holder of an outstanding count, so the count cannot reach zero
+//! concurrently.
+
+use crate::loom::sync::atomic::{AtomicUsize, Ordering};
+
+#[derive(Debug)]
+pub(crate) struct Countdown(AtomicUsize);
+
+impl Countdown {
+    pub(crate) fn new(n: usize) -> Self {
+        Self(AtomicUsize::new(n))
+    }
+
+    /// Adds `n` outstanding events. The caller must hold one already.
+    pub(crate) fn add(&self, n: usize) {
+        let prev = self.0.fetch_add(n, Ordering::Relaxed);
+        debug_assert!(prev > 0, "countdown: add after reaching zero");
+    }
+
+    /// Releases `n` events; true exactly for the call that reaches zero.
+    pub(crate) fn release(&self, n: usize) -> bool {
+        if n == 0 {
+            return false;
+        }
+        let prev = self.0.fetch_sub(n, Ordering::AcqRel);
+        assert!(prev >= n, "countdown: released more than outstanding");
+        prev == n
+    }
+
+    #[cfg(test)]
+    pub(crate) fn get(&self) -> usize {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn release_reports_zero_once() {
+        let c = Countdown::new(3);
+        assert!(!c.release(1));
+        assert!(!c.release(0));
+        c.add(2);
+        assert!(!c.release(3));
+        assert!(c.release(1));
+        assert_eq!(c.get(), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "released more than outstanding")]
+    fn over_release_panics() {
+        Countdown::new(1).release(2);
+    }
+
+    #[test]
+    fn exactly_one_thread_sees_zero() {
+        for _ in 0..200 {
+            let c = Arc::new(Countdown::new(8));
+            let hits: usize = (0..8)
+                .map(|_| {
+                    let c = c.clone();
+                    std::thread::spawn(move || usize::from(c.release(1)))
+                })
+                .map(|h| h.join().unwrap())
+                .sum();
+            assert_eq!(hits, 1);
+        }
+    }
+}

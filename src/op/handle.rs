@@ -1,0 +1,163 @@
+//! What the pusher holds: the op's handle, and the completion token of an
+//! async op.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use super::cell::SlotRef;
+use crate::engine::refuse_in_runtime;
+use crate::error::{BoxError, Error, Kind};
+
+/// A pushed op's result, as a future.
+///
+/// Resolves once the op has completed: its body has finished, every guard
+/// it received is dropped, and its vars are released (so a var it wrote
+/// already shows the new [`version`](crate::Var::version)). `Send` and
+/// `'static`; dropping it detaches the op, which still runs, like
+/// `tokio::task::JoinHandle`.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> depengine::Result<()> {
+/// let engine = depengine::Engine::new();
+/// let x = engine.var(20u32);
+/// let doubled = engine.op("double").read(&x).run(|(x,), ()| Ok(*x * 2)).await?;
+/// assert_eq!(doubled, 40);
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// The op's own failure: its body returned an error or panicked, it was
+/// skipped because a var carries an error, it was cancelled, or the push
+/// itself was refused (closed engine, deleted var, invalid arguments).
+///
+/// # Panics
+///
+/// Polling again after it returned `Ready` panics.
+pub struct OpHandle<R> {
+    inner: Inner<R>,
+}
+
+enum Inner<R> {
+    Pushed(SlotRef<R>),
+    Refused(Option<Error>),
+}
+
+impl<R: Send + 'static> OpHandle<R> {
+    pub(crate) fn pushed(slot: SlotRef<R>) -> Self {
+        Self { inner: Inner::Pushed(slot) }
+    }
+
+    pub(crate) fn refused(err: Error) -> Self {
+        Self { inner: Inner::Refused(Some(err)) }
+    }
+
+    /// Whether the op has completed (or its push was refused).
+    pub fn is_finished(&self) -> bool {
+        match &self.inner {
+            Inner::Pushed(slot) => slot.is_complete(),
+            Inner::Refused(_) => true,
+        }
+    }
+
+    /// The op's name.
+    pub fn name(&self) -> Option<&str> {
+        match &self.inner {
+            Inner::Pushed(slot) => Some(&slot.header().meta.name),
+            Inner::Refused(_) => None,
+        }
+    }
+
+    /// Blocks the current thread until the op completes.
+    ///
+    /// # Errors
+    ///
+    /// The op's result, or [`Error::is_blocking_in_runtime`] when called
+    /// from inside a Tokio runtime, where blocking could deadlock.
+    pub fn blocking_wait(self) -> Result<R, Error> {
+        refuse_in_runtime("OpHandle::blocking_wait")?;
+        futures::executor::block_on(self)
+    }
+}
+
+impl<R: Send + 'static> Future for OpHandle<R> {
+    type Output = Result<R, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.get_mut().inner {
+            Inner::Pushed(slot) => slot.poll_result(cx),
+            Inner::Refused(err) => {
+                Poll::Ready(Err(err.take().expect("op handle polled after it returned its result")))
+            }
+        }
+    }
+}
+
+impl<R: 'static> fmt::Debug for OpHandle<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.inner {
+            Inner::Pushed(slot) => f.debug_tuple("OpHandle").field(&slot.header().meta.name).finish(),
+            Inner::Refused(err) => f.debug_tuple("OpHandle").field(err).finish(),
+        }
+    }
+}
+
+/// The completion token of an async op (MXNet's `on_complete`).
+///
+/// Signal it once, from any thread, at any time: the op completes when the
+/// token is signalled and every guard it received is dropped. A token
+/// dropped without being signalled completes the op with
+/// [`Error::is_completion_dropped`]; the engine never hangs on it.
+#[must_use = "an async op completes only when its Completion is signalled or dropped"]
+pub struct Completion<R: Send + 'static> {
+    slot: Option<SlotRef<R>>,
+}
+
+impl<R: Send + 'static> Completion<R> {
+    pub(crate) fn new(slot: SlotRef<R>) -> Self {
+        Self { slot: Some(slot) }
+    }
+
+    /// Completes the op with `result`.
+    pub fn complete(mut self, result: Result<R, BoxError>) {
+        let slot = self.slot.take().expect("completion present until signalled");
+        let op = slot.header().meta.name.clone();
+        slot.store(result.map_err(|source| Error::new(Kind::Failed { op, source })));
+    }
+
+    /// Completes the op successfully with `value`.
+    pub fn succeed(self, value: R) {
+        self.complete(Ok(value));
+    }
+
+    /// Completes the op with an error.
+    pub fn fail(self, err: impl Into<BoxError>) {
+        self.complete(Err(err.into()));
+    }
+}
+
+impl<R: Send + 'static> Drop for Completion<R> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            let op = slot.header().meta.name.clone();
+            let kind = if std::thread::panicking() {
+                Kind::Panicked { op, message: "panicked before signalling its completion".into() }
+            } else {
+                Kind::CompletionDropped { op }
+            };
+            slot.store(Err(Error::new(kind)));
+        }
+    }
+}
+
+impl<R: Send + 'static> fmt::Debug for Completion<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.slot.as_ref().map(|s| s.header().meta.name.clone());
+        f.debug_tuple("Completion").field(&name).finish()
+    }
+}

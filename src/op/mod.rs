@@ -1,0 +1,238 @@
+//! Ops: the erased op record every var queue holds, and its life cycle.
+//!
+//! An op is one allocation (`cell.rs`): a [`Header`] the engine reads, plus the
+//! typed body and result slot. Its life:
+//!
+//! 1. **push** — the header is built with the op's deduplicated deps; the
+//!    op is appended to every var at once (`var::cell::append_all`).
+//! 2. **ready** — `pending` reaches zero: every dep was let through. The
+//!    dispatcher runs it on its lane.
+//! 3. **execute** — the body runs with guards for its vars, or is skipped
+//!    (a var carries an error) or cancelled (shutdown).
+//! 4. **finalize** — once the body has stored its result and every guard is
+//!    dropped (`live` reaches zero): each var is completed, successors are
+//!    dispatched, the handle's result is published, the epoch is released.
+
+pub(crate) mod access;
+pub(crate) mod builder;
+pub(crate) mod cell;
+pub(crate) mod countdown;
+pub(crate) mod handle;
+
+use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
+
+use crate::device::{Device, Lane};
+use crate::engine::{Epoch, Shared};
+use crate::error::{Error, Kind};
+use crate::var::cell::Grant;
+use crate::var::{AnyVar, Access};
+use countdown::Countdown;
+
+/// A shared reference to an erased op.
+pub(crate) type TaskRef = Arc<dyn Task>;
+
+/// Where an op's body runs once it is ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Exec {
+    /// On a worker of the pool for this device and lane.
+    Pool(Device, Lane),
+    /// On the thread that made it ready (engine-internal bodies, inline ops,
+    /// future ops whose start only spawns).
+    Inline,
+}
+
+/// What the engine knows of an op, whatever its body.
+#[derive(Debug)]
+pub(crate) struct Meta {
+    pub(crate) name: Cow<'static, str>,
+    pub(crate) device: Device,
+    pub(crate) lane: Lane,
+    pub(crate) exec: Exec,
+    pub(crate) priority: i32,
+    /// Runs even if a var it uses carries an error.
+    pub(crate) no_skip: bool,
+    /// Takes (clears) the error of the var it reads: `wait_for_var`.
+    pub(crate) clears_error: bool,
+    /// Cancelled, not run, by a cancelling shutdown.
+    pub(crate) cancellable: bool,
+    /// Deletes its one (written) var: appended with `append_delete`.
+    pub(crate) deletes: bool,
+}
+
+/// One declared dependency.
+pub(crate) struct Dep {
+    pub(crate) var: AnyVar,
+    pub(crate) access: Access,
+}
+
+/// The erased part of every op.
+pub(crate) struct Header {
+    pub(crate) meta: Meta,
+    pub(crate) deps: Vec<Dep>,
+    pub(crate) shared: Arc<Shared>,
+    /// Deps not yet let through, plus one released at the end of push.
+    pending: Countdown,
+    /// One for the body until it stores its result, plus one per live guard.
+    live: Countdown,
+    /// The first var error seen when a dep was let through.
+    seen: OnceLock<Error>,
+    /// The error this op passes on to the vars it writes.
+    carry: OnceLock<Error>,
+    epoch: Arc<Epoch>,
+    pub(crate) span: tracing::Span,
+}
+
+impl Header {
+    pub(crate) fn new(meta: Meta, deps: Vec<Dep>, shared: Arc<Shared>, epoch: Arc<Epoch>) -> Self {
+        let span = tracing::debug_span!(
+            target: "depengine::op",
+            "op",
+            name = %meta.name,
+            device = %meta.device,
+            lane = ?meta.lane,
+        );
+        Self {
+            pending: Countdown::new(deps.len() + 1),
+            live: Countdown::new(1),
+            meta,
+            deps,
+            shared,
+            seen: OnceLock::new(),
+            carry: OnceLock::new(),
+            epoch,
+            span,
+        }
+    }
+
+    /// Why the body must not run, if it must not.
+    pub(crate) fn veto(&self) -> Option<Error> {
+        if self.meta.cancellable && self.shared.is_cancelling() {
+            let reason = "the engine was shut down in cancel mode";
+            return Some(Error::new(Kind::Cancelled { op: self.meta.name.clone(), reason }));
+        }
+        let seen = self.seen.get().filter(|_| !self.meta.no_skip && !self.meta.clears_error)?;
+        Some(Error::new(Kind::Skipped { op: self.meta.name.clone(), root: seen.clone() }))
+    }
+
+    /// The error a var carried when this op was let through (for
+    /// `wait_for_var`: the error it took).
+    pub(crate) fn seen_error(&self) -> Option<&Error> {
+        self.seen.get()
+    }
+
+    /// Records the op's outcome for propagation: the error it passes to the
+    /// vars it writes is the one it saw, else its own failure.
+    pub(crate) fn record_outcome(&self, result: Result<(), &Error>) {
+        let carry = match (self.seen.get(), result) {
+            (Some(seen), _) if !self.meta.clears_error => seen.clone(),
+            (_, Err(own)) => own.clone(),
+            _ => return,
+        };
+        let _ = self.carry.set(carry);
+    }
+
+    /// Adds `n` live guards. The caller holds the body's live count.
+    pub(crate) fn add_live(&self, n: usize) {
+        self.live.add(n);
+    }
+}
+
+impl Grant for TaskRef {
+    fn on_grant(&self, error: &mut Option<Error>) {
+        let header = self.header();
+        let seen = if header.meta.clears_error { error.take() } else { error.clone() };
+        if let Some(err) = seen {
+            let _ = header.seen.set(err);
+        }
+    }
+}
+
+/// The typed side of an op, as the engine sees it.
+pub(crate) trait Task: Send + Sync + 'static {
+    fn header(&self) -> &Header;
+
+    /// Runs the body, or stores the veto as its result. Called once, when
+    /// the op is ready, on the thread its `Exec` chose.
+    fn execute(self: Arc<Self>);
+
+    /// Makes the stored result visible to the handle and wakes it. Called
+    /// once, after the op's vars are released.
+    fn publish(&self);
+}
+
+/// Submits a built op: appends it to all its vars at once, then dispatches
+/// it if every dep was let through. On error nothing was appended and the
+/// op's epoch count is returned.
+pub(crate) fn submit(task: TaskRef) -> Result<(), Error> {
+    let header = task.header();
+    let appended = if header.meta.deletes {
+        header.deps[0].var.cell().append_delete(task.clone()).map(usize::from)
+    } else {
+        let cells: Vec<_> = header.deps.iter().map(|d| (d.var.cell(), d.access)).collect();
+        crate::var::cell::append_all(&cells, &task)
+    };
+    let granted = match appended {
+        Ok(granted) => granted,
+        Err(err) => {
+            header.epoch.release();
+            return Err(err);
+        }
+    };
+    header.span.in_scope(|| tracing::debug!(target: "depengine::op", "pushed"));
+    if header.pending.release(granted + 1) {
+        let shared = header.shared.clone();
+        shared.dispatch(task, true);
+    }
+    Ok(())
+}
+
+/// Releases one live count; the call that reaches zero completes the op.
+pub(crate) fn release_live(task: &TaskRef) {
+    if task.header().live.release(1) {
+        finalize(task);
+    }
+}
+
+/// Completes an op whose body has finished and whose guards are gone.
+fn finalize(task: &TaskRef) {
+    let header = task.header();
+    let carry = header.carry.get();
+    let mut ready = Vec::new();
+    for dep in &header.deps {
+        dep.var.cell().complete(dep.access, carry, &mut ready);
+    }
+    header.span.in_scope(|| tracing::debug!(target: "depengine::op", ok = carry.is_none(), "finished"));
+    for next in ready {
+        if next.header().pending.release(1) {
+            header.shared.dispatch(next, false);
+        }
+    }
+    task.publish();
+    header.epoch.release();
+}
+
+/// Keeps an op alive until dropped: the op completes only once its body has
+/// finished and every `LiveRef` is gone. Held by guards.
+pub(crate) struct LiveRef(TaskRef);
+
+impl LiveRef {
+    /// Takes one more live count on `task`; its holder must keep the op
+    /// from completing meanwhile (the body has not stored its result).
+    pub(crate) fn new(task: &TaskRef) -> Self {
+        task.header().add_live(1);
+        Self(task.clone())
+    }
+}
+
+impl Drop for LiveRef {
+    fn drop(&mut self) {
+        release_live(&self.0);
+    }
+}
+
+impl std::fmt::Debug for LiveRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LiveRef({})", self.0.header().meta.name)
+    }
+}

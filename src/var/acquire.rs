@@ -1,0 +1,254 @@
+//! Vars as async gates: `var.read().await`, `var.write().await` and
+//! `engine.acquire()...push().await`, ordered with ops by call time.
+//!
+//! An acquire is an op whose body hands its guards to the waiting future
+//! instead of running user code; it completes when those guards drop.
+
+use std::fmt;
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use crate::device::Lane;
+use crate::engine::{Shared, refuse_in_runtime};
+use crate::error::{Error, Kind, panic_message};
+use crate::loom::lock;
+use crate::loom::sync::Mutex;
+use crate::op::TaskRef;
+use crate::op::access::{Append, Decls, Item, OpToken, Reading, Writing};
+use crate::op::builder::OpOptions;
+use crate::op::cell::{Job, SlotRef};
+use crate::var::Var;
+
+/// Builds a multi-var acquire: `engine.acquire().read(&x).write(&y).push()`.
+///
+/// Created by [`Engine::acquire`](crate::Engine::acquire). The guards come
+/// back as one tuple, in call order. Nothing is appended to any var until
+/// [`push`](Self::push), which appends to all of them at once.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> depengine::Result<()> {
+/// let engine = depengine::Engine::new();
+/// let (x, s) = (engine.var(vec![1.0f32, 2.0]), engine.var(0.0f32));
+/// let (x_guard, mut s_guard) = engine.acquire().read(&x).write(&s).push().await?;
+/// *s_guard = x_guard.iter().sum();
+/// drop((x_guard, s_guard));
+/// assert_eq!(*s.read().await?, 3.0);
+/// # Ok(()) }
+/// ```
+#[must_use = "nothing is acquired until push is called"]
+pub struct AcquireBuilder<'e, L = ()> {
+    shared: &'e Arc<Shared>,
+    items: L,
+}
+
+impl<'e> AcquireBuilder<'e> {
+    pub(crate) fn new(shared: &'e Arc<Shared>) -> Self {
+        Self { shared, items: () }
+    }
+}
+
+impl<'e, L> AcquireBuilder<'e, L> {
+    /// Adds shared access to `var`.
+    pub fn read<T>(self, var: &Var<T>) -> AcquireBuilder<'e, L::Output>
+    where
+        T: Send + Sync + 'static,
+        L: Append<Reading<Var<T>>>,
+    {
+        AcquireBuilder { shared: self.shared, items: self.items.append(Reading(var.clone())) }
+    }
+
+    /// Adds exclusive access to `var`.
+    pub fn write<T>(self, var: &Var<T>) -> AcquireBuilder<'e, L::Output>
+    where
+        T: Send + Sync + 'static,
+        L: Append<Writing<Var<T>>>,
+    {
+        AcquireBuilder { shared: self.shared, items: self.items.append(Writing(var.clone())) }
+    }
+
+    /// Adds shared access to each var of a list: one `Vec` of guards.
+    pub fn read_all<'v, T, I>(self, vars: I) -> AcquireBuilder<'e, L::Output>
+    where
+        T: Send + Sync + 'static,
+        I: IntoIterator<Item = &'v Var<T>>,
+        L: Append<Reading<Vec<Var<T>>>>,
+    {
+        let item = Reading(vars.into_iter().cloned().collect());
+        AcquireBuilder { shared: self.shared, items: self.items.append(item) }
+    }
+
+    /// Adds exclusive access to each var of a list: one `Vec` of guards.
+    pub fn write_all<'v, T, I>(self, vars: I) -> AcquireBuilder<'e, L::Output>
+    where
+        T: Send + Sync + 'static,
+        I: IntoIterator<Item = &'v Var<T>>,
+        L: Append<Writing<Vec<Var<T>>>>,
+    {
+        let item = Writing(vars.into_iter().cloned().collect());
+        AcquireBuilder { shared: self.shared, items: self.items.append(item) }
+    }
+}
+
+impl<L: Item> AcquireBuilder<'_, L> {
+    /// Appends the acquire to all its vars now, in push order with every op,
+    /// and returns the future of its guards.
+    pub fn push(self) -> Acquire<L::Guard> {
+        push(self.shared, self.items)
+    }
+}
+
+/// Pushes an acquire of `item`.
+pub(crate) fn push<I: Item>(shared: &Arc<Shared>, item: I) -> Acquire<I::Guard> {
+    let slot = Arc::new(AcquireSlot { state: Mutex::new(Default::default()) });
+    let mut decls = Decls(Vec::new());
+    item.declare(&mut decls);
+    let mut opts = OpOptions::new("acquire".into());
+    opts.lane = Lane::Inline;
+    let job = AcquireJob { item, slot: slot.clone() };
+    match shared.push_job(opts, decls.0, job, true) {
+        Ok(_) => Acquire { slot: Some(slot), refused: None },
+        Err(err) => Acquire { slot: None, refused: Some(err) },
+    }
+}
+
+struct AcquireSlot<G> {
+    state: Mutex<SlotState<G>>,
+}
+
+struct SlotState<G> {
+    value: Option<Result<G, Error>>,
+    waker: Option<Waker>,
+    abandoned: bool,
+}
+
+impl<G> Default for SlotState<G> {
+    fn default() -> Self {
+        Self { value: None, waker: None, abandoned: false }
+    }
+}
+
+impl<G> AcquireSlot<G> {
+    /// Hands the guards (or the error) to the future, or drops them if the
+    /// future is gone.
+    fn deliver(&self, value: Result<G, Error>) {
+        let mut state = lock(&self.state);
+        if state.abandoned {
+            drop(state);
+            drop(value);
+            return;
+        }
+        state.value = Some(value);
+        let waker = state.waker.take();
+        drop(state);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+struct AcquireJob<I: Item> {
+    item: I,
+    slot: Arc<AcquireSlot<I::Guard>>,
+}
+
+impl<I: Item> Job for AcquireJob<I> {
+    type Output = ();
+
+    fn start(self, op: SlotRef<()>) {
+        let task: TaskRef = op.clone();
+        match catch_unwind(AssertUnwindSafe(|| self.item.guard(OpToken(&task)))) {
+            Ok(guards) => {
+                self.slot.deliver(Ok(guards));
+                op.store(Ok(()));
+            }
+            Err(payload) => {
+                let err = Error::new(Kind::Panicked {
+                    op: task.header().meta.name.clone(),
+                    message: panic_message(&*payload),
+                });
+                self.slot.deliver(Err(err.clone()));
+                op.store(Err(err));
+            }
+        }
+    }
+
+    fn vetoed(self, err: &Error) {
+        self.slot.deliver(Err(err.clone()));
+    }
+}
+
+/// The future of an acquire's guards.
+///
+/// # Cancel safety
+///
+/// Cancel safe: dropping it before it resolves gives up its place; guards
+/// already granted are released at once.
+#[must_use = "an acquire holds its place in the vars' queues until awaited or dropped"]
+pub struct Acquire<G> {
+    slot: Option<Arc<AcquireSlot<G>>>,
+    refused: Option<Error>,
+}
+
+impl<G: Send + 'static> Acquire<G> {
+    /// Blocks the current thread until the guards are granted.
+    ///
+    /// # Errors
+    ///
+    /// As for awaiting it, and [`Error::is_blocking_in_runtime`] inside a
+    /// Tokio runtime.
+    pub fn blocking_wait(self) -> Result<G, Error> {
+        refuse_in_runtime("Acquire::blocking_wait")?;
+        futures::executor::block_on(self)
+    }
+}
+
+impl<G> Future for Acquire<G> {
+    type Output = Result<G, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Some(err) = this.refused.take() {
+            return Poll::Ready(Err(err));
+        }
+        let slot = this.slot.as_ref().expect("acquire polled after it resolved");
+        let mut state = lock(&slot.state);
+        if let Some(value) = state.value.take() {
+            drop(state);
+            this.slot = None;
+            return Poll::Ready(value);
+        }
+        state.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl<G> Drop for Acquire<G> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            let value = {
+                let mut state = lock(&slot.state);
+                state.abandoned = true;
+                state.value.take()
+            };
+            drop(value);
+        }
+    }
+}
+
+impl<G> fmt::Debug for Acquire<G> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Acquire").field("refused", &self.refused).finish_non_exhaustive()
+    }
+}
+
+impl<L> fmt::Debug for AcquireBuilder<'_, L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AcquireBuilder").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,200 @@
+//! The lock around a var's gate, and the atomic multi-var append of `push`.
+//!
+//! Generic over the op token `T` so that the protocol can be unit tested and
+//! model checked (under `--cfg depengine_loom`) without the rest of the
+//! engine.
+
+use super::gate::{Access, Gate};
+use crate::error::{Error, Kind};
+use crate::loom::lock;
+use crate::loom::sync::{Mutex, MutexGuard};
+
+/// What an op token does when one of its accesses is let through, while the
+/// var's lock is held. Must not run user code or touch another var.
+pub(crate) trait Grant {
+    /// Called once per let-through with the var's error slot. Ordinary ops
+    /// note the error (to be skipped); a `wait_for_var` takes it (clearing
+    /// the var, in push order with the var's other ops).
+    fn on_grant(&self, error: &mut Option<Error>);
+}
+
+/// A var's state under its lock.
+#[derive(Debug)]
+pub(crate) struct VarState<T> {
+    pub(crate) gate: Gate<T>,
+    pub(crate) error: Option<Error>,
+    pub(crate) deleted: bool,
+}
+
+/// A var's identity and locked state.
+#[derive(Debug)]
+pub(crate) struct VarCell<T> {
+    /// Unique, ascending in creation order: the global lock order.
+    id: u64,
+    state: Mutex<VarState<T>>,
+}
+
+impl<T: Grant> VarCell<T> {
+    pub(crate) fn new(id: u64) -> Self {
+        Self {
+            id,
+            state: Mutex::new(VarState { gate: Gate::new(), error: None, deleted: false }),
+        }
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, VarState<T>> {
+        lock(&self.state)
+    }
+
+    /// Completes one access of a finished op. A write stores `carry` (the
+    /// error the op passes on) before letting successors through. The ops let
+    /// through are appended to `ready`, in queue order.
+    pub(crate) fn complete(&self, access: Access, carry: Option<&Error>, ready: &mut Vec<T>) {
+        let mut state = self.lock();
+        let state = &mut *state;
+        if access == Access::Write {
+            if let Some(err) = carry {
+                state.error = Some(err.clone());
+            }
+        }
+        let first = ready.len();
+        state.gate.complete(access, ready);
+        for op in &ready[first..] {
+            op.on_grant(&mut state.error);
+        }
+    }
+
+    /// Appends a deleting write and marks the var deleted, atomically: every
+    /// op pushed before it runs first, every push after it is refused.
+    pub(crate) fn append_delete(&self, op: T) -> Result<bool, Error> {
+        let mut state = self.lock();
+        if state.deleted {
+            return Err(Error::new(Kind::VarDeleted { var: self.id }));
+        }
+        state.deleted = true;
+        Ok(Self::append_locked(&mut state, Access::Write, op))
+    }
+
+    fn append_locked(state: &mut VarState<T>, access: Access, op: T) -> bool {
+        match state.gate.append(access, op) {
+            Some(op) => {
+                op.on_grant(&mut state.error);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Appends one op to all its vars as one atomic step (SPEC §1).
+///
+/// `deps` must be sorted by var id with no duplicates. All locks are taken in
+/// id order (so two pushers can never wait on each other in a cycle) and held
+/// until every append is done (two-phase locking), so any two ops are ordered
+/// the same way on every var they share. Nothing is appended if a var has
+/// been deleted. Returns how many accesses were let through at once.
+pub(crate) fn append_all<T: Grant + Clone>(
+    deps: &[(&VarCell<T>, Access)],
+    op: &T,
+) -> Result<usize, Error> {
+    debug_assert!(deps.windows(2).all(|w| w[0].0.id < w[1].0.id), "deps not sorted");
+    let mut guards = Vec::with_capacity(deps.len());
+    for (cell, _) in deps {
+        let state = cell.lock();
+        if state.deleted {
+            return Err(Error::new(Kind::VarDeleted { var: cell.id }));
+        }
+        guards.push(state);
+    }
+    let mut granted = 0;
+    for (state, (_, access)) in guards.iter_mut().zip(deps) {
+        granted += usize::from(VarCell::append_locked(state, *access, op.clone()));
+    }
+    Ok(granted)
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::Mutex as StdMutex;
+
+    /// A token that records the error it saw and whether it clears errors.
+    #[derive(Clone)]
+    struct Tok {
+        name: &'static str,
+        clears: bool,
+        seen: Arc<StdMutex<Option<Error>>>,
+    }
+
+    impl Tok {
+        fn new(name: &'static str, clears: bool) -> Self {
+            Self { name, clears, seen: Arc::default() }
+        }
+        fn seen(&self) -> Option<String> {
+            self.seen.lock().unwrap().as_ref().map(|e| e.to_string())
+        }
+    }
+
+    impl Grant for Tok {
+        fn on_grant(&self, error: &mut Option<Error>) {
+            let e = if self.clears { error.take() } else { error.clone() };
+            *self.seen.lock().unwrap() = e;
+        }
+    }
+
+    fn names(ready: &[Tok]) -> Vec<&'static str> {
+        ready.iter().map(|t| t.name).collect()
+    }
+
+    #[test]
+    fn write_error_is_seen_by_successors_until_a_wait_clears_it() {
+        let cell = VarCell::new(1);
+        let w = Tok::new("w", false);
+        let r1 = Tok::new("r1", false);
+        let wait = Tok::new("wait", true);
+        let r2 = Tok::new("r2", false);
+        for t in [&w, &r1, &wait, &r2] {
+            let access = if t.name == "w" { Access::Write } else { Access::Read };
+            append_all(&[(&cell, access)], t).unwrap();
+        }
+        let boom = Error::invalid("boom");
+        let mut ready = Vec::new();
+        cell.complete(Access::Write, Some(&boom), &mut ready);
+        assert_eq!(names(&ready), ["r1", "wait", "r2"]);
+        assert_eq!(r1.seen().as_deref(), Some("invalid argument: boom"));
+        assert_eq!(wait.seen().as_deref(), Some("invalid argument: boom"));
+        assert_eq!(r2.seen(), None, "the wait cleared the error in push order");
+        assert!(cell.lock().error.is_none());
+    }
+
+    #[test]
+    fn append_all_is_all_or_nothing_on_deleted_var() {
+        let a = VarCell::new(1);
+        let b = VarCell::new(2);
+        assert!(a.append_delete(Tok::new("del", false)).unwrap());
+        let t = Tok::new("t", false);
+        let err = append_all(&[(&a, Access::Read), (&b, Access::Write)], &t).unwrap_err();
+        assert!(err.is_var_deleted());
+        assert!(b.lock().gate.is_idle(), "nothing appended to b");
+        assert!(a.append_delete(Tok::new("again", false)).unwrap_err().is_var_deleted());
+    }
+
+    #[test]
+    fn append_all_counts_grants() {
+        let a = VarCell::new(1);
+        let b = VarCell::new(2);
+        let t1 = Tok::new("t1", false);
+        assert_eq!(append_all(&[(&a, Access::Write), (&b, Access::Read)], &t1).unwrap(), 2);
+        let t2 = Tok::new("t2", false);
+        // a is written by t1: queued; b is only read: granted.
+        assert_eq!(append_all(&[(&a, Access::Read), (&b, Access::Read)], &t2).unwrap(), 1);
+    }
+}
+
+#[cfg(all(test, depengine_loom))]
+mod loom_tests;
