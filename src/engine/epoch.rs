@@ -102,7 +102,7 @@ mod tests {
         assert!(first.is_set() && second.is_set(), "c, pushed later, is not waited for");
         c.release();
         assert!(t.rotate(true).is_set());
-        assert!(t.enter().unwrap_err().is_shutdown());
+        assert!(t.enter().err().unwrap().is_shutdown());
     }
 
     #[test]

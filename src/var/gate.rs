@@ -20,8 +20,8 @@ pub(crate) enum Access {
 ///
 /// Invariants (checked by `debug_assert_invariants`):
 /// * `write_running` implies `running_reads == 0`;
-/// * a non-empty queue starts with a write (a read is only ever queued
-///   behind a write);
+/// * a read heads the queue only while a write runs (a read is only ever
+///   queued behind a write, queued or running);
 /// * if nothing is running, the queue is empty (an idle var lets the next
 ///   op through at once).
 #[derive(Debug)]
@@ -85,7 +85,7 @@ impl<T> Gate<T> {
     }
 
     fn append_read(&mut self, op: T) -> Option<T> {
-        // A queued op is always headed by a write, so "no write queued or
+        // A read is only ever queued behind a write, so "no write queued or
         // running" is "nothing queued and no write running".
         if self.write_running || !self.queue.is_empty() {
             self.queue.push_back((Access::Read, op));
@@ -119,7 +119,7 @@ impl<T> Gate<T> {
         assert!(self.running_reads > 0, "gate: read completed but none running");
         self.running_reads -= 1;
         if self.running_reads == 0 {
-            // Only a write can head the queue here.
+            // No write runs, so only a write can head the queue here.
             self.let_write_through(ready);
         }
     }
@@ -148,7 +148,7 @@ impl<T> Gate<T> {
 
     fn debug_assert_invariants(&self) {
         debug_assert!(!(self.write_running && self.running_reads > 0));
-        debug_assert!(matches!(self.queue.front(), None | Some((Access::Write, _))));
+        debug_assert!(self.write_running || !matches!(self.queue.front(), Some((Access::Read, _))));
         debug_assert!(self.write_running || self.running_reads > 0 || self.queue.is_empty());
     }
 }
