@@ -235,7 +235,9 @@ fn cancel_shutdown_resolves_every_handle() {
     let engine = Engine::builder().cpu_workers(1).build().unwrap();
     let v = engine.var(0u64);
     let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (started_tx, started) = std::sync::mpsc::channel::<()>();
     let running = engine.op("running").write(&v).run(move |(), (mut v,)| {
+        started_tx.send(()).unwrap();
         rx.recv_timeout(Duration::from_secs(10)).unwrap();
         *v += 1;
         Ok(())
@@ -247,6 +249,7 @@ fn cancel_shutdown_resolves_every_handle() {
         Ok(*o += 1)
     });
     let delete = engine.delete_var(&v);
+    started.recv_timeout(Duration::from_secs(10)).unwrap();
     let closer = {
         let engine = engine.clone();
         std::thread::spawn(move || engine.blocking_shutdown(ShutdownMode::Cancel))
