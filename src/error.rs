@@ -163,13 +163,12 @@ impl fmt::Display for Error {
             Kind::VarDeleted { var } => write!(f, "var #{var} has been deleted"),
             Kind::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
             Kind::Unsupported(msg) => write!(f, "unsupported: {msg}"),
-            Kind::NoRuntime => f.write_str(
-                "no tokio runtime: build the engine inside one or pass EngineBuilder::runtime",
-            ),
-            Kind::BlockingInRuntime { what } => write!(
-                f,
-                "{what} would block a tokio runtime thread; use the async variant instead"
-            ),
+            Kind::NoRuntime => {
+                f.write_str("no tokio runtime: build the engine inside one or pass EngineBuilder::runtime")
+            }
+            Kind::BlockingInRuntime { what } => {
+                write!(f, "{what} would block a tokio runtime thread; use the async variant instead")
+            }
         }
     }
 }

@@ -53,10 +53,15 @@ mod var;
 
 /// The sealed traits that describe what an op declares.
 pub mod access {
+    pub use crate::op::access::{Append, Item, Reading, Writing};
     #[doc(hidden)]
     pub use crate::op::access::{Decls, OpToken};
-    pub use crate::op::access::{Append, Item, Reading, Writing};
 }
+
+/// The README's examples, compiled as doc tests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 pub use device::{Device, Lane};
 pub use engine::{Engine, EngineBuilder, EngineKind, ShutdownMode, WaitForAll};

@@ -64,9 +64,7 @@ impl Pool {
         let threads = (0..workers.max(1))
             .map(|k| {
                 let shared = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("{name}-{k}"))
-                    .spawn(move || shared.work())
+                std::thread::Builder::new().name(format!("{name}-{k}")).spawn(move || shared.work())
             })
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Self { shared, threads: std::sync::Mutex::new(threads) })

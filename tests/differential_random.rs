@@ -96,10 +96,8 @@ fn program(seed: u64, nvars: usize, steps: usize) -> Vec<Step> {
                 let mut writes: Vec<usize> = (0..rng.below(3)).map(|_| rng.below(nvars)).collect();
                 writes.sort_unstable();
                 writes.dedup();
-                let reads = (0..rng.below(4))
-                    .map(|_| rng.below(nvars))
-                    .filter(|v| !writes.contains(v))
-                    .collect();
+                let reads =
+                    (0..rng.below(4)).map(|_| rng.below(nvars)).filter(|v| !writes.contains(v)).collect();
                 let extra_reads = writes.iter().copied().filter(|_| rng.chance(20)).collect();
                 let body = match rng.below(10) {
                     0..=6 => Body::Sync,
@@ -286,7 +284,11 @@ async fn run_program(engine: Engine, steps: &[Step], nvars: usize, label: &str) 
         let got = h.await;
         check(&expect, &got, &format!("{label}: op{id}"));
     }
-    assert_eq!(engine.wait_for_all().await.is_err(), model.failed_since_wait_all, "{label}: final wait_for_all");
+    assert_eq!(
+        engine.wait_for_all().await.is_err(),
+        model.failed_since_wait_all,
+        "{label}: final wait_for_all"
+    );
     for (i, var) in vars.iter().enumerate() {
         let got = engine.op("final").no_skip(true).read(var).run(|(v,), ()| Ok(*v)).await.unwrap();
         assert_eq!(got, model.vals[i], "{label}: var {i} value");
@@ -310,7 +312,8 @@ fn run_all(kind: EngineKind, workers: usize) {
     for seed in 0..seeds() {
         let nvars = 4 + (seed as usize % 5) * 6;
         let steps = program(seed, nvars, 300);
-        let engine = Engine::builder().kind(kind).cpu_workers(workers).priority_workers(workers).build().unwrap();
+        let engine =
+            Engine::builder().kind(kind).cpu_workers(workers).priority_workers(workers).build().unwrap();
         let label = format!("{kind:?} workers={workers} seed={seed}");
         rt.block_on(async {
             tokio::time::timeout(Duration::from_secs(60), run_program(engine, &steps, nvars, &label))

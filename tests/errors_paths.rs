@@ -29,7 +29,7 @@ fn panic_in_op_is_caught_and_worker_survives() {
         // The worker lives on: plenty more ops run.
         let w = engine.var(0u32);
         for _ in 0..100 {
-            let _ = engine.op("inc").write(&w).run(|(), (mut w,)| {
+            engine.op("inc").write(&w).run(|(), (mut w,)| {
                 *w += 1;
                 Ok(())
             });
@@ -43,7 +43,8 @@ fn failure_propagates_through_written_vars_and_names_the_root() {
     for engine in engines() {
         let (a, b, c) = (engine.var(1u32), engine.var(2u32), engine.var(3u32));
         let ran = Arc::new(AtomicUsize::new(0));
-        let fail = engine.op("root").read(&a).write(&b).run(|_, _| -> Result<(), _> { Err("disk on fire".into()) });
+        let fail =
+            engine.op("root").read(&a).write(&b).run(|_, _| -> Result<(), _> { Err("disk on fire".into()) });
         let r2 = ran.clone();
         let skip1 = engine.op("mid").read(&b).write(&c).run(move |_, _| {
             r2.fetch_add(1, Ordering::SeqCst);
@@ -145,7 +146,15 @@ fn dropped_completion_fails_the_op_instead_of_hanging() {
         assert!(h.blocking_wait().unwrap_err().is_panic());
         // The var is usable after wait_for_var clears the error.
         assert!(engine.blocking_wait_for_var(&v).is_err());
-        engine.op("ok").write(&v).run(|(), (mut v,)| Ok(*v += 1)).blocking_wait().unwrap();
+        engine
+            .op("ok")
+            .write(&v)
+            .run(|(), (mut v,)| {
+                *v += 1;
+                Ok(())
+            })
+            .blocking_wait()
+            .unwrap();
     }
 }
 
@@ -162,14 +171,22 @@ fn deleted_var_is_refused_at_push() {
     assert!(engine.wait_for_var(&v).blocking_wait().unwrap_err().is_var_deleted());
     assert!(engine.delete_var(&v).blocking_wait().unwrap_err().is_var_deleted());
     assert!(other.any().debug_state().queued.is_empty(), "nothing appended to other vars");
-    engine.op("other").write(&other).run(|(), (mut o,)| Ok(*o += 1)).blocking_wait().unwrap();
+    engine
+        .op("other")
+        .write(&other)
+        .run(|(), (mut o,)| {
+            *o += 1;
+            Ok(())
+        })
+        .blocking_wait()
+        .unwrap();
 }
 
 #[test]
 fn delete_runs_even_when_var_carries_an_error() {
     let engine = Engine::new();
     let v = engine.var(String::from("data"));
-    let _ = engine.op("fail").write(&v).run(|_, _| -> Result<(), _> { Err("e".into()) });
+    engine.op("fail").write(&v).run(|_, _| -> Result<(), _> { Err("e".into()) });
     assert_eq!(engine.delete_var(&v).blocking_wait().unwrap(), "data");
 }
 
@@ -242,11 +259,19 @@ fn cancel_shutdown_resolves_every_handle() {
         *v += 1;
         Ok(())
     });
-    let queued: Vec<_> = (0..50).map(|_| engine.op("queued").write(&v).run(|(), (mut v,)| Ok(*v += 1))).collect();
+    let queued: Vec<_> = (0..50)
+        .map(|_| {
+            engine.op("queued").write(&v).run(|(), (mut v,)| {
+                *v += 1;
+                Ok(())
+            })
+        })
+        .collect();
     let other = engine.var(0u8);
     let independent = engine.op("independent").lane(Lane::Prioritized).write(&other).run(|(), (mut o,)| {
         std::thread::sleep(Duration::from_millis(50));
-        Ok(*o += 1)
+        *o += 1;
+        Ok(())
     });
     let delete = engine.delete_var(&v);
     started.recv_timeout(Duration::from_secs(10)).unwrap();
@@ -271,7 +296,14 @@ fn dropping_the_engine_drains_and_stops_threads() {
     let before = thread_count();
     let engine = Engine::builder().cpu_workers(4).build().unwrap();
     let v = engine.var(0u64);
-    let handles: Vec<_> = (0..100).map(|_| engine.op("inc").write(&v).run(|(), (mut v,)| Ok(*v += 1))).collect();
+    let handles: Vec<_> = (0..100)
+        .map(|_| {
+            engine.op("inc").write(&v).run(|(), (mut v,)| {
+                *v += 1;
+                Ok(())
+            })
+        })
+        .collect();
     drop(engine);
     for h in handles {
         h.blocking_wait().unwrap();

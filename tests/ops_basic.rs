@@ -39,7 +39,7 @@ async fn chain_in_push_order_threaded_and_naive() {
             let engine = Engine::builder().kind(kind).cpu_workers(4).build().unwrap();
             let v = engine.var(Vec::new());
             for i in 0..1000 {
-                let _ = engine.op("push").write(&v).run(move |(), (mut v,)| {
+                engine.op("push").write(&v).run(move |(), (mut v,)| {
                     v.push(i);
                     Ok(())
                 });
@@ -220,8 +220,12 @@ fn workers_are_named_per_device_and_lane() {
     let name = |h: depengine::OpHandle<Option<String>>| h.blocking_wait().unwrap().unwrap();
     let cur = || Ok(std::thread::current().name().map(str::to_owned));
     assert!(name(engine.op("a").run(move |(), ()| cur())).starts_with("depengine-cpu0-"));
-    assert!(name(engine.op("b").device(Device::Cpu(1)).run(move |(), ()| cur())).starts_with("depengine-cpu1-"));
-    assert!(name(engine.op("c").lane(Lane::Prioritized).run(move |(), ()| cur())).starts_with("depengine-prio-"));
+    assert!(
+        name(engine.op("b").device(Device::Cpu(1)).run(move |(), ()| cur())).starts_with("depengine-cpu1-")
+    );
+    assert!(
+        name(engine.op("c").lane(Lane::Prioritized).run(move |(), ()| cur())).starts_with("depengine-prio-")
+    );
 }
 
 #[test]
@@ -372,7 +376,18 @@ async fn dropped_acquire_gives_up_its_place() {
         let granted = v.read();
         tokio::time::sleep(Duration::from_millis(5)).await;
         drop(granted);
-        assert_eq!(engine.op("w").write(&v).run(|(), (mut v,)| Ok({ *v += 1; *v })).await.unwrap(), 2);
+        assert_eq!(
+            engine
+                .op("w")
+                .write(&v)
+                .run(|(), (mut v,)| Ok({
+                    *v += 1;
+                    *v
+                }))
+                .await
+                .unwrap(),
+            2
+        );
     })
     .await
 }
@@ -406,7 +421,7 @@ fn delete_var_returns_data_after_pending_ops() {
     let engine = Engine::new();
     let v = engine.var(vec![1, 2]);
     for i in 3..6 {
-        let _ = engine.op("push").write(&v).run(move |(), (mut v,)| {
+        engine.op("push").write(&v).run(move |(), (mut v,)| {
             v.push(i);
             Ok(())
         });

@@ -44,7 +44,8 @@ fn push_one(engine: &Engine, vars: &[Var<Vec<OpId>>], rng: &mut Rng, id: OpId) -
     if id.0 % 2 == 1 {
         writes.reverse();
     }
-    let mut reads: Vec<usize> = (0..rng.below(3)).map(|_| rng.below(NVARS)).filter(|v| !writes.contains(v)).collect();
+    let mut reads: Vec<usize> =
+        (0..rng.below(3)).map(|_| rng.below(NVARS)).filter(|v| !writes.contains(v)).collect();
     reads.sort_unstable();
     reads.dedup();
     let rv: Vec<_> = reads.iter().map(|i| vars[*i].clone()).collect();
@@ -81,7 +82,12 @@ fn thread_pusher(engine: Engine, vars: Vec<Var<Vec<OpId>>>, pusher: u32, ops: u3
         .collect()
 }
 
-async fn task_pusher(engine: Engine, vars: Vec<Var<Vec<OpId>>>, pusher: u32, ops: u32) -> Vec<(Pushed, Seen)> {
+async fn task_pusher(
+    engine: Engine,
+    vars: Vec<Var<Vec<OpId>>>,
+    pusher: u32,
+    ops: u32,
+) -> Vec<(Pushed, Seen)> {
     let mut rng = Rng(0xABCD_EF01 + u64::from(pusher) * 104_729);
     let mut pushed = Vec::new();
     for seq in 0..ops {
@@ -182,7 +188,8 @@ fn run_stress(workers: usize, threads: u32, tasks: u32, ops: u32) {
     }
     let mut results = Vec::new();
     for _ in 0..threads + tasks {
-        let batch = rx.recv_timeout(Duration::from_secs(120)).expect("pushers hung: lost completion or deadlock");
+        let batch =
+            rx.recv_timeout(Duration::from_secs(120)).expect("pushers hung: lost completion or deadlock");
         results.extend(batch);
     }
     assert_eq!(results.len(), ((threads + tasks) * ops) as usize, "every op completed");

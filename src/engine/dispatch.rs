@@ -110,7 +110,9 @@ pub(crate) fn run_here(task: TaskRef, now: bool) {
             }
             let _reset = Reset;
             task.execute();
-            while let Some(next) = LOCAL.with(|local| local.borrow_mut().as_mut().and_then(VecDeque::pop_front)) {
+            while let Some(next) =
+                LOCAL.with(|local| local.borrow_mut().as_mut().and_then(VecDeque::pop_front))
+            {
                 next.execute();
             }
         }

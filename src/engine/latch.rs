@@ -39,7 +39,7 @@ impl Latch {
         callbacks.into_iter().for_each(|f| f());
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(depengine_loom)))]
     pub(crate) fn is_set(&self) -> bool {
         lock(&self.state).set
     }

@@ -25,8 +25,8 @@ use crate::op::{Dep, Exec, Header, Meta, TaskRef, submit};
 use crate::var::{Access, AcquireBuilder, AnyVar, Var};
 
 pub use config::{EngineBuilder, EngineKind};
-pub(crate) use dispatch::run_here;
 use dispatch::Dispatcher;
+pub(crate) use dispatch::run_here;
 pub(crate) use epoch::Epoch;
 use epoch::Tracker;
 use latch::{Latch, LatchWait};
@@ -482,10 +482,7 @@ impl Shared {
     /// two guards on the var, one of them exclusive.
     fn normalize(self: &Arc<Self>, mut decls: Vec<Decl>, name: &str) -> Result<Vec<Dep>, Error> {
         if let Some(d) = decls.iter().find(|d| !Arc::ptr_eq(d.var.shared(), self)) {
-            return Err(Error::invalid(format!(
-                "op `{name}` uses var #{} of another engine",
-                d.var.id()
-            )));
+            return Err(Error::invalid(format!("op `{name}` uses var #{} of another engine", d.var.id())));
         }
         decls.sort_by_key(|d| d.var.id());
         let mut deps: Vec<Dep> = Vec::with_capacity(decls.len());

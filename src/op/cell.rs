@@ -141,10 +141,7 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
 }
 
 /// Maps a body's outcome, panics included, to the op's result.
-fn op_result<R>(
-    name: &Header,
-    caught: std::thread::Result<Result<R, BoxError>>,
-) -> Result<R, Error> {
+fn op_result<R>(name: &Header, caught: std::thread::Result<Result<R, BoxError>>) -> Result<R, Error> {
     let op = name.meta.name.clone();
     match caught {
         Ok(Ok(value)) => Ok(value),

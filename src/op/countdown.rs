@@ -35,7 +35,7 @@ impl Countdown {
         prev == n
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(depengine_loom)))]
     pub(crate) fn get(&self) -> usize {
         self.0.load(Ordering::Acquire)
     }

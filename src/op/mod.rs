@@ -26,7 +26,7 @@ use crate::device::{Device, Lane};
 use crate::engine::{Epoch, Shared};
 use crate::error::{Error, Kind};
 use crate::var::cell::Grant;
-use crate::var::{AnyVar, Access};
+use crate::var::{Access, AnyVar};
 use countdown::Countdown;
 
 /// A shared reference to an erased op.

@@ -36,10 +36,7 @@ pub(crate) struct VarCell<T> {
 
 impl<T: Grant> VarCell<T> {
     pub(crate) fn new(id: u64) -> Self {
-        Self {
-            id,
-            state: Mutex::new(VarState { gate: Gate::new(), error: None, deleted: false }),
-        }
+        Self { id, state: Mutex::new(VarState { gate: Gate::new(), error: None, deleted: false }) }
     }
 
     pub(crate) fn id(&self) -> u64 {
@@ -97,10 +94,7 @@ impl<T: Grant> VarCell<T> {
 /// until every append is done (two-phase locking), so any two ops are ordered
 /// the same way on every var they share. Nothing is appended if a var has
 /// been deleted. Returns how many accesses were let through at once.
-pub(crate) fn append_all<T: Grant + Clone>(
-    deps: &[(&VarCell<T>, Access)],
-    op: &T,
-) -> Result<usize, Error> {
+pub(crate) fn append_all<T: Grant + Clone>(deps: &[(&VarCell<T>, Access)], op: &T) -> Result<usize, Error> {
     debug_assert!(deps.windows(2).all(|w| w[0].0.id < w[1].0.id), "deps not sorted");
     let mut guards = Vec::with_capacity(deps.len());
     for (cell, _) in deps {

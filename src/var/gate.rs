@@ -40,12 +40,7 @@ impl<T> Default for Gate<T> {
 
 impl<T> Gate<T> {
     pub(crate) const fn new() -> Self {
-        Self {
-            queue: VecDeque::new(),
-            running_reads: 0,
-            write_running: false,
-            version: 0,
-        }
+        Self { queue: VecDeque::new(), running_reads: 0, write_running: false, version: 0 }
     }
 
     /// Number of writes that have completed on this var.
