@@ -36,6 +36,44 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Safe by construction
+//!
+//! A read gives shared access, a write exclusive access; what an op did not
+//! declare it cannot reach. Mutating through a read guard does not compile:
+//!
+//! ```compile_fail
+//! let engine = depengine::Engine::new();
+//! let v = engine.var(0u32);
+//! engine.op("bad").read(&v).run(|(v,), ()| {
+//!     *v += 1; // error: a ReadGuard gives only `&u32`
+//!     Ok(())
+//! });
+//! ```
+//!
+//! Nor does putting data that cannot be shared between threads in a var:
+//!
+//! ```compile_fail
+//! let engine = depengine::Engine::new();
+//! let v = engine.var(std::rc::Rc::new(0u32)); // error: `Rc` is not `Send`
+//! ```
+//!
+//! Nor does an op body that borrows from its caller's stack, since it may
+//! run after the caller has returned:
+//!
+//! ```compile_fail
+//! let engine = depengine::Engine::new();
+//! let v = engine.var(0u32);
+//! let local = 5u32;
+//! engine.op("bad").write(&v).run(|(), (mut v,)| {
+//!     *v = local; // error: the closure must be 'static
+//!     Ok(())
+//! });
+//! # let _ = &local;
+//! ```
+//!
+//! Declaring a var twice with a write is refused when the op is pushed
+//! ([`Error::is_invalid_argument`]).
+//!
 //! See `README.md` for the semantics in full, and `src/var/README.md` for the
 //! design of the var gate.
 

@@ -461,3 +461,22 @@ fn public_types_are_send_sync_static() {
     send::<depengine::Acquire<depengine::WriteGuard<u8>>>();
     send::<depengine::WaitForAll>();
 }
+
+#[test]
+fn future_op_on_a_runtime_that_is_gone_resolves_with_an_error() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let engine = Engine::builder().runtime(rt.handle().clone()).build().unwrap();
+    drop(rt);
+    let v = engine.var(0u32);
+    let h = engine.op("orphan").write(&v).spawn(|(), (mut v,)| async move {
+        *v += 1;
+        Ok(())
+    });
+    let err = h.blocking_wait().unwrap_err();
+    assert!(err.is_cancelled() && err.to_string().contains("runtime shut down"), "{err}");
+    // The var was released, carrying the failure like any failed write.
+    let skipped = engine.op("after").write(&v).run(|(), (v,)| Ok(*v)).blocking_wait().unwrap_err();
+    assert!(skipped.is_skipped() && skipped.root().same_as(&err), "{skipped}");
+    assert!(engine.blocking_wait_for_var(&v).unwrap_err().same_as(&err));
+    assert_eq!(engine.op("later").write(&v).run(|(), (v,)| Ok(*v)).blocking_wait().unwrap(), 0);
+}

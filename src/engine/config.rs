@@ -35,8 +35,9 @@ pub(crate) struct Config {
 
 /// Configures and builds an [`Engine`].
 ///
-/// Each setting is taken from, in order: the builder call, the environment
-/// variable named in its documentation, the default.
+/// Each setting is taken from, in order: the environment variable named in
+/// its documentation (so a deployment can tune an engine without a rebuild,
+/// as with MXNet's variables), the builder call, the default.
 ///
 /// # Examples
 ///
@@ -98,10 +99,7 @@ impl EngineBuilder {
     ///
     /// A count of zero, or an environment variable that does not parse.
     pub fn build(self) -> Result<Engine, Error> {
-        let kind = match self.kind {
-            Some(kind) => kind,
-            None => env_kind()?.unwrap_or_default(),
-        };
+        let kind = env_kind()?.or(self.kind).unwrap_or_default();
         let default_workers = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
         let config = Config {
             kind,
@@ -124,18 +122,18 @@ fn env_kind() -> Result<Option<EngineKind>, Error> {
 }
 
 fn setting(what: &str, given: Option<usize>, env: &str, default: usize) -> Result<usize, Error> {
-    let value = match given {
-        Some(n) => n,
-        None => match std::env::var(env).ok().filter(|_| !env.is_empty()) {
-            Some(s) => s
-                .trim()
-                .parse()
+    let from_env = match std::env::var(env).ok().filter(|_| !env.is_empty()) {
+        Some(s) => Some(
+            s.trim()
+                .parse::<usize>()
                 .map_err(|_| Error::invalid(format!("{env}={s:?}: expected a positive integer")))?,
-            None => default,
-        },
+        ),
+        None => None,
     };
+    let value = from_env.or(given).unwrap_or(default);
     if value == 0 {
-        return Err(Error::invalid(format!("{what} must be at least 1")));
+        let source = if from_env.is_some() { env } else { what };
+        return Err(Error::invalid(format!("{source} must be at least 1")));
     }
     Ok(value)
 }
