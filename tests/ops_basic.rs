@@ -480,3 +480,34 @@ fn future_op_on_a_runtime_that_is_gone_resolves_with_an_error() {
     assert!(engine.blocking_wait_for_var(&v).unwrap_err().same_as(&err));
     assert_eq!(engine.op("later").write(&v).run(|(), (v,)| Ok(*v)).blocking_wait().unwrap(), 0);
 }
+
+#[test]
+fn op_handle_wakes_once_the_op_has_completed() {
+    use tokio_test::{assert_pending, assert_ready, task};
+    let engine = Engine::builder().kind(EngineKind::Naive).build().unwrap();
+    let v = engine.var(1u32);
+    let held = v.write().blocking_wait().unwrap();
+    let mut h = task::spawn(engine.op("inc").write(&v).run(|(), (mut v,)| {
+        *v += 1;
+        Ok(*v)
+    }));
+    assert_pending!(h.poll());
+    assert!(!h.is_woken());
+    drop(held); // the naive engine runs the op right here
+    assert!(h.is_woken());
+    assert_eq!(assert_ready!(h.poll()).unwrap(), 2);
+}
+
+#[test]
+fn naive_engine_runs_ops_at_push() {
+    let engine = Engine::builder().kind(EngineKind::Naive).build().unwrap();
+    let v = engine.var(0u32);
+    let me = std::thread::current().id();
+    let h = engine.op("at-push").write(&v).run(move |(), (mut v,)| {
+        *v += 1;
+        Ok(std::thread::current().id() == me)
+    });
+    assert!(h.is_finished(), "done before push returned");
+    assert!(h.blocking_wait().unwrap());
+    assert_eq!(v.version(), 1);
+}
