@@ -340,3 +340,46 @@ fn thread_count() -> Option<usize> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     status.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|n| n.trim().parse().ok())
 }
+
+/// Panics in its destructor.
+struct Grenade;
+
+impl Drop for Grenade {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("grenade destructor");
+        }
+    }
+}
+
+#[test]
+fn panicking_destructors_outside_bodies_hang_nothing() {
+    for engine in engines() {
+        let v = engine.var(0u32);
+        let fail = engine.op("fail").write(&v).run(|_, _| -> Result<(), _> { Err("x".into()) });
+        // Skipped: its closure, with the grenade, is dropped by the engine.
+        let grenade = Grenade;
+        let skipped = engine.op("skipped").write(&v).run(move |_, _| {
+            let _g = &grenade;
+            Ok(())
+        });
+        // Detached before it runs: the engine drops its result.
+        let w = engine.var(0u8);
+        let held = w.write().blocking_wait().unwrap();
+        engine.op("detached").write(&w).run(|(), (_w,)| Ok(Grenade));
+        drop(held);
+        assert!(fail.blocking_wait().is_err());
+        assert!(skipped.blocking_wait().unwrap_err().is_skipped());
+        engine.blocking_wait_for_all().unwrap_err();
+        engine.blocking_wait_for_var(&v).unwrap_err();
+        // Workers are alive and nothing is stuck.
+        for _ in 0..10 {
+            engine.op("after").write(&v).run(|(), (mut v,)| {
+                *v += 1;
+                Ok(())
+            });
+        }
+        assert_eq!(engine.op("get").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap(), 10);
+        engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
+    }
+}

@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 
 use super::config::{Config, EngineKind};
@@ -100,7 +101,7 @@ pub(crate) fn run_here(task: TaskRef, now: bool) {
     });
     match role {
         Role::Queued => {}
-        Role::Nested(task) => task.execute(),
+        Role::Nested(task) => execute(task),
         Role::Outer(task) => {
             struct Reset;
             impl Drop for Reset {
@@ -109,12 +110,25 @@ pub(crate) fn run_here(task: TaskRef, now: bool) {
                 }
             }
             let _reset = Reset;
-            task.execute();
+            execute(task);
             while let Some(next) =
                 LOCAL.with(|local| local.borrow_mut().as_mut().and_then(VecDeque::pop_front))
             {
-                next.execute();
+                execute(next);
             }
         }
+    }
+}
+
+/// Executes an op; a panic that escapes it (a user destructor run by the
+/// engine, such as a result dropped with a detached handle) is logged and
+/// contained, so the thread, and the ops queued on it, live on.
+fn execute(task: TaskRef) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task.execute())) {
+        tracing::error!(
+            target: "depengine",
+            "a panic escaped an op, outside its body: {}",
+            crate::error::panic_message(&*payload)
+        );
     }
 }

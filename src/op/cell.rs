@@ -82,7 +82,9 @@ impl<J: Job> Task for OpCell<J> {
         tracing::debug!(target: "depengine::op", "started");
         match self.header.veto() {
             Some(err) => {
-                job.vetoed(&err);
+                // Dropping the body runs user destructors: a panic there must
+                // not keep the op from completing.
+                let _ = catch_unwind(AssertUnwindSafe(|| job.vetoed(&err)));
                 self.store(Err(err));
             }
             None => job.start(self),
