@@ -131,11 +131,6 @@ impl Header {
         };
         let _ = self.carry.set(carry);
     }
-
-    /// Adds `n` live guards. The caller holds the body's live count.
-    pub(crate) fn add_live(&self, n: usize) {
-        self.live.add(n);
-    }
 }
 
 impl Grant for TaskRef {
@@ -220,7 +215,7 @@ impl LiveRef {
     /// Takes one more live count on `task`; its holder must keep the op
     /// from completing meanwhile (the body has not stored its result).
     pub(crate) fn new(task: &TaskRef) -> Self {
-        task.header().add_live(1);
+        task.header().live.add(1);
         Self(task.clone())
     }
 }
