@@ -227,7 +227,7 @@ async fn blocking_wait_refuses_on_current_thread_runtime_too() {
 
 #[test]
 fn drain_shutdown_runs_everything_and_joins_threads() {
-    let engine = Engine::builder().cpu_workers(3).build().unwrap();
+    let engine = Engine::builder().cpu_workers(3).thread_name("dt-drain").build().unwrap();
     let v = engine.var(0u64);
     let handles: Vec<_> = (0..200)
         .map(|_| {
@@ -237,13 +237,15 @@ fn drain_shutdown_runs_everything_and_joins_threads() {
             })
         })
         .collect();
-    let threads_before = thread_count();
+    if threads_named("").is_some() {
+        assert!(eventually(|| threads_named("dt-drain-cpu0-") == Some(3)), "three workers started");
+    }
     engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
     for (i, h) in handles.into_iter().enumerate() {
         assert_eq!(h.blocking_wait().unwrap(), i as u64 + 1);
     }
-    if let (Some(before), Some(after)) = (threads_before, thread_count()) {
-        assert!(after + 3 <= before, "worker threads joined: {before} -> {after}");
+    if let Some(left) = threads_named("dt-drain") {
+        assert_eq!(left, 0, "worker threads joined");
     }
 }
 
@@ -293,8 +295,7 @@ fn cancel_shutdown_resolves_every_handle() {
 
 #[test]
 fn dropping_the_engine_drains_and_stops_threads() {
-    let before = thread_count();
-    let engine = Engine::builder().cpu_workers(4).build().unwrap();
+    let engine = Engine::builder().cpu_workers(4).thread_name("dt-drop").build().unwrap();
     let v = engine.var(0u64);
     let handles: Vec<_> = (0..100)
         .map(|_| {
@@ -310,13 +311,7 @@ fn dropping_the_engine_drains_and_stops_threads() {
     }
     assert!(v.write().blocking_wait().unwrap_err().is_shutdown());
     // Workers exit by themselves once drained.
-    if let Some(before) = before {
-        let start = std::time::Instant::now();
-        while thread_count().unwrap() > before && start.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert!(thread_count().unwrap() <= before, "worker threads exited");
-    }
+    assert!(eventually(|| threads_named("dt-drop").is_none_or(|n| n == 0)), "worker threads exited");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -335,10 +330,27 @@ async fn engine_dropped_inside_async_code_does_not_block_or_panic() {
     .await
 }
 
-/// Threads of this process, where the platform tells.
-fn thread_count() -> Option<usize> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|n| n.trim().parse().ok())
+/// Polls `f` for up to ten seconds.
+fn eventually(f: impl Fn() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while !f() {
+        if start.elapsed() > Duration::from_secs(10) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    true
+}
+
+/// Threads of this process whose name starts with `prefix`, where the
+/// platform tells (Linux; names are cut to 15 bytes there).
+fn threads_named(prefix: &str) -> Option<usize> {
+    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+    let count = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with(prefix))
+        .count();
+    Some(count)
 }
 
 /// Panics in its destructor.

@@ -31,6 +31,7 @@ pub(crate) struct Config {
     pub(crate) cpu_workers: usize,
     pub(crate) priority_workers: usize,
     pub(crate) cpu_devices: usize,
+    pub(crate) thread_name: String,
 }
 
 /// Configures and builds an [`Engine`].
@@ -54,6 +55,7 @@ pub struct EngineBuilder {
     cpu_workers: Option<usize>,
     priority_workers: Option<usize>,
     cpu_devices: Option<usize>,
+    thread_name: Option<String>,
     runtime: Option<tokio::runtime::Handle>,
 }
 
@@ -85,6 +87,14 @@ impl EngineBuilder {
         self
     }
 
+    /// The prefix of worker thread names: `{prefix}-cpu{i}-{k}` for CPU
+    /// device `i`, `{prefix}-prio-{k}` for the prioritized pool. Default:
+    /// `depengine`.
+    pub fn thread_name(mut self, prefix: impl Into<String>) -> Self {
+        self.thread_name = Some(prefix.into());
+        self
+    }
+
     /// The Tokio runtime that future ops run on. Default: the runtime
     /// current when [`build`](Self::build) is called, if any.
     pub fn runtime(mut self, handle: tokio::runtime::Handle) -> Self {
@@ -106,6 +116,7 @@ impl EngineBuilder {
             cpu_workers: setting("cpu_workers", self.cpu_workers, ENV_CPU_WORKERS, default_workers)?,
             priority_workers: setting("priority_workers", self.priority_workers, ENV_PRIORITY_WORKERS, 1)?,
             cpu_devices: setting("cpu_devices", self.cpu_devices, "", 1)?,
+            thread_name: self.thread_name.unwrap_or_else(|| "depengine".to_owned()),
         };
         let runtime = self.runtime.or_else(|| tokio::runtime::Handle::try_current().ok());
         Ok(Engine::from_config(config, runtime))

@@ -15,6 +15,7 @@ pub(crate) struct Dispatcher {
     naive: bool,
     cpu_workers: usize,
     priority_workers: usize,
+    thread_name: String,
     /// One normal pool per CPU device, started on first use.
     cpu: Vec<OnceLock<Pool>>,
     /// The shared pool of prioritized CPU ops.
@@ -27,6 +28,7 @@ impl Dispatcher {
             naive: config.kind == EngineKind::Naive,
             cpu_workers: config.cpu_workers,
             priority_workers: config.priority_workers,
+            thread_name: config.thread_name.clone(),
             cpu: (0..config.cpu_devices).map(|_| OnceLock::new()).collect(),
             priority: OnceLock::new(),
         }
@@ -42,9 +44,10 @@ impl Dispatcher {
     }
 
     fn pool(&self, device: Device, lane: Lane) -> &Pool {
+        let prefix = &self.thread_name;
         let (cell, name, workers) = match (device, lane) {
-            (_, Lane::Prioritized) => (&self.priority, "depengine-prio".to_owned(), self.priority_workers),
-            (Device::Cpu(i), _) => (&self.cpu[i], format!("depengine-cpu{i}"), self.cpu_workers),
+            (_, Lane::Prioritized) => (&self.priority, format!("{prefix}-prio"), self.priority_workers),
+            (Device::Cpu(i), _) => (&self.cpu[i], format!("{prefix}-cpu{i}"), self.cpu_workers),
             (Device::Gpu(_), _) => unreachable!("gpu placement is refused at push"),
         };
         cell.get_or_init(|| {
