@@ -31,13 +31,12 @@ struct Pushed {
     id: OpId,
     reads: Vec<usize>,
     writes: Vec<usize>,
-    handle: OpHandle<Seen>,
 }
 
 /// Pushes one random op that appends its id to the logs it writes and
 /// reports the log lengths it reads. Even pushers declare writes in
 /// ascending var order, odd ones in descending order.
-fn push_one(engine: &Engine, vars: &[Var<Vec<OpId>>], rng: &mut Rng, id: OpId) -> Pushed {
+fn push_one(engine: &Engine, vars: &[Var<Vec<OpId>>], rng: &mut Rng, id: OpId) -> (Pushed, OpHandle<Seen>) {
     let mut writes: Vec<usize> = (0..1 + rng.below(3)).map(|_| rng.below(NVARS)).collect();
     writes.sort_unstable();
     writes.dedup();
@@ -57,7 +56,7 @@ fn push_one(engine: &Engine, vars: &[Var<Vec<OpId>>], rng: &mut Rng, id: OpId) -
         }
         Ok(read_ids.iter().zip(rs.iter()).map(|(i, g)| (*i, g.len())).collect())
     });
-    Pushed { id, reads, writes, handle }
+    (Pushed { id, reads, writes }, handle)
 }
 
 fn thread_pusher(engine: Engine, vars: Vec<Var<Vec<OpId>>>, pusher: u32, ops: u32) -> Vec<(Pushed, Seen)> {
@@ -72,14 +71,7 @@ fn thread_pusher(engine: Engine, vars: Vec<Var<Vec<OpId>>>, pusher: u32, ops: u3
             engine.blocking_wait_for_all().unwrap();
         }
     }
-    pushed
-        .into_iter()
-        .map(|mut p| {
-            let handle = std::mem::replace(&mut p.handle, engine.op("noop").run(|(), ()| Ok(Vec::new())));
-            let seen = handle.blocking_wait().unwrap();
-            (p, seen)
-        })
-        .collect()
+    pushed.into_iter().map(|(p, handle)| (p, handle.blocking_wait().unwrap())).collect()
 }
 
 async fn task_pusher(
@@ -103,10 +95,8 @@ async fn task_pusher(
         }
     }
     let mut out = Vec::new();
-    for mut p in pushed {
-        let handle = std::mem::replace(&mut p.handle, engine.op("noop").run(|(), ()| Ok(Vec::new())));
-        let seen = handle.await.unwrap();
-        out.push((p, seen));
+    for (p, handle) in pushed {
+        out.push((p, handle.await.unwrap()));
     }
     out
 }
@@ -257,12 +247,7 @@ fn opposite_declaration_orders_never_deadlock() {
 #[test]
 fn checker_detects_inconsistent_order() {
     let result = std::panic::catch_unwind(|| {
-        let pushed = |id: OpId| Pushed {
-            id,
-            reads: vec![],
-            writes: vec![0, 1],
-            handle: Engine::new().op("x").run(|(), ()| Ok(Vec::new())),
-        };
+        let pushed = |id: OpId| Pushed { id, reads: vec![], writes: vec![0, 1] };
         let results = vec![(pushed((0, 0)), vec![]), (pushed((1, 0)), vec![])];
         check(&[vec![(0, 0), (1, 0)], vec![(1, 0), (0, 0)]], &results);
     });
