@@ -236,7 +236,8 @@ fn push(engine: &Engine, vars: &[Var<u64>], op: &Op, done: &'static [AtomicU8]) 
     }
     let w = &vars[op.write as usize];
     let r = |k: usize| &vars[op.reads[k] as usize];
-    let _ = match op.nreads {
+    // The handle is dropped: the op is detached and `wait_for_all` covers it.
+    drop(match op.nreads {
         0 => engine.op("op").write(w).run(move |(), (mut w,)| {
             *w = body(arg, src, nopnd, [0; 3], *w, spin);
             Ok(())
@@ -253,7 +254,7 @@ fn push(engine: &Engine, vars: &[Var<u64>], op: &Op, done: &'static [AtomicU8]) 
             *w = body(arg, src, nopnd, [*a, *b, *c], *w, spin);
             Ok(())
         }),
-    };
+    });
 }
 
 /// Runs the op list on the engine; returns (secs, check).
@@ -368,9 +369,8 @@ fn metg_sweep(
 fn metg(points: &[(f64, f64)]) -> String {
     // From the largest task size down: the last point at >= 50% before the
     // first one below it.
-    let mut iter = points.iter().rev().peekable();
     let mut last_ok: Option<(f64, f64)> = None;
-    while let Some(&(g, e)) = iter.next() {
+    for &(g, e) in points.iter().rev() {
         if e >= 0.5 {
             last_ok = Some((g, e));
             continue;
