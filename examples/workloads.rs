@@ -269,8 +269,12 @@ fn run_engine(
     for op in &w.ops {
         push(engine, &vars, op, done);
     }
+    let pushed = start.elapsed().as_secs_f64();
     engine.blocking_wait_for_all()?;
     let secs = start.elapsed().as_secs_f64();
+    if std::env::var_os("WL_DEBUG").is_some() {
+        eprintln!("push {:.1} ns/op", pushed * 1e9 / w.ops.len() as f64);
+    }
     let val: Vec<u64> =
         vars.iter().map(|v| futures::executor::block_on(v.read()).map(|g| *g)).collect::<Result<_, _>>()?;
     Ok((secs, check(w, &val, done)))

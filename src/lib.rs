@@ -87,6 +87,7 @@ mod error;
 mod loom;
 mod op;
 mod pool;
+mod small;
 mod var;
 
 /// The sealed traits that describe what an op declares.

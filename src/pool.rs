@@ -2,30 +2,88 @@
 //!
 //! Device-agnostic: the dispatcher decides which pool an op goes to; a pool
 //! only runs what it is given, highest priority first, FIFO among equals.
+//!
+//! Three things keep the cost per op low:
+//! * **a next slot**: an op that a worker's own op made ready, on the same
+//!   pool, is kept by that worker and run next, without a queue round trip
+//!   or a wake-up (one op at most, only while nothing more urgent is
+//!   queued, and at most [`NEXT_STREAK`] times in a row);
+//! * **spinning before parking**: an idle worker watches the queue for a
+//!   short while (yielding its core) before it sleeps, so a steady stream
+//!   of ops never pays for a thread wake-up;
+//! * **waking only sleepers**: a push wakes a worker only if one sleeps.
+//!
+//! Priority-0 ops (the common case) sit in a FIFO; others in a heap that is
+//! consulted first for positive priorities and last for negative ones, which
+//! is exactly "highest first, FIFO among equals".
 
+use std::cell::{Cell, RefCell};
 use std::cmp::Ordering as CmpOrdering;
-use std::collections::BinaryHeap;
-use std::sync::{Arc, Condvar};
+use std::collections::{BinaryHeap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::op::TaskRef;
 
+/// How many ops a worker runs from its next slot before it takes from the
+/// queue again (so that queued ops are never starved by a long chain).
+const NEXT_STREAK: u32 = 64;
+
+/// How long an idle worker watches the queue before it parks.
+const SPIN: Duration = Duration::from_micros(50);
+
+static NEXT_POOL_ID: AtomicUsize = AtomicUsize::new(1);
+
+thread_local! {
+    /// The pool this thread works for (0: none).
+    static POOL_ID: Cell<usize> = const { Cell::new(0) };
+    /// The op this worker runs next.
+    static NEXT: RefCell<Option<TaskRef>> = const { RefCell::new(None) };
+    /// User bodies running on this thread: while one runs, an op it makes
+    /// ready (by signalling a completion) must not wait for it to return.
+    static IN_BODY: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Runs a user body, marking this thread as busy with it: ops made ready
+/// meanwhile go to the queue, not to this worker's next slot (the body may
+/// even block until they have run).
+pub(crate) fn in_body<R>(body: impl FnOnce() -> R) -> R {
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            IN_BODY.with(|n| n.set(n.get() - 1));
+        }
+    }
+    IN_BODY.with(|n| n.set(n.get() + 1));
+    let _leave = Leave;
+    body()
+}
+
 pub(crate) struct Pool {
     shared: Arc<PoolShared>,
-    threads: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 struct PoolShared {
-    queue: std::sync::Mutex<Queue>,
+    id: usize,
+    queue: Mutex<Queue>,
     available: Condvar,
+    /// Ops in the queue, readable without its lock (for spinning workers).
+    queued: AtomicUsize,
+    /// Ops in the queue with a priority above zero.
+    urgent: AtomicUsize,
+    stopping: AtomicBool,
 }
 
 #[derive(Default)]
 struct Queue {
+    fifo: VecDeque<TaskRef>,
     heap: BinaryHeap<Queued>,
     seq: u64,
-    stopping: bool,
-    idle: usize,
+    /// Workers parked on `available`.
+    sleeping: usize,
 }
 
 struct Queued {
@@ -54,12 +112,32 @@ impl PartialEq for Queued {
 
 impl Eq for Queued {}
 
+impl Queue {
+    fn pop(&mut self) -> Option<TaskRef> {
+        let urgent = self.heap.peek().is_some_and(|q| q.priority > 0);
+        if !urgent {
+            if let Some(task) = self.fifo.pop_front() {
+                return Some(task);
+            }
+        }
+        self.heap.pop().map(|q| q.task)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Pool {
     /// Starts `workers` threads named `{name}-{k}`.
     pub(crate) fn start(name: &str, workers: usize) -> std::io::Result<Self> {
         let shared = Arc::new(PoolShared {
-            queue: std::sync::Mutex::new(Queue::default()),
+            id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
+            queue: Mutex::new(Queue::default()),
             available: Condvar::new(),
+            queued: AtomicUsize::new(0),
+            urgent: AtomicUsize::new(0),
+            stopping: AtomicBool::new(false),
         });
         let threads = (0..workers.max(1))
             .map(|k| {
@@ -67,34 +145,53 @@ impl Pool {
                 std::thread::Builder::new().name(format!("{name}-{k}")).spawn(move || shared.work())
             })
             .collect::<std::io::Result<Vec<_>>>()?;
-        Ok(Self { shared, threads: std::sync::Mutex::new(threads) })
+        Ok(Self { shared, threads: Mutex::new(threads) })
     }
 
     /// Queues a ready op.
     pub(crate) fn submit(&self, task: TaskRef) {
-        let priority = task.header().meta.priority;
-        let wake = {
-            let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-            q.seq += 1;
-            let seq = q.seq;
-            q.heap.push(Queued { priority, seq, task });
-            q.idle > 0
+        self.shared.submit(task);
+    }
+
+    /// Hands a ready op made ready by an op this thread ran to this thread's
+    /// next slot, if this thread is a worker of this pool, its slot is free
+    /// and nothing more urgent is queued. Otherwise queues it.
+    pub(crate) fn submit_successor(&self, task: TaskRef) {
+        let shared = &self.shared;
+        let task = if POOL_ID.with(Cell::get) == shared.id
+            && IN_BODY.with(Cell::get) == 0
+            && task.header().meta.priority >= 0
+            && shared.urgent.load(Ordering::Relaxed) == 0
+        {
+            match NEXT.with(|next| {
+                let mut next = next.borrow_mut();
+                if next.is_none() {
+                    *next = Some(task);
+                    None
+                } else {
+                    Some(task)
+                }
+            }) {
+                None => return,
+                Some(task) => task,
+            }
+        } else {
+            task
         };
-        if wake {
-            self.shared.available.notify_one();
-        }
+        shared.submit(task);
     }
 
     /// Tells the workers to exit once the queue is empty.
     pub(crate) fn stop(&self) {
-        self.shared.queue.lock().unwrap_or_else(|e| e.into_inner()).stopping = true;
+        self.shared.stopping.store(true, Ordering::Release);
+        let _sync = lock(&self.shared.queue);
         self.shared.available.notify_all();
     }
 
     /// Joins the workers (after `stop`), except the calling thread if it is one.
     pub(crate) fn join(&self) {
         let me = std::thread::current().id();
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let threads = std::mem::take(&mut *lock(&self.threads));
         for t in threads {
             if t.thread().id() != me {
                 let _ = t.join();
@@ -104,24 +201,100 @@ impl Pool {
 }
 
 impl PoolShared {
+    fn submit(&self, task: TaskRef) {
+        let priority = task.header().meta.priority;
+        let wake = {
+            let mut q = lock(&self.queue);
+            if priority == 0 {
+                q.fifo.push_back(task);
+            } else {
+                if priority > 0 {
+                    self.urgent.fetch_add(1, Ordering::Relaxed);
+                }
+                q.seq += 1;
+                let seq = q.seq;
+                q.heap.push(Queued { priority, seq, task });
+            }
+            self.queued.fetch_add(1, Ordering::Release);
+            q.sleeping > 0
+        };
+        if wake {
+            self.available.notify_one();
+        }
+    }
+
+    fn try_pop(&self) -> Option<TaskRef> {
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut q = lock(&self.queue);
+        let task = q.pop()?;
+        self.note_popped(&task);
+        Some(task)
+    }
+
+    fn note_popped(&self, task: &TaskRef) {
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+        if task.header().meta.priority > 0 {
+            self.urgent.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     fn work(&self) {
-        while let Some(task) = self.next() {
+        POOL_ID.with(|id| id.set(self.id));
+        let mut streak = 0;
+        loop {
+            let next = NEXT.with(|next| next.borrow_mut().take());
+            let task = match next {
+                Some(task) if streak < NEXT_STREAK => {
+                    streak += 1;
+                    task
+                }
+                Some(task) => {
+                    // Let the queue have a turn.
+                    streak = 0;
+                    self.submit(task);
+                    continue;
+                }
+                None => {
+                    streak = 0;
+                    match self.try_pop().or_else(|| self.wait()) {
+                        Some(task) => task,
+                        None => return,
+                    }
+                }
+            };
             crate::engine::run_here(task, false);
         }
     }
 
-    fn next(&self) -> Option<TaskRef> {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if let Some(item) = q.heap.pop() {
-                return Some(item.task);
+    /// Waits for an op: spins a while, then parks. `None` once stopping and
+    /// drained.
+    fn wait(&self) -> Option<TaskRef> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while self.queued.load(Ordering::Acquire) == 0 && !self.stopping.load(Ordering::Acquire) {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else if start.elapsed() < SPIN {
+                std::thread::yield_now();
+            } else {
+                break;
             }
-            if q.stopping {
+        }
+        let mut q = lock(&self.queue);
+        loop {
+            if let Some(task) = q.pop() {
+                self.note_popped(&task);
+                return Some(task);
+            }
+            if self.stopping.load(Ordering::Acquire) {
                 return None;
             }
-            q.idle += 1;
+            q.sleeping += 1;
             q = self.available.wait(q).unwrap_or_else(|e| e.into_inner());
-            q.idle -= 1;
+            q.sleeping -= 1;
         }
     }
 }

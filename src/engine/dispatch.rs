@@ -38,19 +38,27 @@ impl Dispatcher {
     /// naive engine. `at_push`: the op became ready inside `push`.
     pub(crate) fn dispatch(&self, task: TaskRef, at_push: bool) {
         match task.header().meta.exec {
-            Exec::Pool(device, lane) if !self.naive => self.pool(device, lane).submit(task),
+            Exec::Pool(device, lane) if !self.naive => {
+                let pool = self.pool(device, lane);
+                if at_push { pool.submit(task) } else { pool.submit_successor(task) }
+            }
             _ => run_here(task, at_push),
         }
     }
 
     fn pool(&self, device: Device, lane: Lane) -> &Pool {
-        let prefix = &self.thread_name;
-        let (cell, name, workers) = match (device, lane) {
-            (_, Lane::Prioritized) => (&self.priority, format!("{prefix}-prio"), self.priority_workers),
-            (Device::Cpu(i), _) => (&self.cpu[i], format!("{prefix}-cpu{i}"), self.cpu_workers),
+        let cell = match (device, lane) {
+            (_, Lane::Prioritized) => &self.priority,
+            (Device::Cpu(i), _) => &self.cpu[i],
             (Device::Gpu(_), _) => unreachable!("gpu placement is refused at push"),
         };
         cell.get_or_init(|| {
+            let prefix = &self.thread_name;
+            let (name, workers) = match (device, lane) {
+                (_, Lane::Prioritized) => (format!("{prefix}-prio"), self.priority_workers),
+                (Device::Cpu(i), _) => (format!("{prefix}-cpu{i}"), self.cpu_workers),
+                (Device::Gpu(_), _) => unreachable!("gpu placement is refused at push"),
+            };
             Pool::start(&name, workers).unwrap_or_else(|e| panic!("cannot start {name} worker threads: {e}"))
         })
     }

@@ -21,7 +21,7 @@ use crate::op::access::Decl;
 use crate::op::builder::{OpBuilder, OpOptions};
 use crate::op::cell::{Job, OpCell, SlotRef};
 use crate::op::handle::{Completion, OpHandle};
-use crate::op::{Dep, Exec, Header, Meta, TaskRef, submit};
+use crate::op::{DepList, Exec, Header, Meta, TaskRef, submit};
 use crate::var::{Access, AcquireBuilder, AnyVar, Var};
 
 pub use config::{EngineBuilder, EngineKind};
@@ -232,7 +232,8 @@ impl Engine {
     /// (as MXNet's `WaitForVar` does), so later ops use the var again; or a
     /// refused push (deleted var, closed engine).
     pub fn wait_for_var<T: Send + Sync + 'static>(&self, var: &Var<T>) -> OpHandle<()> {
-        let decls = vec![Decl { var: var.any(), access: Access::Read, typed: false }];
+        let mut decls = DepList::new();
+        decls.push(Decl { var: var.any(), access: Access::Read, typed: false });
         let opts = internal_opts("wait_for_var");
         let pushed = self.shared().push(opts, Role::WaitForVar, decls, WaitJob, true);
         pushed.map_or_else(OpHandle::refused, OpHandle::pushed)
@@ -277,7 +278,8 @@ impl Engine {
     /// [`Error::is_var_deleted`]. The deletion runs whatever error the var
     /// carries, and also under a cancelling shutdown.
     pub fn delete_var<T: Send + Sync + 'static>(&self, var: &Var<T>) -> OpHandle<T> {
-        let decls = vec![Decl { var: var.any(), access: Access::Write, typed: false }];
+        let mut decls = DepList::new();
+        decls.push(Decl { var: var.any(), access: Access::Write, typed: false });
         let job = DeleteJob { var: var.clone() };
         let pushed = self.shared().push(internal_opts("delete_var"), Role::Delete, decls, job, true);
         pushed.map_or_else(OpHandle::refused, OpHandle::pushed)
@@ -413,7 +415,7 @@ impl Shared {
     pub(crate) fn push_job<J: Job>(
         self: &Arc<Self>,
         opts: OpOptions,
-        decls: Vec<Decl>,
+        decls: DepList,
         job: J,
         starts_inline: bool,
     ) -> Result<SlotRef<J::Output>, Error> {
@@ -424,7 +426,7 @@ impl Shared {
         self: &Arc<Self>,
         opts: OpOptions,
         role: Role,
-        decls: Vec<Decl>,
+        decls: DepList,
         job: J,
         starts_inline: bool,
     ) -> Result<SlotRef<J::Output>, Error> {
@@ -480,14 +482,19 @@ impl Shared {
     /// reads become one read, a read and a write become a write. A typed op
     /// that declares one var twice with a write is refused: it would receive
     /// two guards on the var, one of them exclusive.
-    fn normalize(self: &Arc<Self>, mut decls: Vec<Decl>, name: &str) -> Result<Vec<Dep>, Error> {
+    fn normalize(self: &Arc<Self>, mut decls: DepList, name: &str) -> Result<DepList, Error> {
         if let Some(d) = decls.iter().find(|d| !Arc::ptr_eq(d.var.shared(), self)) {
             return Err(Error::invalid(format!("op `{name}` uses var #{} of another engine", d.var.id())));
         }
-        decls.sort_by_key(|d| d.var.id());
-        let mut deps: Vec<Dep> = Vec::with_capacity(decls.len());
+        if decls.len() > 1 {
+            decls.sort_by_key(|d| d.var.id());
+        }
+        if !decls.any_adjacent(|a, b| a.var.id() == b.var.id()) {
+            return Ok(decls);
+        }
+        let mut deps = DepList::new();
         let mut typed = (0usize, false); // typed declarations of the current var, any a write
-        for d in decls {
+        for d in decls.drain() {
             let is_write = d.access == Access::Write;
             match deps.last_mut() {
                 Some(last) if last.var.id() == d.var.id() => {
@@ -507,7 +514,7 @@ impl Shared {
                 }
                 _ => {
                     typed = (usize::from(d.typed), d.typed && is_write);
-                    deps.push(Dep { var: d.var, access: d.access });
+                    deps.push(d);
                 }
             }
         }

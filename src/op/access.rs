@@ -5,7 +5,7 @@
 //! The traits are sealed: their methods take crate-private tokens, so only
 //! this crate implements or calls them.
 
-use crate::op::{LiveRef, TaskRef};
+use crate::op::{DepList, LiveRef, TaskRef};
 use crate::var::{Access, AnyVar, ReadGuard, Var, WriteGuard};
 
 /// One declared access, before normalisation.
@@ -19,7 +19,7 @@ pub(crate) struct Decl {
 /// The declarations an item adds (opaque outside the crate).
 #[allow(unreachable_pub, missing_debug_implementations)] // sealed
 #[doc(hidden)]
-pub struct Decls(pub(crate) Vec<Decl>);
+pub struct Decls(pub(crate) DepList);
 
 /// The op an item's guards belong to (opaque outside the crate).
 #[allow(unreachable_pub, missing_debug_implementations)] // sealed

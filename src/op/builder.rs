@@ -5,6 +5,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use super::DepList;
 use super::access::{Append, Decl, Decls, Item, Reading, Writing};
 use super::cell::{AsyncJob, FutureJob, Job, SyncJob};
 use super::handle::{Completion, OpHandle};
@@ -65,12 +66,12 @@ pub struct OpBuilder<'e, Rd = (), Wr = ()> {
     opts: OpOptions,
     reads: Rd,
     writes: Wr,
-    untyped: Vec<Decl>,
+    untyped: DepList,
 }
 
 impl<'e> OpBuilder<'e> {
     pub(crate) fn new(shared: &'e Arc<Shared>, name: Cow<'static, str>) -> Self {
-        Self { shared, opts: OpOptions::new(name), reads: (), writes: (), untyped: Vec::new() }
+        Self { shared, opts: OpOptions::new(name), reads: (), writes: (), untyped: DepList::new() }
     }
 }
 

@@ -173,7 +173,7 @@ where
         let caught = catch_unwind(AssertUnwindSafe(|| {
             let reads = self.reads.guard(OpToken(&task));
             let writes = self.writes.guard(OpToken(&task));
-            (self.body)(reads, writes)
+            crate::pool::in_body(|| (self.body)(reads, writes))
         }));
         let result = op_result(task.header(), caught);
         slot.store(result);
@@ -203,7 +203,7 @@ where
         let caught = catch_unwind(AssertUnwindSafe(|| {
             let reads = self.reads.guard(OpToken(&task));
             let writes = self.writes.guard(OpToken(&task));
-            (self.body)(reads, writes, done);
+            crate::pool::in_body(|| (self.body)(reads, writes, done));
         }));
         if let Err(payload) = caught {
             // If the token was dropped by the unwinding, it has already

@@ -25,8 +25,8 @@ use std::sync::{Arc, OnceLock};
 use crate::device::{Device, Lane};
 use crate::engine::{Epoch, Shared};
 use crate::error::{Error, Kind};
+use crate::op::access::Decl;
 use crate::var::cell::Grant;
-use crate::var::{Access, AnyVar};
 use countdown::Countdown;
 
 /// A shared reference to an erased op.
@@ -60,16 +60,14 @@ pub(crate) struct Meta {
     pub(crate) deletes: bool,
 }
 
-/// One declared dependency.
-pub(crate) struct Dep {
-    pub(crate) var: AnyVar,
-    pub(crate) access: Access,
-}
+/// An op's declarations; after normalisation, its deps: sorted by var id,
+/// one per var. Inline for up to four vars.
+pub(crate) type DepList = crate::small::SmallList<Decl, 4>;
 
 /// The erased part of every op.
 pub(crate) struct Header {
     pub(crate) meta: Meta,
-    pub(crate) deps: Vec<Dep>,
+    pub(crate) deps: DepList,
     pub(crate) shared: Arc<Shared>,
     /// Deps not yet let through, plus one released at the end of push.
     pending: Countdown,
@@ -84,7 +82,7 @@ pub(crate) struct Header {
 }
 
 impl Header {
-    pub(crate) fn new(meta: Meta, deps: Vec<Dep>, shared: Arc<Shared>, epoch: Arc<Epoch>) -> Self {
+    pub(crate) fn new(meta: Meta, deps: DepList, shared: Arc<Shared>, epoch: Arc<Epoch>) -> Self {
         let span = tracing::debug_span!(
             target: "depengine::op",
             "op",
@@ -162,10 +160,10 @@ pub(crate) trait Task: Send + Sync + 'static {
 pub(crate) fn submit(task: TaskRef) -> Result<(), Error> {
     let header = task.header();
     let appended = if header.meta.deletes {
-        header.deps[0].var.cell().append_delete(task.clone()).map(usize::from)
+        let dep = header.deps.first().expect("a deletion has its var");
+        dep.var.cell().append_delete(task.clone()).map(usize::from)
     } else {
-        let cells: Vec<_> = header.deps.iter().map(|d| (d.var.cell(), d.access)).collect();
-        crate::var::cell::append_all(&cells, &task)
+        crate::var::cell::append_all(header.deps.iter().map(|d| (d.var.cell(), d.access)), &task)
     };
     let granted = match appended {
         Ok(granted) => granted,
@@ -193,12 +191,12 @@ pub(crate) fn release_live(task: &TaskRef) {
 fn finalize(task: &TaskRef) {
     let header = task.header();
     let carry = header.carry.get();
-    let mut ready = Vec::new();
-    for dep in &header.deps {
+    let mut ready: crate::small::SmallList<TaskRef, 4> = crate::small::SmallList::new();
+    for dep in header.deps.iter() {
         dep.var.cell().complete(dep.access, carry, &mut ready);
     }
     header.span.in_scope(|| tracing::debug!(target: "depengine::op", ok = carry.is_none(), "finished"));
-    for next in ready {
+    for next in ready.drain() {
         if next.header().pending.release(1) {
             header.shared.dispatch(next, false);
         }

@@ -106,7 +106,7 @@ impl<L: Item> AcquireBuilder<'_, L> {
 /// Pushes an acquire of `item`.
 pub(crate) fn push<I: Item>(shared: &Arc<Shared>, item: I) -> Acquire<I::Guard> {
     let slot = Arc::new(AcquireSlot { state: Mutex::new(Default::default()) });
-    let mut decls = Decls(Vec::new());
+    let mut decls = Decls(crate::op::DepList::new());
     item.declare(&mut decls);
     let mut opts = OpOptions::new("acquire".into());
     opts.lane = Lane::Inline;

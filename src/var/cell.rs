@@ -8,6 +8,7 @@ use super::gate::{Access, Gate};
 use crate::error::{Error, Kind};
 use crate::loom::lock;
 use crate::loom::sync::{Mutex, MutexGuard};
+use crate::small::SmallList;
 
 /// What an op token does when one of its accesses is let through, while the
 /// var's lock is held. Must not run user code or touch another var.
@@ -50,7 +51,8 @@ impl<T: Grant> VarCell<T> {
     /// Completes one access of a finished op. A write stores `carry` (the
     /// error the op passes on) before letting successors through. The ops let
     /// through are appended to `ready`, in queue order.
-    pub(crate) fn complete(&self, access: Access, carry: Option<&Error>, ready: &mut Vec<T>) {
+    pub(crate) fn complete(&self, access: Access, carry: Option<&Error>, ready: &mut impl Extend<T>) {
+        let mut granted: SmallList<T, 4> = SmallList::new();
         let mut state = self.lock();
         let state = &mut *state;
         if access == Access::Write {
@@ -58,11 +60,11 @@ impl<T: Grant> VarCell<T> {
                 state.error = Some(err.clone());
             }
         }
-        let first = ready.len();
-        state.gate.complete(access, ready);
-        for op in &ready[first..] {
+        state.gate.complete(access, &mut granted);
+        for op in granted.iter() {
             op.on_grant(&mut state.error);
         }
+        ready.extend(granted.drain());
     }
 
     /// Appends a deleting write and marks the var deleted, atomically: every
@@ -94,10 +96,23 @@ impl<T: Grant> VarCell<T> {
 /// until every append is done (two-phase locking), so any two ops are ordered
 /// the same way on every var they share. Nothing is appended if a var has
 /// been deleted. Returns how many accesses were let through at once.
-pub(crate) fn append_all<T: Grant + Clone>(deps: &[(&VarCell<T>, Access)], op: &T) -> Result<usize, Error> {
-    debug_assert!(deps.windows(2).all(|w| w[0].0.id < w[1].0.id), "deps not sorted");
-    let mut guards = Vec::with_capacity(deps.len());
-    for (cell, _) in deps {
+pub(crate) fn append_all<'a, T, I>(deps: I, op: &T) -> Result<usize, Error>
+where
+    T: Grant + Clone + 'a,
+    I: Iterator<Item = (&'a VarCell<T>, Access)> + Clone,
+{
+    debug_assert!(deps.clone().zip(deps.clone().skip(1)).all(|(a, b)| a.0.id < b.0.id), "deps not sorted");
+    let mut iter = deps.clone();
+    if let (Some((cell, access)), None) = (iter.next(), iter.next()) {
+        // One var: nothing to order.
+        let mut state = cell.lock();
+        if state.deleted {
+            return Err(Error::new(Kind::VarDeleted { var: cell.id }));
+        }
+        return Ok(usize::from(VarCell::append_locked(&mut state, access, op.clone())));
+    }
+    let mut guards: SmallList<MutexGuard<'a, VarState<T>>, 4> = SmallList::new();
+    for (cell, _) in deps.clone() {
         let state = cell.lock();
         if state.deleted {
             return Err(Error::new(Kind::VarDeleted { var: cell.id }));
@@ -105,8 +120,8 @@ pub(crate) fn append_all<T: Grant + Clone>(deps: &[(&VarCell<T>, Access)], op: &
         guards.push(state);
     }
     let mut granted = 0;
-    for (state, (_, access)) in guards.iter_mut().zip(deps) {
-        granted += usize::from(VarCell::append_locked(state, *access, op.clone()));
+    for (mut state, (_, access)) in guards.drain().zip(deps) {
+        granted += usize::from(VarCell::append_locked(&mut state, access, op.clone()));
     }
     Ok(granted)
 }
@@ -154,7 +169,7 @@ mod tests {
         let r2 = Tok::new("r2", false);
         for t in [&w, &r1, &wait, &r2] {
             let access = if t.name == "w" { Access::Write } else { Access::Read };
-            append_all(&[(&cell, access)], t).unwrap();
+            append_all([(&cell, access)].into_iter(), t).unwrap();
         }
         let boom = Error::invalid("boom");
         let mut ready = Vec::new();
@@ -172,7 +187,7 @@ mod tests {
         let b = VarCell::new(2);
         assert!(a.append_delete(Tok::new("del", false)).unwrap());
         let t = Tok::new("t", false);
-        let err = append_all(&[(&a, Access::Read), (&b, Access::Write)], &t).unwrap_err();
+        let err = append_all([(&a, Access::Read), (&b, Access::Write)].into_iter(), &t).unwrap_err();
         assert!(err.is_var_deleted());
         assert!(b.lock().gate.is_idle(), "nothing appended to b");
         assert!(a.append_delete(Tok::new("again", false)).unwrap_err().is_var_deleted());
@@ -183,10 +198,10 @@ mod tests {
         let a = VarCell::new(1);
         let b = VarCell::new(2);
         let t1 = Tok::new("t1", false);
-        assert_eq!(append_all(&[(&a, Access::Write), (&b, Access::Read)], &t1).unwrap(), 2);
+        assert_eq!(append_all([(&a, Access::Write), (&b, Access::Read)].into_iter(), &t1).unwrap(), 2);
         let t2 = Tok::new("t2", false);
         // a is written by t1: queued; b is only read: granted.
-        assert_eq!(append_all(&[(&a, Access::Read), (&b, Access::Read)], &t2).unwrap(), 1);
+        assert_eq!(append_all([(&a, Access::Read), (&b, Access::Read)].into_iter(), &t2).unwrap(), 1);
     }
 }
 

@@ -1,11 +1,13 @@
 //! Guards: the only way to reach a var's data, given for exactly the
 //! accesses an op declared.
 
+#![allow(unsafe_code)]
+
 use std::fmt;
 use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
-use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard};
-
+use super::data::DataCell;
 use crate::op::LiveRef;
 
 const DELETED: &str = "depengine bug: a deleted var's data was reached";
@@ -15,9 +17,10 @@ const DELETED: &str = "depengine bug: a deleted var's data was reached";
 /// The op completes, and the var is released to later writers, once its body
 /// has returned and every guard it received is dropped.
 pub struct ReadGuard<T> {
-    // Field order matters: the data lock is released before the op's live
-    // count, so the next op never finds the lock held.
-    data: OwnedRwLockReadGuard<Option<T>>,
+    /// Holds a read registration on the cell, ended on drop.
+    data: Arc<DataCell<T>>,
+    // Dropped after the registration ends (`Drop` runs before the fields),
+    // so the next op never finds the cell registered.
     _live: LiveRef,
 }
 
@@ -26,24 +29,46 @@ pub struct ReadGuard<T> {
 /// The write completes (the var's version advances and later ops are let
 /// through) once the op's body has returned and every guard is dropped.
 pub struct WriteGuard<T> {
-    data: OwnedRwLockWriteGuard<Option<T>>,
+    /// Holds the write registration on the cell, ended on drop.
+    data: Arc<DataCell<T>>,
     _live: LiveRef,
 }
 
 impl<T> ReadGuard<T> {
-    pub(crate) fn new(data: OwnedRwLockReadGuard<Option<T>>, live: LiveRef) -> Self {
+    /// Wraps a read registered on `data` by the caller.
+    pub(crate) fn new(data: Arc<DataCell<T>>, live: LiveRef) -> Self {
         Self { data, _live: live }
     }
 }
 
 impl<T> WriteGuard<T> {
-    pub(crate) fn new(data: OwnedRwLockWriteGuard<Option<T>>, live: LiveRef) -> Self {
+    /// Wraps the write registered on `data` by the caller.
+    pub(crate) fn new(data: Arc<DataCell<T>>, live: LiveRef) -> Self {
         Self { data, _live: live }
     }
 
     /// Takes the data out, leaving the var empty: only for deletion.
     pub(crate) fn take(mut self) -> T {
-        self.data.take().expect(DELETED)
+        self.slot().take().expect(DELETED)
+    }
+
+    fn slot(&mut self) -> &mut Option<T> {
+        // SAFETY: this guard holds the write registration until it is
+        // dropped, and the reference borrows the guard mutably, so it is the
+        // only reference into the cell and cannot outlive the registration.
+        unsafe { self.data.get_mut() }
+    }
+}
+
+impl<T> Drop for ReadGuard<T> {
+    fn drop(&mut self) {
+        self.data.end_read();
+    }
+}
+
+impl<T> Drop for WriteGuard<T> {
+    fn drop(&mut self) {
+        self.data.end_write();
     }
 }
 
@@ -51,7 +76,9 @@ impl<T> Deref for ReadGuard<T> {
     type Target = T;
 
     fn deref(&self) -> &T {
-        self.data.as_ref().expect(DELETED)
+        // SAFETY: this guard holds a read registration until it is dropped,
+        // and the reference borrows the guard, so it cannot outlive it.
+        unsafe { self.data.get() }.as_ref().expect(DELETED)
     }
 }
 
@@ -59,13 +86,16 @@ impl<T> Deref for WriteGuard<T> {
     type Target = T;
 
     fn deref(&self) -> &T {
-        self.data.as_ref().expect(DELETED)
+        // SAFETY: this guard holds the write registration; the reference
+        // borrows the guard shared, so no `&mut` from `slot` (which borrows
+        // it mutably) coexists with it, and it cannot outlive the guard.
+        unsafe { self.data.get() }.as_ref().expect(DELETED)
     }
 }
 
 impl<T> DerefMut for WriteGuard<T> {
     fn deref_mut(&mut self) -> &mut T {
-        self.data.as_mut().expect(DELETED)
+        self.slot().as_mut().expect(DELETED)
     }
 }
 

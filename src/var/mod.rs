@@ -2,18 +2,18 @@
 
 mod acquire;
 pub(crate) mod cell;
+mod data;
 pub(crate) mod gate;
 mod guard;
 
 use std::fmt;
 use std::sync::Arc;
 
-use tokio::sync::RwLock;
-
 use crate::engine::Shared;
 use crate::op::access::{Reading, Writing};
 use crate::op::{LiveRef, TaskRef};
 use cell::VarCell;
+use data::DataCell;
 
 pub use acquire::{Acquire, AcquireBuilder};
 pub(crate) use gate::Access;
@@ -32,9 +32,9 @@ pub(crate) trait VarDyn: Send + Sync + 'static {
 
 struct VarInner<T> {
     core: VarCore,
-    /// The data. The gate guarantees that no two guards conflict, so the
-    /// lock is never contended: it only makes that guarantee checkable.
-    data: Arc<RwLock<Option<T>>>,
+    /// The data. The gate guarantees that no two guards conflict; the cell
+    /// checks it.
+    data: Arc<DataCell<T>>,
 }
 
 impl<T: Send + Sync + 'static> VarDyn for VarInner<T> {
@@ -75,7 +75,7 @@ impl<T> Clone for Var<T> {
 impl<T: Send + Sync + 'static> Var<T> {
     pub(crate) fn new(shared: Arc<Shared>, id: u64, value: T) -> Self {
         let core = VarCore { cell: VarCell::new(id), shared };
-        Self { inner: Arc::new(VarInner { core, data: Arc::new(RwLock::new(Some(value))) }) }
+        Self { inner: Arc::new(VarInner { core, data: Arc::new(DataCell::new(value)) }) }
     }
 
     /// This var as an untyped handle, for low-level pushes that declare it
@@ -133,13 +133,13 @@ impl<T: Send + Sync + 'static> Var<T> {
     }
 
     pub(crate) fn read_guard(&self, live: LiveRef) -> ReadGuard<T> {
-        let data = self.inner.data.clone().try_read_owned().expect(CONFLICT);
-        ReadGuard::new(data, live)
+        assert!(self.inner.data.try_read(), "{CONFLICT}");
+        ReadGuard::new(self.inner.data.clone(), live)
     }
 
     pub(crate) fn write_guard(&self, live: LiveRef) -> WriteGuard<T> {
-        let data = self.inner.data.clone().try_write_owned().expect(CONFLICT);
-        WriteGuard::new(data, live)
+        assert!(self.inner.data.try_write(), "{CONFLICT}");
+        WriteGuard::new(self.inner.data.clone(), live)
     }
 }
 

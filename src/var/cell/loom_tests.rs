@@ -52,7 +52,7 @@ impl World {
         let pending = Countdown::new(deps.len() + 1);
         let tok = Tok(Arc::new(Op { name, deps, pending }));
         let cells: Vec<_> = tok.0.deps.iter().map(|(v, a)| (&self.vars[*v], *a)).collect();
-        let granted = append_all(&cells, &tok).unwrap();
+        let granted = append_all(cells.iter().copied(), &tok).unwrap();
         if tok.0.pending.release(granted + 1) {
             self.run(tok);
         }
