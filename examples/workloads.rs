@@ -18,7 +18,8 @@
 //! peer=depengine workload=w2_chain ops=100000 n=100000 p=1 spin=0 rep=0 secs=0.000999 ns_per_op=9.99 seq_secs=0.000421 check=6bf0ad6a71b1e4d3 ok=1
 //! ```
 //!
-//! then a `summary` line with the median. `secs` runs from the first push to
+//! then a `summary` line with the median (`WORKLOADS_PUSH_TIME=1` also
+//! prints, on stderr, how long the pushes alone took). `secs` runs from the first push to
 //! the end of `wait_for_all`; the op list is built and the vars are created
 //! before the clock starts. `seq_secs` is the best of 3 sequential runs of
 //! the same op list in this process, before the engine runs; `ok=1` means the
@@ -272,7 +273,7 @@ fn run_engine(
     let pushed = start.elapsed().as_secs_f64();
     engine.blocking_wait_for_all()?;
     let secs = start.elapsed().as_secs_f64();
-    if std::env::var_os("WL_DEBUG").is_some() {
+    if std::env::var_os("WORKLOADS_PUSH_TIME").is_some() {
         eprintln!("push {:.1} ns/op", pushed * 1e9 / w.ops.len() as f64);
     }
     let val: Vec<u64> =

@@ -37,9 +37,10 @@ impl Dispatcher {
     /// Runs a ready op: on its pool, or here for inline placement and the
     /// naive engine. `at_push`: the op became ready inside `push`.
     pub(crate) fn dispatch(&self, task: TaskRef, at_push: bool) {
-        match task.header().meta.exec {
-            Exec::Pool(device, lane) if !self.naive => {
-                let pool = self.pool(device, lane);
+        let meta = &task.header().meta;
+        match meta.exec {
+            Exec::Pool if !self.naive => {
+                let pool = self.pool(meta.device, meta.lane);
                 if at_push { pool.submit(task) } else { pool.submit_successor(task) }
             }
             _ => run_here(task, at_push),

@@ -474,7 +474,7 @@ impl Shared {
             ))),
             Lane::Inline => Ok(Exec::Inline),
             _ if starts_inline => Ok(Exec::Inline),
-            lane => Ok(Exec::Pool(opts.device, lane)),
+            _ => Ok(Exec::Pool),
         }
     }
 

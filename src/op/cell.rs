@@ -77,8 +77,8 @@ impl<J: Job> Task for OpCell<J> {
             debug_assert!(false, "op executed twice");
             return;
         };
-        let span = self.header.span.clone();
-        let _entered = span.enter();
+        let span = self.header.span().cloned();
+        let _entered = span.as_ref().map(tracing::Span::enter);
         tracing::debug!(target: "depengine::op", "started");
         match self.header.veto() {
             Some(err) => {
@@ -272,5 +272,16 @@ impl<R: 'static> Drop for StoreOnDrop<R> {
             let reason = "its tokio runtime shut down before it finished";
             slot.store(Err(Error::new(Kind::Cancelled { op, reason })));
         }
+    }
+}
+
+#[cfg(all(test, not(depengine_loom), target_pointer_width = "64"))]
+mod size_tests {
+    /// The per-op memory budget (README, performance): the erased header of
+    /// an op record stays small; declarations of up to four vars are inline.
+    #[test]
+    fn op_header_stays_small() {
+        assert!(std::mem::size_of::<super::Header>() <= 200, "{}", std::mem::size_of::<super::Header>());
+        assert!(std::mem::size_of::<super::super::DepList>() <= 72);
     }
 }

@@ -35,8 +35,8 @@ pub(crate) type TaskRef = Arc<dyn Task>;
 /// Where an op's body runs once it is ready.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Exec {
-    /// On a worker of the pool for this device and lane.
-    Pool(Device, Lane),
+    /// On a worker of the pool for the op's device and lane.
+    Pool,
     /// On the thread that made it ready (engine-internal bodies, inline ops,
     /// future ops whose start only spawns).
     Inline,
@@ -78,7 +78,8 @@ pub(crate) struct Header {
     /// The error this op passes on to the vars it writes.
     carry: OnceLock<Error>,
     epoch: Arc<Epoch>,
-    pub(crate) span: tracing::Span,
+    /// The op's span, only while a subscriber wants it.
+    span: Option<Box<tracing::Span>>,
 }
 
 impl Header {
@@ -99,7 +100,20 @@ impl Header {
             seen: OnceLock::new(),
             carry: OnceLock::new(),
             epoch,
-            span,
+            span: if span.is_disabled() { None } else { Some(Box::new(span)) },
+        }
+    }
+
+    /// The op's span, if a subscriber wants it.
+    pub(crate) fn span(&self) -> Option<&tracing::Span> {
+        self.span.as_deref()
+    }
+
+    /// Runs `f` inside the op's span, if it has one.
+    pub(crate) fn in_span<R>(&self, f: impl FnOnce() -> R) -> R {
+        match &self.span {
+            Some(span) => span.in_scope(f),
+            None => f(),
         }
     }
 
@@ -172,7 +186,7 @@ pub(crate) fn submit(task: TaskRef) -> Result<(), Error> {
             return Err(err);
         }
     };
-    header.span.in_scope(|| tracing::debug!(target: "depengine::op", "pushed"));
+    header.in_span(|| tracing::debug!(target: "depengine::op", "pushed"));
     if header.pending.release(granted + 1) {
         let shared = header.shared.clone();
         shared.dispatch(task, true);
@@ -195,7 +209,7 @@ fn finalize(task: &TaskRef) {
     for dep in header.deps.iter() {
         dep.var.cell().complete(dep.access, carry, &mut ready);
     }
-    header.span.in_scope(|| tracing::debug!(target: "depengine::op", ok = carry.is_none(), "finished"));
+    header.in_span(|| tracing::debug!(target: "depengine::op", ok = carry.is_none(), "finished"));
     for next in ready.drain() {
         if next.header().pending.release(1) {
             header.shared.dispatch(next, false);

@@ -25,22 +25,11 @@ pub(crate) struct VarCore {
     shared: Arc<Shared>,
 }
 
-/// Erased access to a var's core.
-pub(crate) trait VarDyn: Send + Sync + 'static {
-    fn core(&self) -> &VarCore;
-}
-
 struct VarInner<T> {
-    core: VarCore,
+    core: Arc<VarCore>,
     /// The data. The gate guarantees that no two guards conflict; the cell
     /// checks it.
     data: Arc<DataCell<T>>,
-}
-
-impl<T: Send + Sync + 'static> VarDyn for VarInner<T> {
-    fn core(&self) -> &VarCore {
-        &self.core
-    }
 }
 
 /// A piece of state owned by an engine, reachable only through the accesses
@@ -74,14 +63,14 @@ impl<T> Clone for Var<T> {
 
 impl<T: Send + Sync + 'static> Var<T> {
     pub(crate) fn new(shared: Arc<Shared>, id: u64, value: T) -> Self {
-        let core = VarCore { cell: VarCell::new(id), shared };
+        let core = Arc::new(VarCore { cell: VarCell::new(id), shared });
         Self { inner: Arc::new(VarInner { core, data: Arc::new(DataCell::new(value)) }) }
     }
 
     /// This var as an untyped handle, for low-level pushes that declare it
     /// without reaching its data.
     pub fn any(&self) -> AnyVar {
-        AnyVar(self.inner.clone())
+        AnyVar(self.inner.core.clone())
     }
 
     /// The var's unique id (also the order in which vars are locked).
@@ -154,15 +143,15 @@ impl<T> fmt::Debug for Var<T> {
 /// An untyped handle to a var: enough to declare it in an op, not to reach
 /// its data.
 #[derive(Clone)]
-pub struct AnyVar(Arc<dyn VarDyn>);
+pub struct AnyVar(Arc<VarCore>);
 
 impl AnyVar {
     pub(crate) fn cell(&self) -> &VarCell<TaskRef> {
-        &self.0.core().cell
+        &self.0.cell
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.0.core().shared
+        &self.0.shared
     }
 
     /// The var's unique id.
