@@ -6,8 +6,11 @@
 //!
 //! `WORKLOAD` is one of `w1_indep`, `w1_novars`, `w2_chain`, `w3_fan`,
 //! `w4_dag`, `w5_stencil`, or `all` (the default: every workload at its
-//! default parameters, `w4_dag` with SPIN 300 and 3000, and the `w5_stencil`
-//! METG sweep). `-` keeps a parameter's default. `--naive` (or
+//! default parameters, `w4_dag` with SPIN 300 and 3000, the `w5_stencil`
+//! METG sweep, and `roundtrip`). Two more measurements are not in BENCH.md:
+//! `roundtrip [N]` (push → blocking wait of one op on an idle engine, N
+//! times: median and p99) and `memory [N]` (N ops queued behind one held
+//! write: resident memory growth per op; run it alone, in its own process). `-` keeps a parameter's default. `--naive` (or
 //! `DEPENGINE_TYPE=naive`) runs the naive engine, which runs each op inside
 //! its push; other `DEPENGINE_*` variables configure the engine as README
 //! says.
@@ -395,6 +398,63 @@ fn metg(points: &[(f64, f64)]) -> String {
     }
 }
 
+/// Push → await of one op on an idle engine, `n` times (blocking waits from
+/// this thread): median and 99th percentile.
+fn round_trip(engine: &Engine, peer: &str, n: usize) -> Result<(), String> {
+    let v = engine.var(0u64);
+    let one = || {
+        engine.op("one").write(&v).run(|(), (mut v,)| {
+            *v += 1;
+            Ok(())
+        })
+    };
+    for _ in 0..n / 10 {
+        one().blocking_wait().map_err(|e| e.to_string())?;
+    }
+    let mut lat = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        one().blocking_wait().map_err(|e| e.to_string())?;
+        lat.push(start.elapsed().as_secs_f64() * 1e9);
+    }
+    lat.sort_by(f64::total_cmp);
+    println!(
+        "summary peer={peer} workload=roundtrip n={n} median_ns={:.0} p99_ns={:.0}",
+        median(&lat),
+        lat[lat.len() * 99 / 100]
+    );
+    Ok(())
+}
+
+/// Resident memory of this process, from `/proc/self/statm` (Linux).
+fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// Memory per pending op: `n` ops queued behind one held write, RSS growth.
+fn memory(engine: &Engine, peer: &str, n: usize) -> Result<(), String> {
+    let v = engine.var(0u64);
+    let held = futures::executor::block_on(v.write()).map_err(|e| e.to_string())?;
+    let before = rss_bytes().ok_or("cannot read /proc/self/statm")?;
+    for i in 0..n as u64 {
+        drop(engine.op("queued").write(&v).run(move |(), (mut w,)| {
+            *w = mix(i, *w);
+            Ok(())
+        }));
+    }
+    let after = rss_bytes().ok_or("cannot read /proc/self/statm")?;
+    drop(held);
+    engine.blocking_wait_for_all().map_err(|e| e.to_string())?;
+    println!(
+        "summary peer={peer} workload=memory n={n} rss_growth_bytes={} bytes_per_pending_op={:.1}",
+        after.saturating_sub(before),
+        after.saturating_sub(before) as f64 / n as f64
+    );
+    Ok(())
+}
+
 fn parse<T: std::str::FromStr>(arg: Option<&String>, what: &str) -> Result<Option<T>, String> {
     match arg.map(String::as_str) {
         None | Some("-") => Ok(None),
@@ -448,9 +508,19 @@ fn run() -> Result<(), String> {
             }
             ok &= one("w4_dag", Some(300))?;
             ok &= one("w4_dag", Some(3000))?;
-            ok & metg_sweep(&engine, peer, None, None, reps)?
+            ok &= metg_sweep(&engine, peer, None, None, reps)?;
+            round_trip(&engine, peer, 20_000)?;
+            ok
         }
         "w5_stencil" if spin.is_none() => metg_sweep(&engine, peer, n, p, reps)?,
+        "roundtrip" => {
+            round_trip(&engine, peer, n.unwrap_or(20_000))?;
+            true
+        }
+        "memory" => {
+            memory(&engine, peer, n.unwrap_or(1_000_000))?;
+            true
+        }
         name => one(name, spin)?,
     };
     if !all_ok {

@@ -40,7 +40,7 @@ impl Dispatcher {
         let meta = &task.header().meta;
         match meta.exec {
             Exec::Pool if !self.naive => {
-                let pool = self.pool(meta.device, meta.lane);
+                let pool = self.pool(meta.device(), meta.lane);
                 if at_push { pool.submit(task) } else { pool.submit_successor(task) }
             }
             _ => run_here(task, at_push),

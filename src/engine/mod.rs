@@ -435,7 +435,7 @@ impl Shared {
         let epoch = self.tracker.enter()?;
         let meta = Meta {
             name: opts.name,
-            device: opts.device,
+            device: Meta::pack_device(opts.device).expect("device ordinals are checked at placement"),
             lane: opts.lane,
             exec,
             priority: opts.priority,
@@ -529,7 +529,7 @@ impl Job for WaitJob {
     type Output = ();
 
     fn start(self, slot: SlotRef<()>) {
-        let result = slot.header().seen_error().cloned().map_or(Ok(()), Err);
+        let result = slot.header().seen_error().map_or(Ok(()), Err);
         slot.store(result);
     }
 }

@@ -9,19 +9,23 @@
 //! a holder of an outstanding count, so the count cannot reach zero
 //! concurrently.
 
-use crate::loom::sync::atomic::{AtomicUsize, Ordering};
+use crate::loom::sync::atomic::{AtomicU32, Ordering};
 
 #[derive(Debug)]
-pub(crate) struct Countdown(AtomicUsize);
+pub(crate) struct Countdown(AtomicU32);
 
 impl Countdown {
     pub(crate) fn new(n: usize) -> Self {
-        Self(AtomicUsize::new(n))
+        Self(AtomicU32::new(Self::count(n)))
+    }
+
+    fn count(n: usize) -> u32 {
+        u32::try_from(n).expect("countdown: more than u32::MAX outstanding events")
     }
 
     /// Adds `n` outstanding events. The caller must hold one already.
     pub(crate) fn add(&self, n: usize) {
-        let prev = self.0.fetch_add(n, Ordering::Relaxed);
+        let prev = self.0.fetch_add(Self::count(n), Ordering::Relaxed);
         debug_assert!(prev > 0, "countdown: add after reaching zero");
     }
 
@@ -30,6 +34,7 @@ impl Countdown {
         if n == 0 {
             return false;
         }
+        let n = Self::count(n);
         let prev = self.0.fetch_sub(n, Ordering::AcqRel);
         assert!(prev >= n, "countdown: released more than outstanding");
         prev == n
@@ -37,7 +42,7 @@ impl Countdown {
 
     #[cfg(all(test, not(depengine_loom)))]
     pub(crate) fn get(&self) -> usize {
-        self.0.load(Ordering::Acquire)
+        self.0.load(Ordering::Acquire) as usize
     }
 }
 

@@ -10,6 +10,9 @@ use super::cell::SlotRef;
 use crate::engine::refuse_in_runtime;
 use crate::error::{BoxError, Error, Kind};
 
+/// How long a blocking wait watches for completion before parking.
+const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
+
 /// A pushed op's result, as a future.
 ///
 /// Resolves once the op has completed: its body has finished, every guard
@@ -81,6 +84,14 @@ impl<R: Send + 'static> OpHandle<R> {
     /// from inside a Tokio runtime, where blocking could deadlock.
     pub fn blocking_wait(self) -> Result<R, Error> {
         refuse_in_runtime("OpHandle::blocking_wait")?;
+        // Small ops finish within microseconds: watch for that briefly
+        // before paying for parking the thread and waking it again.
+        let start = std::time::Instant::now();
+        while !self.is_finished() && start.elapsed() < WAIT_SPIN {
+            for _ in 0..32 {
+                std::hint::spin_loop();
+            }
+        }
         futures::executor::block_on(self)
     }
 }

@@ -20,11 +20,14 @@ pub(crate) mod countdown;
 pub(crate) mod handle;
 
 use std::borrow::Cow;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use crate::device::{Device, Lane};
 use crate::engine::{Epoch, Shared};
 use crate::error::{Error, Kind};
+use crate::loom::lock;
+use crate::loom::sync::Mutex;
+use crate::loom::sync::atomic::{AtomicBool, Ordering};
 use crate::op::access::Decl;
 use crate::var::cell::Grant;
 use countdown::Countdown;
@@ -42,11 +45,18 @@ pub(crate) enum Exec {
     Inline,
 }
 
+/// A device in 8 bytes (ordinals beyond `u32::MAX` are refused at push).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PackedDevice {
+    gpu: bool,
+    ordinal: u32,
+}
+
 /// What the engine knows of an op, whatever its body.
 #[derive(Debug)]
 pub(crate) struct Meta {
     pub(crate) name: Cow<'static, str>,
-    pub(crate) device: Device,
+    pub(crate) device: PackedDevice,
     pub(crate) lane: Lane,
     pub(crate) exec: Exec,
     pub(crate) priority: i32,
@@ -73,13 +83,35 @@ pub(crate) struct Header {
     pending: Countdown,
     /// One for the body until it stores its result, plus one per live guard.
     live: Countdown,
-    /// The first var error seen when a dep was let through.
-    seen: OnceLock<Error>,
-    /// The error this op passes on to the vars it writes.
-    carry: OnceLock<Error>,
+    /// The first var error seen when a dep was let through, and the error
+    /// this op passes on to the vars it writes.
+    errors: Mutex<OpErrors>,
+    /// Whether `errors` holds anything: the common, error-free path never
+    /// takes its lock.
+    has_errors: AtomicBool,
+    /// Set once the result is published: lets waiters check without a lock.
+    pub(crate) published: AtomicBool,
     epoch: Arc<Epoch>,
     /// The op's span, only while a subscriber wants it.
     span: Option<Box<tracing::Span>>,
+}
+
+impl Meta {
+    /// The op's device.
+    pub(crate) fn device(&self) -> Device {
+        let PackedDevice { gpu, ordinal } = self.device;
+        let ordinal = ordinal as usize;
+        if gpu { Device::Gpu(ordinal) } else { Device::Cpu(ordinal) }
+    }
+
+    /// Packs a device; `None` if its ordinal does not fit in 32 bits.
+    pub(crate) fn pack_device(device: Device) -> Option<PackedDevice> {
+        let (gpu, ordinal) = match device {
+            Device::Cpu(i) => (false, i),
+            Device::Gpu(i) => (true, i),
+        };
+        Some(PackedDevice { gpu, ordinal: u32::try_from(ordinal).ok()? })
+    }
 }
 
 impl Header {
@@ -88,7 +120,7 @@ impl Header {
             target: "depengine::op",
             "op",
             name = %meta.name,
-            device = %meta.device,
+            device = %meta.device(),
             lane = ?meta.lane,
         );
         Self {
@@ -97,8 +129,9 @@ impl Header {
             meta,
             deps,
             shared,
-            seen: OnceLock::new(),
-            carry: OnceLock::new(),
+            errors: Mutex::new(OpErrors::default()),
+            has_errors: AtomicBool::new(false),
+            published: AtomicBool::new(false),
             epoch,
             span: if span.is_disabled() { None } else { Some(Box::new(span)) },
         }
@@ -123,25 +156,44 @@ impl Header {
             let reason = "the engine was shut down in cancel mode";
             return Some(Error::new(Kind::Cancelled { op: self.meta.name.clone(), reason }));
         }
-        let seen = self.seen.get().filter(|_| !self.meta.no_skip && !self.meta.clears_error)?;
-        Some(Error::new(Kind::Skipped { op: self.meta.name.clone(), root: seen.clone() }))
+        if self.meta.no_skip || self.meta.clears_error || !self.has_errors.load(Ordering::Acquire) {
+            return None;
+        }
+        let seen = lock(&self.errors).seen.clone()?;
+        Some(Error::new(Kind::Skipped { op: self.meta.name.clone(), root: seen }))
     }
 
     /// The error a var carried when this op was let through (for
     /// `wait_for_var`: the error it took).
-    pub(crate) fn seen_error(&self) -> Option<&Error> {
-        self.seen.get()
+    pub(crate) fn seen_error(&self) -> Option<Error> {
+        if !self.has_errors.load(Ordering::Acquire) {
+            return None;
+        }
+        lock(&self.errors).seen.clone()
+    }
+
+    /// The error this op passes on to the vars it writes.
+    fn carry(&self) -> Option<Error> {
+        if !self.has_errors.load(Ordering::Acquire) {
+            return None;
+        }
+        lock(&self.errors).carry.clone()
     }
 
     /// Records the op's outcome for propagation: the error it passes to the
     /// vars it writes is the one it saw, else its own failure.
     pub(crate) fn record_outcome(&self, result: Result<(), &Error>) {
-        let carry = match (self.seen.get(), result) {
+        if result.is_ok() && !self.has_errors.load(Ordering::Acquire) {
+            return;
+        }
+        let mut errors = lock(&self.errors);
+        let carry = match (&errors.seen, result) {
             (Some(seen), _) if !self.meta.clears_error => seen.clone(),
             (_, Err(own)) => own.clone(),
             _ => return,
         };
-        let _ = self.carry.set(carry);
+        errors.carry.get_or_insert(carry);
+        self.has_errors.store(true, Ordering::Release);
     }
 }
 
@@ -150,9 +202,17 @@ impl Grant for TaskRef {
         let header = self.header();
         let seen = if header.meta.clears_error { error.take() } else { error.clone() };
         if let Some(err) = seen {
-            let _ = header.seen.set(err);
+            lock(&header.errors).seen.get_or_insert(err);
+            header.has_errors.store(true, Ordering::Release);
         }
     }
+}
+
+/// An op's errors: the one it saw on a var, the one it passes on.
+#[derive(Default)]
+struct OpErrors {
+    seen: Option<Error>,
+    carry: Option<Error>,
 }
 
 /// The typed side of an op, as the engine sees it.
@@ -204,7 +264,8 @@ pub(crate) fn release_live(task: &TaskRef) {
 /// Completes an op whose body has finished and whose guards are gone.
 fn finalize(task: &TaskRef) {
     let header = task.header();
-    let carry = header.carry.get();
+    let carry = header.carry();
+    let carry = carry.as_ref();
     let mut ready: crate::small::SmallList<TaskRef, 4> = crate::small::SmallList::new();
     for dep in header.deps.iter() {
         dep.var.cell().complete(dep.access, carry, &mut ready);

@@ -1,0 +1,25 @@
+//! Push of no-op ops that declare no vars, then `wait_for_all`: pure push
+//! and dispatch cost.
+
+mod common;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+
+fn no_op_push(c: &mut Criterion) {
+    let mut group = c.benchmark_group("no_op_push");
+    group.throughput(Throughput::Elements(common::OPS));
+    for (name, engine) in common::engines() {
+        group.bench_function(BenchmarkId::from_parameter(name), |b| {
+            b.iter(|| {
+                for _ in 0..common::OPS {
+                    drop(engine.op("noop").run(|(), ()| Ok(())));
+                }
+                engine.blocking_wait_for_all().unwrap();
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group! { name = benches; config = common::config(); targets = no_op_push }
+criterion_main!(benches);
