@@ -1,0 +1,71 @@
+//! The workers' fast paths keep the engine's guarantees: an op made ready
+//! inside a running body never waits for that body to return.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+use depengine::Engine;
+
+/// A body signals an async op's completion, which makes a successor ready
+/// on the same pool, then blocks until that successor has run. The
+/// successor must go to another worker, not wait in this worker's next slot.
+#[test]
+fn successor_made_ready_inside_a_body_runs_elsewhere() {
+    let engine = Engine::builder().cpu_workers(2).build().unwrap();
+    let v = engine.var(0u32);
+    let (token_tx, token_rx) = mpsc::channel();
+    let first = engine.op("async").write(&v).run_async(move |(), (mut v,), done| {
+        *v = 1;
+        token_tx.send(done).unwrap();
+    });
+    let second = engine.op("successor").write(&v).run(|(), (mut v,)| {
+        *v += 1;
+        Ok(*v)
+    });
+    let (result_tx, result_rx) = mpsc::channel();
+    let signaller = engine.op("signaller").run(move |(), ()| {
+        let done = token_rx.recv().unwrap();
+        done.succeed(());
+        // Blocks this worker until the successor has run.
+        result_tx.send(second.blocking_wait()).unwrap();
+        Ok(())
+    });
+    let got = result_rx.recv_timeout(Duration::from_secs(10)).expect("the successor never ran: deadlock");
+    assert_eq!(got.unwrap(), 2);
+    signaller.blocking_wait().unwrap();
+    first.blocking_wait().unwrap();
+}
+
+/// A long chain on one var runs from the worker's next slot; an op queued
+/// meanwhile still gets its turn long before the chain ends.
+#[test]
+fn a_long_chain_does_not_starve_queued_ops() {
+    const LINKS: u64 = 100_000;
+    let engine = Engine::builder().cpu_workers(1).build().unwrap();
+    let chain = engine.var(0u64);
+    let progress = Arc::new(AtomicU64::new(0));
+    let gate = engine.var(());
+    // Hold the chain back until all of it is pushed.
+    let held = futures::executor::block_on(gate.write()).unwrap();
+    drop(engine.op("start").read(&gate).write(&chain).run(|_, _| Ok(())));
+    for _ in 0..LINKS {
+        let progress = progress.clone();
+        drop(engine.op("link").write(&chain).run(move |(), (mut c,)| {
+            *c += 1;
+            progress.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }));
+    }
+    drop(held);
+    while progress.load(Ordering::Relaxed) == 0 {
+        std::thread::yield_now();
+    }
+    // Ready at once: queued while the worker runs the chain.
+    let seen = progress.clone();
+    let other = engine.op("other").run(move |(), ()| Ok(seen.load(Ordering::Relaxed)));
+    let at = other.blocking_wait().unwrap();
+    assert!(at < LINKS, "the queued op ran only after the whole chain");
+    engine.blocking_wait_for_all().unwrap();
+    assert_eq!(*futures::executor::block_on(chain.read()).unwrap(), LINKS);
+}
