@@ -158,27 +158,22 @@ impl Pool {
     /// and nothing more urgent is queued. Otherwise queues it.
     pub(crate) fn submit_successor(&self, task: TaskRef) {
         let shared = &self.shared;
-        let task = if POOL_ID.with(Cell::get) == shared.id
+        let keep = POOL_ID.with(Cell::get) == shared.id
             && IN_BODY.with(Cell::get) == 0
             && task.header().meta.priority >= 0
-            && shared.urgent.load(Ordering::Relaxed) == 0
-        {
-            match NEXT.with(|next| {
-                let mut next = next.borrow_mut();
-                if next.is_none() {
-                    *next = Some(task);
-                    None
-                } else {
-                    Some(task)
-                }
-            }) {
-                None => return,
-                Some(task) => task,
-            }
+            && shared.urgent.load(Ordering::Relaxed) == 0;
+        // The slot keeps the first successor; later ones are queued.
+        let queued = if keep {
+            NEXT.with(|next| {
+                let mut slot = next.borrow_mut();
+                if slot.is_some() { Some(task) } else { slot.replace(task) }
+            })
         } else {
-            task
+            Some(task)
         };
-        shared.submit(task);
+        if let Some(task) = queued {
+            shared.submit(task);
+        }
     }
 
     /// Tells the workers to exit once the queue is empty.
