@@ -74,6 +74,9 @@ struct PoolShared {
     queued: AtomicUsize,
     /// Ops in the queue with a priority above zero.
     urgent: AtomicUsize,
+    /// Idle workers watching the queue (not parked): a push needs no
+    /// wake-up while one is.
+    spinning: AtomicUsize,
     stopping: AtomicBool,
 }
 
@@ -137,6 +140,7 @@ impl Pool {
             available: Condvar::new(),
             queued: AtomicUsize::new(0),
             urgent: AtomicUsize::new(0),
+            spinning: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
         });
         let threads = (0..workers.max(1))
@@ -210,8 +214,8 @@ impl PoolShared {
                 let seq = q.seq;
                 q.heap.push(Queued { priority, seq, task });
             }
-            self.queued.fetch_add(1, Ordering::Release);
-            q.sleeping > 0
+            self.queued.fetch_add(1, Ordering::SeqCst);
+            q.sleeping > 0 && self.spinning.load(Ordering::SeqCst) == 0
         };
         if wake {
             self.available.notify_one();
@@ -268,7 +272,8 @@ impl PoolShared {
     fn wait(&self) -> Option<TaskRef> {
         let start = Instant::now();
         let mut spins = 0u32;
-        while self.queued.load(Ordering::Acquire) == 0 && !self.stopping.load(Ordering::Acquire) {
+        self.spinning.fetch_add(1, Ordering::SeqCst);
+        while self.queued.load(Ordering::SeqCst) == 0 && !self.stopping.load(Ordering::Acquire) {
             spins += 1;
             if spins < 64 {
                 std::hint::spin_loop();
@@ -278,10 +283,23 @@ impl PoolShared {
                 break;
             }
         }
+        // A push that saw this worker spinning woke nobody: the queue is
+        // checked under its lock below, after this decrement, so that push
+        // is seen here.
+        self.spinning.fetch_sub(1, Ordering::SeqCst);
         let mut q = lock(&self.queue);
         loop {
             if let Some(task) = q.pop() {
                 self.note_popped(&task);
+                // Pushes skipped wake-ups while this worker spun: if more is
+                // queued and nobody else watches, pass the wake-up on.
+                let more = self.queued.load(Ordering::SeqCst) > 0
+                    && q.sleeping > 0
+                    && self.spinning.load(Ordering::SeqCst) == 0;
+                drop(q);
+                if more {
+                    self.available.notify_one();
+                }
                 return Some(task);
             }
             if self.stopping.load(Ordering::Acquire) {

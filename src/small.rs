@@ -26,7 +26,6 @@ impl<T, const N: usize> SmallList<T, N> {
         }
     }
 
-    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -154,5 +153,20 @@ mod tests {
             want.sort_by_key(|x| x.0);
             assert_eq!(got, want, "n = {n}");
         }
+    }
+}
+
+/// A value alone on its cache lines (128 bytes: two lines, for adjacent-line
+/// prefetch), so that writes to it do not slow down readers of its
+/// neighbours, and the other way round.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct Padded<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
     }
 }

@@ -1,7 +1,7 @@
 //! The one module that knows the topology: which pool runs an op of a given
 //! device and lane, and how ops run on the current thread.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
@@ -81,8 +81,10 @@ impl Dispatcher {
 }
 
 thread_local! {
+    /// Whether this thread is running ops through [`run_here`].
+    static ACTIVE: Cell<bool> = const { Cell::new(false) };
     /// Ops queued to run on this thread after the one it is running.
-    static LOCAL: RefCell<Option<VecDeque<TaskRef>>> = const { RefCell::new(None) };
+    static LOCAL: RefCell<VecDeque<TaskRef>> = const { RefCell::new(VecDeque::new()) };
 }
 
 /// Runs `task` on this thread.
@@ -92,43 +94,27 @@ thread_local! {
 /// never recurse. One made ready by a push runs at once (`now`), even inside
 /// another op: the pusher may wait for it.
 pub(crate) fn run_here(task: TaskRef, now: bool) {
-    enum Role {
-        Queued,
-        Nested(TaskRef),
-        Outer(TaskRef),
-    }
-    let role = LOCAL.with(|local| {
-        let mut local = local.borrow_mut();
-        match local.as_mut() {
-            Some(queue) if !now => {
-                queue.push_back(task);
-                Role::Queued
-            }
-            Some(_) => Role::Nested(task),
-            None => {
-                *local = Some(VecDeque::new());
-                Role::Outer(task)
-            }
-        }
-    });
-    match role {
-        Role::Queued => {}
-        Role::Nested(task) => execute(task),
-        Role::Outer(task) => {
-            struct Reset;
-            impl Drop for Reset {
-                fn drop(&mut self) {
-                    LOCAL.with(|local| local.borrow_mut().take());
-                }
-            }
-            let _reset = Reset;
+    if ACTIVE.with(Cell::get) {
+        if now {
             execute(task);
-            while let Some(next) =
-                LOCAL.with(|local| local.borrow_mut().as_mut().and_then(VecDeque::pop_front))
-            {
-                execute(next);
-            }
+        } else {
+            LOCAL.with(|local| local.borrow_mut().push_back(task));
         }
+        return;
+    }
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            ACTIVE.with(|active| active.set(false));
+            // Only if a panic escaped `execute`: the queued ops are dropped.
+            LOCAL.with(|local| local.borrow_mut().clear());
+        }
+    }
+    ACTIVE.with(|active| active.set(true));
+    let _reset = Reset;
+    execute(task);
+    while let Some(next) = LOCAL.with(|local| local.borrow_mut().pop_front()) {
+        execute(next);
     }
 }
 

@@ -4,8 +4,14 @@
 //! Ops are counted in the current *epoch*. `wait_for_all` closes the current
 //! epoch and opens a new one; a closed epoch finishes when its last op
 //! completes *and* the epoch before it has finished, so waiting for one
-//! epoch waits for everything pushed before it. Each epoch's count holds one
-//! token while it is current and one while its predecessor is unfinished.
+//! epoch waits for everything pushed before it.
+//!
+//! An epoch's count is its `Arc`'s reference count: every op holds one
+//! reference, the tracker holds one while the epoch is current, and the
+//! epoch before it holds one until it finishes. The epoch finishes when it
+//! is dropped. So that a push does not touch the reference count (a cache
+//! line that completing workers write), the tracker clones references in
+//! batches and hands one to each push.
 
 use std::sync::Arc;
 
@@ -13,27 +19,33 @@ use super::latch::Latch;
 use crate::error::{Error, Kind};
 use crate::loom::lock;
 use crate::loom::sync::Mutex;
-use crate::op::countdown::Countdown;
+
+/// References the tracker clones at once for the pushes to come.
+const BATCH: usize = 32;
 
 pub(crate) struct Epoch {
-    count: Countdown,
     next: Mutex<Option<Arc<Epoch>>>,
     pub(crate) done: Arc<Latch>,
 }
 
 impl Epoch {
-    fn new(tokens: usize) -> Arc<Self> {
-        Arc::new(Self { count: Countdown::new(tokens), next: Mutex::new(None), done: Arc::default() })
+    fn new() -> Arc<Self> {
+        Arc::new(Self { next: Mutex::new(None), done: Arc::default() })
     }
+}
 
-    /// Releases one count (an op completed, or a token was given up),
-    /// finishing this epoch and then its successors as their counts reach zero.
-    pub(crate) fn release(self: &Arc<Self>) {
-        let mut epoch = self.clone();
-        while epoch.count.release(1) {
-            epoch.done.set();
-            let Some(next) = lock(&epoch.next).take() else { break };
-            epoch = next;
+impl Drop for Epoch {
+    /// The epoch has finished: sets its latch, then gives up its reference
+    /// to the next epoch, finishing the successors that only waited for it
+    /// (in a loop, not by recursion: a long-lived op can hold back any
+    /// number of epochs).
+    fn drop(&mut self) {
+        self.done.set();
+        let mut next = self.next.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        while let Some(epoch) = next.and_then(Arc::into_inner) {
+            let mut epoch = epoch;
+            next = epoch.next.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+            drop(epoch); // finished; it has no successor left to drop
         }
     }
 }
@@ -44,37 +56,48 @@ pub(crate) struct Tracker {
 
 struct State {
     current: Arc<Epoch>,
+    /// References to `current`, cloned ahead for pushes.
+    stash: Vec<Arc<Epoch>>,
     closed: bool,
 }
 
 impl Tracker {
     pub(crate) fn new() -> Self {
-        // The first epoch has no predecessor: only its "current" token.
-        Self { state: Mutex::new(State { current: Epoch::new(1), closed: false }) }
+        let state = State { current: Epoch::new(), stash: Vec::with_capacity(BATCH), closed: false };
+        Self { state: Mutex::new(state) }
     }
 
     /// Counts one more op in the current epoch, unless the engine is closed.
+    /// The op holds the returned reference until it completes.
     pub(crate) fn enter(&self) -> Result<Arc<Epoch>, Error> {
-        let state = lock(&self.state);
+        let mut state = lock(&self.state);
         if state.closed {
             return Err(Error::new(Kind::Shutdown));
         }
-        state.current.count.add(1);
+        if let Some(epoch) = state.stash.pop() {
+            return Ok(epoch);
+        }
+        let state = &mut *state;
+        state.stash.extend((1..BATCH).map(|_| state.current.clone()));
         Ok(state.current.clone())
     }
 
     /// Closes the current epoch (and, with `close`, the engine to new ops);
     /// returns the latch set once everything counted so far has completed.
     pub(crate) fn rotate(&self, close: bool) -> Arc<Latch> {
-        let old = {
+        let (old, stash) = {
             let mut state = lock(&self.state);
-            let new = Epoch::new(2);
+            let new = Epoch::new();
             *lock(&state.current.next) = Some(new.clone());
             state.closed |= close;
-            std::mem::replace(&mut state.current, new)
+            let stash = std::mem::replace(&mut state.stash, Vec::with_capacity(BATCH));
+            (std::mem::replace(&mut state.current, new), stash)
         };
         let done = old.done.clone();
-        old.release();
+        // Outside the lock: dropping the last references finishes the epoch
+        // and sets latches, which runs their callbacks.
+        drop(stash);
+        drop(old);
         done
     }
 
@@ -96,11 +119,11 @@ mod tests {
         let second = t.rotate(false);
         let c = t.enter().unwrap();
         assert!(!first.is_set() && !second.is_set());
-        b.release();
+        drop(b);
         assert!(!second.is_set(), "second waits for the first epoch too");
-        a.release();
+        drop(a);
         assert!(first.is_set() && second.is_set(), "c, pushed later, is not waited for");
-        c.release();
+        drop(c);
         assert!(t.rotate(true).is_set());
         assert!(t.enter().err().unwrap().is_shutdown());
     }
@@ -110,5 +133,15 @@ mod tests {
         let t = Tracker::new();
         assert!(t.rotate(false).is_set());
         assert!(t.rotate(false).is_set());
+    }
+
+    #[test]
+    fn one_op_holding_back_many_epochs_finishes_them_without_recursion() {
+        let t = Tracker::new();
+        let op = t.enter().unwrap();
+        let latches: Vec<_> = (0..200_000).map(|_| t.rotate(false)).collect();
+        assert!(latches.iter().all(|l| !l.is_set()));
+        drop(op);
+        assert!(latches.iter().all(|l| l.is_set()));
     }
 }

@@ -22,6 +22,7 @@ use crate::op::builder::{OpBuilder, OpOptions};
 use crate::op::cell::{Job, OpCell, SlotRef};
 use crate::op::handle::{Completion, OpHandle};
 use crate::op::{DepList, Exec, Header, Meta, TaskRef, submit};
+use crate::small::Padded;
 use crate::var::{Access, AcquireBuilder, AnyVar, Var};
 
 pub use config::{EngineBuilder, EngineKind};
@@ -91,12 +92,13 @@ enum Role {
 
 pub(crate) struct Shared {
     config: config::Config,
-    tracker: Tracker,
+    /// Written by every push: kept off the lines completing workers read.
+    tracker: Padded<Tracker>,
     dispatcher: Dispatcher,
     runtime: Option<tokio::runtime::Handle>,
     first_error: Mutex<Option<Error>>,
     cancelling: AtomicBool,
-    pushed: AtomicU64,
+    pushed: Padded<AtomicU64>,
 }
 
 impl Engine {
@@ -119,12 +121,12 @@ impl Engine {
         let dispatcher = Dispatcher::new(&config);
         let shared = Arc::new(Shared {
             config,
-            tracker: Tracker::new(),
+            tracker: Padded(Tracker::new()),
             dispatcher,
             runtime,
             first_error: Mutex::new(None),
             cancelling: AtomicBool::new(false),
-            pushed: AtomicU64::new(0),
+            pushed: Padded(AtomicU64::new(0)),
         });
         Self { handle: Arc::new(EngineHandle { shared }) }
     }
@@ -444,7 +446,7 @@ impl Shared {
             cancellable: role == Role::User,
             deletes: role == Role::Delete,
         };
-        let cell = OpCell::new(Header::new(meta, deps, self.clone(), epoch), job);
+        let cell = OpCell::new(Header::new(meta, deps, self.clone()), job, epoch);
         submit(cell.clone())?;
         self.pushed.fetch_add(1, Ordering::Relaxed);
         Ok(cell)
@@ -483,6 +485,9 @@ impl Shared {
     /// that declares one var twice with a write is refused: it would receive
     /// two guards on the var, one of them exclusive.
     fn normalize(self: &Arc<Self>, mut decls: DepList, name: &str) -> Result<DepList, Error> {
+        if decls.is_empty() {
+            return Ok(decls);
+        }
         if let Some(d) = decls.iter().find(|d| !Arc::ptr_eq(d.var.shared(), self)) {
             return Err(Error::invalid(format!("op `{name}` uses var #{} of another engine", d.var.id())));
         }

@@ -12,6 +12,7 @@ use futures::FutureExt;
 use super::access::{Item, OpToken};
 use super::handle::Completion;
 use super::{Header, Task, TaskRef, release_live};
+use crate::engine::Epoch;
 use crate::error::{BoxError, Error, Kind, panic_message};
 use crate::loom::lock;
 use crate::loom::sync::Mutex;
@@ -55,14 +56,16 @@ pub(crate) struct OpCell<J: Job> {
 
 struct State<J: Job> {
     job: Option<J>,
+    /// The op's count in its `wait_for_all` epoch, held until it completes.
+    epoch: Option<Arc<Epoch>>,
     result: Option<Result<J::Output, Error>>,
     stored: bool,
     waker: Option<Waker>,
 }
 
 impl<J: Job> OpCell<J> {
-    pub(crate) fn new(header: Header, job: J) -> Arc<Self> {
-        let state = State { job: Some(job), result: None, stored: false, waker: None };
+    pub(crate) fn new(header: Header, job: J, epoch: Arc<Epoch>) -> Arc<Self> {
+        let state = State { job: Some(job), epoch: Some(epoch), result: None, stored: false, waker: None };
         Arc::new(Self { header, state: Mutex::new(state) })
     }
 }
@@ -92,14 +95,15 @@ impl<J: Job> Task for OpCell<J> {
     }
 
     fn publish(&self) {
-        let waker = {
+        let (waker, epoch) = {
             let mut state = lock(&self.state);
             self.header.published.store(true, Ordering::Release);
-            state.waker.take()
+            (state.waker.take(), state.epoch.take())
         };
         if let Some(waker) = waker {
             waker.wake();
         }
+        drop(epoch);
     }
 }
 

@@ -23,7 +23,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::device::{Device, Lane};
-use crate::engine::{Epoch, Shared};
+use crate::engine::Shared;
 use crate::error::{Error, Kind};
 use crate::loom::lock;
 use crate::loom::sync::Mutex;
@@ -91,7 +91,6 @@ pub(crate) struct Header {
     has_errors: AtomicBool,
     /// Set once the result is published: lets waiters check without a lock.
     pub(crate) published: AtomicBool,
-    epoch: Arc<Epoch>,
     /// The op's span, only while a subscriber wants it.
     span: Option<Box<tracing::Span>>,
 }
@@ -115,7 +114,7 @@ impl Meta {
 }
 
 impl Header {
-    pub(crate) fn new(meta: Meta, deps: DepList, shared: Arc<Shared>, epoch: Arc<Epoch>) -> Self {
+    pub(crate) fn new(meta: Meta, deps: DepList, shared: Arc<Shared>) -> Self {
         let span = tracing::debug_span!(
             target: "depengine::op",
             "op",
@@ -132,7 +131,6 @@ impl Header {
             errors: Mutex::new(OpErrors::default()),
             has_errors: AtomicBool::new(false),
             published: AtomicBool::new(false),
-            epoch,
             span: if span.is_disabled() { None } else { Some(Box::new(span)) },
         }
     }
@@ -223,29 +221,26 @@ pub(crate) trait Task: Send + Sync + 'static {
     /// the op is ready, on the thread its `Exec` chose.
     fn execute(self: Arc<Self>);
 
-    /// Makes the stored result visible to the handle and wakes it. Called
-    /// once, after the op's vars are released.
+    /// Makes the stored result visible to the handle and wakes it, then
+    /// releases the op's count in its epoch. Called once, after the op's
+    /// vars are released.
     fn publish(&self);
 }
 
 /// Submits a built op: appends it to all its vars at once, then dispatches
-/// it if every dep was let through. On error nothing was appended and the
-/// op's epoch count is returned.
+/// it if every dep was let through. On error nothing was appended (the op's
+/// epoch count goes with the record).
 pub(crate) fn submit(task: TaskRef) -> Result<(), Error> {
     let header = task.header();
-    let appended = if header.meta.deletes {
+    let appended = if header.deps.is_empty() {
+        Ok(0)
+    } else if header.meta.deletes {
         let dep = header.deps.first().expect("a deletion has its var");
         dep.var.cell().append_delete(task.clone()).map(usize::from)
     } else {
         crate::var::cell::append_all(header.deps.iter().map(|d| (d.var.cell(), d.access)), &task)
     };
-    let granted = match appended {
-        Ok(granted) => granted,
-        Err(err) => {
-            header.epoch.release();
-            return Err(err);
-        }
-    };
+    let granted = appended?;
     header.in_span(|| tracing::debug!(target: "depengine::op", "pushed"));
     if header.pending.release(granted + 1) {
         let shared = header.shared.clone();
@@ -266,18 +261,19 @@ fn finalize(task: &TaskRef) {
     let header = task.header();
     let carry = header.carry();
     let carry = carry.as_ref();
-    let mut ready: crate::small::SmallList<TaskRef, 4> = crate::small::SmallList::new();
-    for dep in header.deps.iter() {
-        dep.var.cell().complete(dep.access, carry, &mut ready);
-    }
-    header.in_span(|| tracing::debug!(target: "depengine::op", ok = carry.is_none(), "finished"));
-    for next in ready.drain() {
-        if next.header().pending.release(1) {
-            header.shared.dispatch(next, false);
+    if !header.deps.is_empty() {
+        let mut ready: crate::small::SmallList<TaskRef, 4> = crate::small::SmallList::new();
+        for dep in header.deps.iter() {
+            dep.var.cell().complete(dep.access, carry, &mut ready);
+        }
+        for next in ready.drain() {
+            if next.header().pending.release(1) {
+                header.shared.dispatch(next, false);
+            }
         }
     }
+    header.in_span(|| tracing::debug!(target: "depengine::op", ok = carry.is_none(), "finished"));
     task.publish();
-    header.epoch.release();
 }
 
 /// Keeps an op alive until dropped: the op completes only once its body has
