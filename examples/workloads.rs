@@ -438,19 +438,22 @@ fn memory(engine: &Engine, peer: &str, n: usize) -> Result<(), String> {
     let v = engine.var(0u64);
     let held = futures::executor::block_on(v.write()).map_err(|e| e.to_string())?;
     let before = rss_bytes().ok_or("cannot read /proc/self/statm")?;
+    let start = Instant::now();
     for i in 0..n as u64 {
         drop(engine.op("queued").write(&v).run(move |(), (mut w,)| {
             *w = mix(i, *w);
             Ok(())
         }));
     }
+    let pushed = start.elapsed();
     let after = rss_bytes().ok_or("cannot read /proc/self/statm")?;
     drop(held);
     engine.blocking_wait_for_all().map_err(|e| e.to_string())?;
     println!(
-        "summary peer={peer} workload=memory n={n} rss_growth_bytes={} bytes_per_pending_op={:.1}",
+        "summary peer={peer} workload=memory n={n} rss_growth_bytes={} bytes_per_pending_op={:.1} push_ns_per_op={:.1}",
         after.saturating_sub(before),
-        after.saturating_sub(before) as f64 / n as f64
+        after.saturating_sub(before) as f64 / n as f64,
+        pushed.as_secs_f64() * 1e9 / n as f64
     );
     Ok(())
 }

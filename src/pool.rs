@@ -26,6 +26,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::op::TaskRef;
+use crate::small::SmallList;
 
 /// How many ops a worker runs from its next slot before it takes from the
 /// queue again (so that queued ops are never starved by a long chain).
@@ -157,6 +158,12 @@ impl Pool {
         self.shared.submit(task);
     }
 
+    /// Queues ready ops together: one lock, and as many wake-ups as there
+    /// are ops no watching worker will take.
+    pub(crate) fn submit_all(&self, tasks: SmallList<TaskRef, 8>) {
+        self.shared.submit_all(tasks);
+    }
+
     /// Hands a ready op made ready by an op this thread ran to this thread's
     /// next slot, if this thread is a worker of this pool, its slot is free
     /// and nothing more urgent is queued. Otherwise queues it.
@@ -199,25 +206,47 @@ impl Pool {
     }
 }
 
+impl Queue {
+    fn push(&mut self, task: TaskRef, urgent: &AtomicUsize) {
+        let priority = task.header().meta.priority;
+        if priority == 0 {
+            self.fifo.push_back(task);
+        } else {
+            if priority > 0 {
+                urgent.fetch_add(1, Ordering::Relaxed);
+            }
+            self.seq += 1;
+            let seq = self.seq;
+            self.heap.push(Queued { priority, seq, task });
+        }
+    }
+}
+
 impl PoolShared {
     fn submit(&self, task: TaskRef) {
-        let priority = task.header().meta.priority;
         let wake = {
             let mut q = lock(&self.queue);
-            if priority == 0 {
-                q.fifo.push_back(task);
-            } else {
-                if priority > 0 {
-                    self.urgent.fetch_add(1, Ordering::Relaxed);
-                }
-                q.seq += 1;
-                let seq = q.seq;
-                q.heap.push(Queued { priority, seq, task });
-            }
+            q.push(task, &self.urgent);
             self.queued.fetch_add(1, Ordering::SeqCst);
             q.sleeping > 0 && self.spinning.load(Ordering::SeqCst) == 0
         };
         if wake {
+            self.available.notify_one();
+        }
+    }
+
+    fn submit_all(&self, mut tasks: SmallList<TaskRef, 8>) {
+        let n = tasks.len();
+        let wakes = {
+            let mut q = lock(&self.queue);
+            for task in tasks.drain() {
+                q.push(task, &self.urgent);
+            }
+            self.queued.fetch_add(n, Ordering::SeqCst);
+            // Each watching worker takes one; parked ones are woken for the rest.
+            n.saturating_sub(self.spinning.load(Ordering::SeqCst)).min(q.sleeping)
+        };
+        for _ in 0..wakes {
             self.available.notify_one();
         }
     }

@@ -10,6 +10,7 @@ use super::config::{Config, EngineKind};
 use crate::device::{Device, Lane};
 use crate::op::{Exec, TaskRef};
 use crate::pool::Pool;
+use crate::small::SmallList;
 
 pub(crate) struct Dispatcher {
     naive: bool,
@@ -44,6 +45,42 @@ impl Dispatcher {
                 if at_push { pool.submit(task) } else { pool.submit_successor(task) }
             }
             _ => run_here(task, at_push),
+        }
+    }
+
+    /// Runs the ops one completion made ready (`dispatch(task, false)` for
+    /// each): the first pool op may go to this worker's next slot; the
+    /// others for one pool are queued together, under one lock, with as
+    /// many wake-ups as they need.
+    pub(crate) fn dispatch_successors(&self, tasks: impl Iterator<Item = TaskRef>) {
+        let mut slot_offered = false;
+        let mut batch: Option<(&Pool, SmallList<TaskRef, 8>)> = None;
+        for task in tasks {
+            let meta = &task.header().meta;
+            if meta.exec != Exec::Pool || self.naive {
+                run_here(task, false);
+                continue;
+            }
+            let pool = self.pool(meta.device(), meta.lane);
+            if !slot_offered {
+                slot_offered = true;
+                pool.submit_successor(task);
+                continue;
+            }
+            match &mut batch {
+                Some((p, list)) if std::ptr::eq(*p, pool) => list.push(task),
+                _ => {
+                    if let Some((p, list)) = batch.take() {
+                        p.submit_all(list);
+                    }
+                    let mut list = SmallList::new();
+                    list.push(task);
+                    batch = Some((pool, list));
+                }
+            }
+        }
+        if let Some((p, list)) = batch {
+            p.submit_all(list);
         }
     }
 

@@ -50,36 +50,40 @@ impl Drop for Epoch {
     }
 }
 
-pub(crate) struct Tracker {
-    state: Mutex<State>,
+pub(crate) struct Tracker<O> {
+    state: Mutex<State<O>>,
 }
 
-struct State {
+struct State<O> {
     current: Arc<Epoch>,
-    /// References to `current`, cloned ahead for pushes.
-    stash: Vec<Arc<Epoch>>,
+    /// References to `current` and to the owner, cloned ahead for pushes.
+    stash: Vec<(Arc<Epoch>, Arc<O>)>,
     closed: bool,
 }
 
-impl Tracker {
+impl<O> Tracker<O> {
     pub(crate) fn new() -> Self {
         let state = State { current: Epoch::new(), stash: Vec::with_capacity(BATCH), closed: false };
         Self { state: Mutex::new(state) }
     }
 
     /// Counts one more op in the current epoch, unless the engine is closed.
-    /// The op holds the returned reference until it completes.
-    pub(crate) fn enter(&self) -> Result<Arc<Epoch>, Error> {
+    /// The op holds the returned epoch reference until it completes, and
+    /// the reference to `owner` as long as it needs it.
+    ///
+    /// While the engine is open the stash may hold references to `owner`:
+    /// if the tracker lives inside its owner, closing it breaks that cycle.
+    pub(crate) fn enter(&self, owner: &Arc<O>) -> Result<(Arc<Epoch>, Arc<O>), Error> {
         let mut state = lock(&self.state);
         if state.closed {
             return Err(Error::new(Kind::Shutdown));
         }
-        if let Some(epoch) = state.stash.pop() {
-            return Ok(epoch);
+        if let Some(refs) = state.stash.pop() {
+            return Ok(refs);
         }
         let state = &mut *state;
-        state.stash.extend((1..BATCH).map(|_| state.current.clone()));
-        Ok(state.current.clone())
+        state.stash.extend((1..BATCH).map(|_| (state.current.clone(), owner.clone())));
+        Ok((state.current.clone(), owner.clone()))
     }
 
     /// Closes the current epoch (and, with `close`, the engine to new ops);
@@ -112,12 +116,13 @@ mod tests {
 
     #[test]
     fn wait_covers_earlier_epochs_and_not_later_ops() {
-        let t = Tracker::new();
-        let a = t.enter().unwrap();
+        let t: Tracker<()> = Tracker::new();
+        let owner = Arc::new(());
+        let a = t.enter(&owner).unwrap().0;
         let first = t.rotate(false);
-        let b = t.enter().unwrap();
+        let b = t.enter(&owner).unwrap().0;
         let second = t.rotate(false);
-        let c = t.enter().unwrap();
+        let c = t.enter(&owner).unwrap().0;
         assert!(!first.is_set() && !second.is_set());
         drop(b);
         assert!(!second.is_set(), "second waits for the first epoch too");
@@ -125,20 +130,23 @@ mod tests {
         assert!(first.is_set() && second.is_set(), "c, pushed later, is not waited for");
         drop(c);
         assert!(t.rotate(true).is_set());
-        assert!(t.enter().err().unwrap().is_shutdown());
+        assert!(t.enter(&owner).err().unwrap().is_shutdown());
+        assert_eq!(Arc::strong_count(&owner), 1, "closing gave back the stashed owner references");
     }
 
     #[test]
     fn empty_epoch_finishes_at_once() {
-        let t = Tracker::new();
+        let t: Tracker<()> = Tracker::new();
+        let owner = Arc::new(());
         assert!(t.rotate(false).is_set());
         assert!(t.rotate(false).is_set());
     }
 
     #[test]
     fn one_op_holding_back_many_epochs_finishes_them_without_recursion() {
-        let t = Tracker::new();
-        let op = t.enter().unwrap();
+        let t: Tracker<()> = Tracker::new();
+        let owner = Arc::new(());
+        let op = t.enter(&owner).unwrap().0;
         let latches: Vec<_> = (0..200_000).map(|_| t.rotate(false)).collect();
         assert!(latches.iter().all(|l| !l.is_set()));
         drop(op);

@@ -93,7 +93,7 @@ enum Role {
 pub(crate) struct Shared {
     config: config::Config,
     /// Written by every push: kept off the lines completing workers read.
-    tracker: Padded<Tracker>,
+    tracker: Padded<Tracker<Shared>>,
     dispatcher: Dispatcher,
     runtime: Option<tokio::runtime::Handle>,
     first_error: Mutex<Option<Error>>,
@@ -406,6 +406,11 @@ impl Shared {
         self.dispatcher.dispatch(task, at_push);
     }
 
+    /// Runs the ops a completion made ready.
+    pub(crate) fn dispatch_successors(&self, tasks: impl Iterator<Item = TaskRef>) {
+        self.dispatcher.dispatch_successors(tasks);
+    }
+
     fn close(&self, mode: ShutdownMode) -> Arc<Latch> {
         if mode == ShutdownMode::Cancel {
             self.cancelling.store(true, Ordering::Release);
@@ -434,7 +439,7 @@ impl Shared {
     ) -> Result<SlotRef<J::Output>, Error> {
         let exec = self.placement(&opts, starts_inline)?;
         let deps = self.normalize(decls, &opts.name)?;
-        let epoch = self.tracker.enter()?;
+        let (epoch, shared) = self.tracker.enter(self)?;
         let meta = Meta {
             name: opts.name,
             device: Meta::pack_device(opts.device).expect("device ordinals are checked at placement"),
@@ -446,7 +451,7 @@ impl Shared {
             cancellable: role == Role::User,
             deletes: role == Role::Delete,
         };
-        let cell = OpCell::new(Header::new(meta, deps, self.clone()), job, epoch);
+        let cell = OpCell::new(Header::new(meta, deps, shared), job, epoch);
         submit(cell.clone())?;
         self.pushed.fetch_add(1, Ordering::Relaxed);
         Ok(cell)

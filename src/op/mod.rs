@@ -266,11 +266,8 @@ fn finalize(task: &TaskRef) {
         for dep in header.deps.iter() {
             dep.var.cell().complete(dep.access, carry, &mut ready);
         }
-        for next in ready.drain() {
-            if next.header().pending.release(1) {
-                header.shared.dispatch(next, false);
-            }
-        }
+        let runnable = ready.drain().filter(|next| next.header().pending.release(1));
+        header.shared.dispatch_successors(runnable);
     }
     header.in_span(|| tracing::debug!(target: "depengine::op", ok = carry.is_none(), "finished"));
     task.publish();
