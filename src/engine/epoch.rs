@@ -137,7 +137,6 @@ mod tests {
     #[test]
     fn empty_epoch_finishes_at_once() {
         let t: Tracker<()> = Tracker::new();
-        let owner = Arc::new(());
         assert!(t.rotate(false).is_set());
         assert!(t.rotate(false).is_set());
     }
