@@ -559,3 +559,25 @@ impl<T: Send + Sync + 'static> Job for DeleteJob<T> {
         slot.store(Ok(value));
     }
 }
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+
+    /// Ops take their engine references from a stash inside the engine:
+    /// dropping the last handle must still free it once the ops are done.
+    #[test]
+    fn dropped_engine_is_freed_after_its_ops() {
+        let engine = Engine::builder().cpu_workers(2).build().unwrap();
+        let weak = Arc::downgrade(engine.shared());
+        for i in 0..100u64 {
+            drop(engine.op("noop").run(move |(), ()| Ok(i)));
+        }
+        drop(engine);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while weak.strong_count() > 0 {
+            assert!(std::time::Instant::now() < deadline, "engine still alive: {} refs", weak.strong_count());
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
