@@ -75,9 +75,6 @@ struct PoolShared {
     queued: AtomicUsize,
     /// Ops in the queue with a priority above zero.
     urgent: AtomicUsize,
-    /// Idle workers watching the queue (not parked): a push needs no
-    /// wake-up while one is.
-    spinning: AtomicUsize,
     stopping: AtomicBool,
 }
 
@@ -141,7 +138,6 @@ impl Pool {
             available: Condvar::new(),
             queued: AtomicUsize::new(0),
             urgent: AtomicUsize::new(0),
-            spinning: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
         });
         let threads = (0..workers.max(1))
@@ -158,8 +154,8 @@ impl Pool {
         self.shared.submit(task);
     }
 
-    /// Queues ready ops together: one lock, and as many wake-ups as there
-    /// are ops no watching worker will take.
+    /// Queues ready ops together: one lock, and a wake-up per op while
+    /// workers sleep.
     pub(crate) fn submit_all(&self, tasks: SmallList<TaskRef, 8>) {
         self.shared.submit_all(tasks);
     }
@@ -227,8 +223,8 @@ impl PoolShared {
         let wake = {
             let mut q = lock(&self.queue);
             q.push(task, &self.urgent);
-            self.queued.fetch_add(1, Ordering::SeqCst);
-            q.sleeping > 0 && self.spinning.load(Ordering::SeqCst) == 0
+            self.queued.fetch_add(1, Ordering::Release);
+            q.sleeping > 0
         };
         if wake {
             self.available.notify_one();
@@ -242,9 +238,8 @@ impl PoolShared {
             for task in tasks.drain() {
                 q.push(task, &self.urgent);
             }
-            self.queued.fetch_add(n, Ordering::SeqCst);
-            // Each watching worker takes one; parked ones are woken for the rest.
-            n.saturating_sub(self.spinning.load(Ordering::SeqCst)).min(q.sleeping)
+            self.queued.fetch_add(n, Ordering::Release);
+            n.min(q.sleeping)
         };
         for _ in 0..wakes {
             self.available.notify_one();
@@ -301,8 +296,7 @@ impl PoolShared {
     fn wait(&self) -> Option<TaskRef> {
         let start = Instant::now();
         let mut spins = 0u32;
-        self.spinning.fetch_add(1, Ordering::SeqCst);
-        while self.queued.load(Ordering::SeqCst) == 0 && !self.stopping.load(Ordering::Acquire) {
+        while self.queued.load(Ordering::Acquire) == 0 && !self.stopping.load(Ordering::Acquire) {
             spins += 1;
             if spins < 64 {
                 std::hint::spin_loop();
@@ -312,23 +306,10 @@ impl PoolShared {
                 break;
             }
         }
-        // A push that saw this worker spinning woke nobody: the queue is
-        // checked under its lock below, after this decrement, so that push
-        // is seen here.
-        self.spinning.fetch_sub(1, Ordering::SeqCst);
         let mut q = lock(&self.queue);
         loop {
             if let Some(task) = q.pop() {
                 self.note_popped(&task);
-                // Pushes skipped wake-ups while this worker spun: if more is
-                // queued and nobody else watches, pass the wake-up on.
-                let more = self.queued.load(Ordering::SeqCst) > 0
-                    && q.sleeping > 0
-                    && self.spinning.load(Ordering::SeqCst) == 0;
-                drop(q);
-                if more {
-                    self.available.notify_one();
-                }
                 return Some(task);
             }
             if self.stopping.load(Ordering::Acquire) {
