@@ -26,7 +26,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::op::TaskRef;
-use crate::small::SmallList;
 
 /// How many ops a worker runs from its next slot before it takes from the
 /// queue again (so that queued ops are never starved by a long chain).
@@ -156,7 +155,7 @@ impl Pool {
 
     /// Queues ready ops together: one lock, and a wake-up per op while
     /// workers sleep.
-    pub(crate) fn submit_all(&self, tasks: SmallList<TaskRef, 8>) {
+    pub(crate) fn submit_all(&self, tasks: impl Iterator<Item = TaskRef>) {
         self.shared.submit_all(tasks);
     }
 
@@ -220,23 +219,17 @@ impl Queue {
 
 impl PoolShared {
     fn submit(&self, task: TaskRef) {
-        let wake = {
-            let mut q = lock(&self.queue);
-            q.push(task, &self.urgent);
-            self.queued.fetch_add(1, Ordering::Release);
-            q.sleeping > 0
-        };
-        if wake {
-            self.available.notify_one();
-        }
+        self.submit_all(std::iter::once(task));
     }
 
-    fn submit_all(&self, mut tasks: SmallList<TaskRef, 8>) {
-        let n = tasks.len();
+    /// Queues ready ops under one lock; wakes one sleeping worker per op.
+    fn submit_all(&self, tasks: impl Iterator<Item = TaskRef>) {
         let wakes = {
             let mut q = lock(&self.queue);
-            for task in tasks.drain() {
+            let mut n = 0;
+            for task in tasks {
                 q.push(task, &self.urgent);
+                n += 1;
             }
             self.queued.fetch_add(n, Ordering::Release);
             n.min(q.sleeping)

@@ -35,33 +35,32 @@ impl Dispatcher {
         }
     }
 
-    /// Runs a ready op: on its pool, or here for inline placement and the
-    /// naive engine. `at_push`: the op became ready inside `push`.
-    pub(crate) fn dispatch(&self, task: TaskRef, at_push: bool) {
+    /// The pool that runs `task`; `None` if it runs on the thread that made
+    /// it ready (inline placement, the naive engine).
+    fn pool_for(&self, task: &TaskRef) -> Option<&Pool> {
         let meta = &task.header().meta;
-        match meta.exec {
-            Exec::Pool if !self.naive => {
-                let pool = self.pool(meta.device(), meta.lane);
-                if at_push { pool.submit(task) } else { pool.submit_successor(task) }
-            }
-            _ => run_here(task, at_push),
+        (meta.exec == Exec::Pool && !self.naive).then(|| self.pool(meta.device(), meta.lane))
+    }
+
+    /// Runs an op that became ready inside its push: on its pool, or here.
+    pub(crate) fn dispatch_pushed(&self, task: TaskRef) {
+        match self.pool_for(&task) {
+            Some(pool) => pool.submit(task),
+            None => run_here(task, true),
         }
     }
 
-    /// Runs the ops one completion made ready (`dispatch(task, false)` for
-    /// each): the first pool op may go to this worker's next slot; the
-    /// others for one pool are queued together, under one lock, with as
-    /// many wake-ups as they need.
+    /// Runs the ops one completion made ready: the first pool op may go to
+    /// this worker's next slot; the others for one pool are queued
+    /// together, under one lock.
     pub(crate) fn dispatch_successors(&self, tasks: impl Iterator<Item = TaskRef>) {
         let mut slot_offered = false;
         let mut batch: Option<(&Pool, SmallList<TaskRef, 8>)> = None;
         for task in tasks {
-            let meta = &task.header().meta;
-            if meta.exec != Exec::Pool || self.naive {
+            let Some(pool) = self.pool_for(&task) else {
                 run_here(task, false);
                 continue;
-            }
-            let pool = self.pool(meta.device(), meta.lane);
+            };
             if !slot_offered {
                 slot_offered = true;
                 pool.submit_successor(task);
@@ -70,8 +69,8 @@ impl Dispatcher {
             match &mut batch {
                 Some((p, list)) if std::ptr::eq(*p, pool) => list.push(task),
                 _ => {
-                    if let Some((p, list)) = batch.take() {
-                        p.submit_all(list);
+                    if let Some((p, mut list)) = batch.take() {
+                        p.submit_all(list.drain());
                     }
                     let mut list = SmallList::new();
                     list.push(task);
@@ -79,8 +78,8 @@ impl Dispatcher {
                 }
             }
         }
-        if let Some((p, list)) = batch {
-            p.submit_all(list);
+        if let Some((p, mut list)) = batch {
+            p.submit_all(list.drain());
         }
     }
 

@@ -42,8 +42,7 @@ impl Drop for Epoch {
     fn drop(&mut self) {
         self.done.set();
         let mut next = self.next.get_mut().unwrap_or_else(|e| e.into_inner()).take();
-        while let Some(epoch) = next.and_then(Arc::into_inner) {
-            let mut epoch = epoch;
+        while let Some(mut epoch) = next.and_then(Arc::into_inner) {
             next = epoch.next.get_mut().unwrap_or_else(|e| e.into_inner()).take();
             drop(epoch); // finished; it has no successor left to drop
         }

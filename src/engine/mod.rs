@@ -401,9 +401,9 @@ impl Shared {
         lock(&self.first_error).take().map_or(Ok(()), Err)
     }
 
-    /// Runs a ready op where its placement says.
-    pub(crate) fn dispatch(&self, task: TaskRef, at_push: bool) {
-        self.dispatcher.dispatch(task, at_push);
+    /// Runs an op that became ready inside its push, where its placement says.
+    pub(crate) fn dispatch_pushed(&self, task: TaskRef) {
+        self.dispatcher.dispatch_pushed(task);
     }
 
     /// Runs the ops a completion made ready.

@@ -244,7 +244,7 @@ pub(crate) fn submit(task: TaskRef) -> Result<(), Error> {
     header.in_span(|| tracing::debug!(target: "depengine::op", "pushed"));
     if header.pending.release(granted + 1) {
         let shared = header.shared.clone();
-        shared.dispatch(task, true);
+        shared.dispatch_pushed(task);
     }
     Ok(())
 }
