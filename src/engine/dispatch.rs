@@ -70,7 +70,7 @@ impl Dispatcher {
                 Some((p, list)) if std::ptr::eq(*p, pool) => list.push(task),
                 _ => {
                     if let Some((p, mut list)) = batch.take() {
-                        p.submit_all(list.drain());
+                        p.submit_all(list.drain(..));
                     }
                     let mut list = SmallList::new();
                     list.push(task);
@@ -79,7 +79,7 @@ impl Dispatcher {
             }
         }
         if let Some((p, mut list)) = batch {
-            p.submit_all(list.drain());
+            p.submit_all(list.drain(..));
         }
     }
 

@@ -499,12 +499,12 @@ impl Shared {
         if decls.len() > 1 {
             decls.sort_by_key(|d| d.var.id());
         }
-        if !decls.any_adjacent(|a, b| a.var.id() == b.var.id()) {
+        if !decls.windows(2).any(|w| w[0].var.id() == w[1].var.id()) {
             return Ok(decls);
         }
         let mut deps = DepList::new();
         let mut typed = (0usize, false); // typed declarations of the current var, any a write
-        for d in decls.drain() {
+        for d in decls.drain(..) {
             let is_write = d.access == Access::Write;
             match deps.last_mut() {
                 Some(last) if last.var.id() == d.var.id() => {

@@ -264,9 +264,9 @@ fn finalize(task: &TaskRef) {
     if !header.deps.is_empty() {
         let mut ready: crate::small::SmallList<TaskRef, 4> = crate::small::SmallList::new();
         for dep in header.deps.iter() {
-            dep.var.cell().complete(dep.access, carry, &mut ready);
+            dep.var.cell().complete(dep.access, carry, &mut |op| ready.push(op));
         }
-        let runnable = ready.drain().filter(|next| next.header().pending.release(1));
+        let runnable = ready.drain(..).filter(|next| next.header().pending.release(1));
         header.shared.dispatch_successors(runnable);
     }
     header.in_span(|| tracing::debug!(target: "depengine::op", ok = carry.is_none(), "finished"));

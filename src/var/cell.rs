@@ -51,20 +51,18 @@ impl<T: Grant> VarCell<T> {
     /// Completes one access of a finished op. A write stores `carry` (the
     /// error the op passes on) before letting successors through. The ops let
     /// through are appended to `ready`, in queue order.
-    pub(crate) fn complete(&self, access: Access, carry: Option<&Error>, ready: &mut impl Extend<T>) {
-        let mut granted: SmallList<T, 4> = SmallList::new();
+    pub(crate) fn complete(&self, access: Access, carry: Option<&Error>, ready: &mut impl FnMut(T)) {
         let mut state = self.lock();
-        let state = &mut *state;
+        let VarState { gate, error, .. } = &mut *state;
         if access == Access::Write {
             if let Some(err) = carry {
-                state.error = Some(err.clone());
+                *error = Some(err.clone());
             }
         }
-        state.gate.complete(access, &mut granted);
-        for op in granted.iter() {
-            op.on_grant(&mut state.error);
-        }
-        ready.extend(granted.drain());
+        gate.complete(access, &mut |op: T| {
+            op.on_grant(error);
+            ready(op);
+        });
     }
 
     /// Appends a deleting write and marks the var deleted, atomically: every
@@ -120,7 +118,7 @@ where
         guards.push(state);
     }
     let mut granted = 0;
-    for (mut state, (_, access)) in guards.drain().zip(deps) {
+    for (mut state, (_, access)) in guards.drain(..).zip(deps) {
         granted += usize::from(VarCell::append_locked(&mut state, access, op.clone()));
     }
     Ok(granted)
@@ -173,7 +171,7 @@ mod tests {
         }
         let boom = Error::invalid("boom");
         let mut ready = Vec::new();
-        cell.complete(Access::Write, Some(&boom), &mut ready);
+        cell.complete(Access::Write, Some(&boom), &mut |op| ready.push(op));
         assert_eq!(names(&ready), ["r1", "wait", "r2"]);
         assert_eq!(r1.seen().as_deref(), Some("invalid argument: boom"));
         assert_eq!(wait.seen().as_deref(), Some("invalid argument: boom"));

@@ -102,7 +102,7 @@ impl<T> Gate<T> {
     }
 
     /// Completes one running access; pushes what it let through onto `ready`.
-    pub(crate) fn complete(&mut self, access: Access, ready: &mut impl Extend<T>) {
+    pub(crate) fn complete(&mut self, access: Access, ready: &mut impl FnMut(T)) {
         match access {
             Access::Read => self.complete_read(ready),
             Access::Write => self.complete_write(ready),
@@ -110,7 +110,7 @@ impl<T> Gate<T> {
         self.debug_assert_invariants();
     }
 
-    fn complete_read(&mut self, ready: &mut impl Extend<T>) {
+    fn complete_read(&mut self, ready: &mut impl FnMut(T)) {
         assert!(self.running_reads > 0, "gate: read completed but none running");
         self.running_reads -= 1;
         if self.running_reads == 0 {
@@ -119,25 +119,25 @@ impl<T> Gate<T> {
         }
     }
 
-    fn complete_write(&mut self, ready: &mut impl Extend<T>) {
+    fn complete_write(&mut self, ready: &mut impl FnMut(T)) {
         assert!(self.write_running, "gate: write completed but none running");
         self.write_running = false;
         self.version += 1;
         while let Some((Access::Read, _)) = self.queue.front() {
             let (_, op) = self.queue.pop_front().expect("front exists");
             self.running_reads += 1;
-            ready.extend(Some(op));
+            ready(op);
         }
         if self.running_reads == 0 {
             self.let_write_through(ready);
         }
     }
 
-    fn let_write_through(&mut self, ready: &mut impl Extend<T>) {
+    fn let_write_through(&mut self, ready: &mut impl FnMut(T)) {
         if let Some((Access::Write, _)) = self.queue.front() {
             let (_, op) = self.queue.pop_front().expect("front exists");
             self.write_running = true;
-            ready.extend(Some(op));
+            ready(op);
         }
     }
 
@@ -170,7 +170,7 @@ mod tests {
                 }
                 Complete(access, expect) => {
                     let mut ready = Vec::new();
-                    gate.complete(access, &mut ready);
+                    gate.complete(access, &mut |op| ready.push(op));
                     assert_eq!(ready, expect, "step {i}: complete {access:?}");
                 }
             }
@@ -323,7 +323,7 @@ mod tests {
                 assert!(ops[r] == Read && ops[op] == Read, "{ops:?}: {op} and {r} overlap");
             }
             let mut ready = Vec::new();
-            gate.complete(ops[op], &mut ready);
+            gate.complete(ops[op], &mut |op| ready.push(op));
             running.extend(&ready);
             started.extend(ready);
         }

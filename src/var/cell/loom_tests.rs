@@ -75,7 +75,7 @@ impl World {
         }
         let mut ready = Vec::new();
         for &(v, access) in &tok.0.deps {
-            self.vars[v].complete(access, None, &mut ready);
+            self.vars[v].complete(access, None, &mut |op| ready.push(op));
         }
         for next in ready {
             if next.0.pending.release(1) {
