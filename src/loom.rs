@@ -5,7 +5,7 @@
 pub(crate) mod sync {
     pub(crate) use std::sync::{Mutex, MutexGuard};
     pub(crate) mod atomic {
-        pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+        pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
     }
 }
 
@@ -13,7 +13,7 @@ pub(crate) mod sync {
 pub(crate) mod sync {
     pub(crate) use loom::sync::{Mutex, MutexGuard};
     pub(crate) mod atomic {
-        pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+        pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
     }
 }
 

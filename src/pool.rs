@@ -259,6 +259,8 @@ impl PoolShared {
     fn work(&self) {
         POOL_ID.with(|id| id.set(self.id));
         let mut streak = 0;
+        // Shells of finished records, given back to the pushing threads.
+        let mut shells = Vec::with_capacity(crate::engine::SHELL_BATCH);
         loop {
             let next = NEXT.with(|next| next.borrow_mut().take());
             let task = match next {
@@ -274,13 +276,19 @@ impl PoolShared {
                 }
                 None => {
                     streak = 0;
-                    match self.try_pop().or_else(|| self.wait()) {
+                    match self.try_pop() {
                         Some(task) => task,
-                        None => return,
+                        None => {
+                            crate::engine::bury(&mut shells);
+                            match self.wait() {
+                                Some(task) => task,
+                                None => return,
+                            }
+                        }
                     }
                 }
             };
-            crate::engine::run_here(task, false);
+            crate::engine::run_on_worker(task, &mut shells);
         }
     }
 

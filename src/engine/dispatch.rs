@@ -4,9 +4,10 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use super::config::{Config, EngineKind};
+use super::graves;
 use crate::device::{Device, Lane};
 use crate::op::{Exec, TaskRef};
 use crate::pool::Pool;
@@ -151,6 +152,44 @@ pub(crate) fn run_here(task: TaskRef, now: bool) {
     execute(task);
     while let Some(next) = LOCAL.with(|local| local.borrow_mut().pop_front()) {
         execute(next);
+    }
+}
+
+/// Runs a ready op on a pool worker. If the worker then holds the op's last
+/// reference, the record is stripped (see `graves`) and its shell kept in
+/// `shells`, buried in the engine's graveyard every [`graves::BATCH`] ops.
+pub(crate) fn run_on_worker(mut task: TaskRef, shells: &mut Vec<TaskRef>) {
+    run_here(task.clone(), false);
+    let stripped = catch_unwind(AssertUnwindSafe(|| {
+        // Dropping what the record holds runs user destructors (a result
+        // nobody took, a var's data): contained like the op itself.
+        Arc::get_mut(&mut task).map(|op| op.strip()).is_some()
+    }));
+    match stripped {
+        Ok(true) => {
+            debug_assert!(
+                shells.first().is_none_or(|s| Arc::ptr_eq(&s.header().shared, &task.header().shared)),
+                "a worker runs the ops of one engine"
+            );
+            shells.push(task);
+            if shells.len() >= graves::BATCH {
+                bury(shells);
+            }
+        }
+        Ok(false) => {}
+        Err(payload) => tracing::error!(
+            target: "depengine",
+            "a panic escaped a destructor run when an op finished: {}",
+            crate::error::panic_message(&*payload)
+        ),
+    }
+}
+
+/// Buries a worker's shells in their engine's graveyard.
+pub(crate) fn bury(shells: &mut Vec<TaskRef>) {
+    if let Some(first) = shells.first() {
+        let shared = first.header().shared.clone();
+        shared.graves.bury(shells);
     }
 }
 

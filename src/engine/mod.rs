@@ -3,6 +3,7 @@
 mod config;
 mod dispatch;
 mod epoch;
+mod graves;
 mod latch;
 
 use std::borrow::Cow;
@@ -27,9 +28,11 @@ use crate::var::{Access, AcquireBuilder, AnyVar, Var};
 
 pub use config::{EngineBuilder, EngineKind};
 use dispatch::Dispatcher;
-pub(crate) use dispatch::run_here;
+pub(crate) use dispatch::{bury, run_on_worker};
 pub(crate) use epoch::Epoch;
 use epoch::Tracker;
+pub(crate) use graves::BATCH as SHELL_BATCH;
+use graves::Graveyard;
 use latch::{Latch, LatchWait};
 
 /// Var ids are unique across engines: they order lock acquisition.
@@ -99,6 +102,8 @@ pub(crate) struct Shared {
     first_error: Mutex<Option<Error>>,
     cancelling: AtomicBool,
     pushed: Padded<AtomicU64>,
+    /// Shells of op records, freed by pushes.
+    graves: Padded<Graveyard>,
 }
 
 impl Engine {
@@ -127,6 +132,7 @@ impl Engine {
             first_error: Mutex::new(None),
             cancelling: AtomicBool::new(false),
             pushed: Padded(AtomicU64::new(0)),
+            graves: Padded(Graveyard::new()),
         });
         Self { handle: Arc::new(EngineHandle { shared }) }
     }
@@ -415,7 +421,9 @@ impl Shared {
         if mode == ShutdownMode::Cancel {
             self.cancelling.store(true, Ordering::Release);
         }
-        self.tracker.rotate(true)
+        let latch = self.tracker.rotate(true);
+        self.graves.close();
+        latch
     }
 
     /// Pushes a user op.
@@ -437,6 +445,9 @@ impl Shared {
         job: J,
         starts_inline: bool,
     ) -> Result<SlotRef<J::Output>, Error> {
+        // Before allocating this op's record: memory freed here is what this
+        // thread's allocator hands out next.
+        self.graves.reap();
         let exec = self.placement(&opts, starts_inline)?;
         let deps = self.normalize(decls, &opts.name)?;
         let (epoch, shared) = self.tracker.enter(self)?;
@@ -579,5 +590,49 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "engine still alive: {} refs", weak.strong_count());
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+    }
+
+    /// Records of detached ops go back to the pushing thread as shells that
+    /// hold nothing their ops used: a var whose handles are all dropped is
+    /// freed, and a result nobody took is dropped, as soon as the ops finish.
+    #[test]
+    fn shells_hold_nothing_their_ops_used() {
+        let engine = Engine::builder().cpu_workers(1).build().unwrap();
+        let shared = engine.shared().clone();
+        let data = Arc::new(());
+        let result = Arc::new(());
+        let var = engine.var(data.clone());
+        for _ in 0..100 {
+            let result = result.clone();
+            drop(engine.op("touch").write(&var).run(move |(), (v,)| {
+                drop(v);
+                Ok(result)
+            }));
+        }
+        drop(var);
+        engine.blocking_wait_for_all().unwrap();
+        // The worker buries its shells when it runs out of work.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while shared.graves.len() == 0 || Arc::strong_count(&data) > 1 || Arc::strong_count(&result) > 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "shells {}, var data refs {}, result refs {}",
+                shared.graves.len(),
+                Arc::strong_count(&data),
+                Arc::strong_count(&result)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // A push frees shells on the pushing thread; closing frees the rest.
+        let before = shared.graves.len();
+        drop(engine.op("noop").run(|(), ()| Ok(())));
+        assert!(
+            shared.graves.len() < before,
+            "{} shells before the push, {} after",
+            before,
+            shared.graves.len()
+        );
+        engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
+        assert_eq!(shared.graves.len(), 0);
     }
 }

@@ -105,6 +105,15 @@ impl<J: Job> Task for OpCell<J> {
         }
         drop(epoch);
     }
+
+    fn strip(&mut self) {
+        self.header.strip();
+        let state = self.state.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.job = None;
+        state.epoch = None;
+        state.result = None;
+        state.waker = None;
+    }
 }
 
 impl<J: Job> OpSlot<J::Output> for OpCell<J> {

@@ -135,6 +135,13 @@ impl Header {
         }
     }
 
+    /// Drops the var references, span and errors (see [`Task::strip`]).
+    pub(crate) fn strip(&mut self) {
+        self.deps = DepList::new();
+        self.span = None;
+        *self.errors.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner) = OpErrors::default();
+    }
+
     /// The op's span, if a subscriber wants it.
     pub(crate) fn span(&self) -> Option<&tracing::Span> {
         self.span.as_deref()
@@ -225,6 +232,11 @@ pub(crate) trait Task: Send + Sync + 'static {
     /// releases the op's count in its epoch. Called once, after the op's
     /// vars are released.
     fn publish(&self);
+
+    /// Drops everything the record holds that anyone could observe (var
+    /// references, the result, the span, errors), leaving a shell whose
+    /// drop only frees memory. Called by the holder of the last reference.
+    fn strip(&mut self);
 }
 
 /// Submits a built op: appends it to all its vars at once, then dispatches

@@ -1,0 +1,102 @@
+//! Giving op records back to the threads that push them.
+//!
+//! Allocators serve a thread fastest from memory it freed itself. An op
+//! record is allocated by the pushing thread, but when its handle is
+//! detached, the last reference to it is the worker's that ran it: freed
+//! there, every record crossed threads through the allocator's shared arena,
+//! whose lock the pusher (allocating) and the workers (freeing) then took
+//! in turn for every op.
+//!
+//! Instead, a worker holding the last reference to an op it ran strips the
+//! record of everything anyone could observe (var references, result, span,
+//! errors), exactly when it would have dropped it, and buries the empty
+//! shell here, in batches. Each push frees up to two shells before it
+//! allocates its own record, so records cycle through the pusher's own
+//! allocator cache. Shells still hold a reference to their engine: closing
+//! the engine frees them all and turns later burials into plain drops.
+
+use crate::loom::lock;
+use crate::loom::sync::Mutex;
+use crate::loom::sync::atomic::{AtomicUsize, Ordering};
+use crate::op::TaskRef;
+use crate::small::SmallList;
+
+/// Shells a worker collects before burying them at once.
+pub(crate) const BATCH: usize = 32;
+
+/// Shells kept at most; beyond, workers free their batches themselves.
+const MAX_SHELLS: usize = 1024;
+
+/// Shells a push frees: more than one, so that the graveyard drains while
+/// a single thread pushes as fast as the workers complete.
+const REAP: usize = 2;
+
+pub(crate) struct Graveyard {
+    shells: Mutex<Shells>,
+    /// `shells.list.len()`, readable without the lock.
+    len: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Shells {
+    list: Vec<TaskRef>,
+    closed: bool,
+}
+
+impl Graveyard {
+    pub(crate) fn new() -> Self {
+        Self { shells: Mutex::new(Shells::default()), len: AtomicUsize::new(0) }
+    }
+
+    /// Takes a worker's batch of shells (leaving `batch` empty); frees them
+    /// on this thread instead if the graveyard is full or closed.
+    pub(crate) fn bury(&self, batch: &mut Vec<TaskRef>) {
+        let refused = {
+            let mut shells = lock(&self.shells);
+            if shells.closed || shells.list.len() + batch.len() > MAX_SHELLS {
+                std::mem::take(batch)
+            } else {
+                shells.list.append(batch);
+                self.len.store(shells.list.len(), Ordering::Relaxed);
+                Vec::new()
+            }
+        };
+        drop(refused);
+    }
+
+    /// Frees a few shells on this thread (outside the lock).
+    pub(crate) fn reap(&self) {
+        if self.len.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut freed: SmallList<TaskRef, REAP> = SmallList::new();
+        {
+            let mut shells = lock(&self.shells);
+            while freed.len() < REAP {
+                match shells.list.pop() {
+                    Some(shell) => freed.push(shell),
+                    None => break,
+                }
+            }
+            self.len.store(shells.list.len(), Ordering::Relaxed);
+        }
+        drop(freed);
+    }
+
+    /// Frees every shell and refuses later burials: shells hold references
+    /// to the engine that owns this graveyard.
+    pub(crate) fn close(&self) {
+        let list = {
+            let mut shells = lock(&self.shells);
+            shells.closed = true;
+            self.len.store(0, Ordering::Relaxed);
+            std::mem::take(&mut shells.list)
+        };
+        drop(list);
+    }
+
+    #[cfg(all(test, not(depengine_loom)))]
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.shells).list.len()
+    }
+}
