@@ -161,8 +161,8 @@ pub(crate) fn run_here(task: TaskRef, now: bool) {
 pub(crate) fn run_on_worker(mut task: TaskRef, shells: &mut Vec<TaskRef>) {
     run_here(task.clone(), false);
     let stripped = catch_unwind(AssertUnwindSafe(|| {
-        // Dropping what the record holds runs user destructors (a result
-        // nobody took, a var's data): contained like the op itself.
+        // Dropping what the record holds may run a user destructor (a
+        // result nobody took): contained like the op itself.
         Arc::get_mut(&mut task).map(|op| op.strip()).is_some()
     }));
     match stripped {

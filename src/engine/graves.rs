@@ -69,17 +69,13 @@ impl Graveyard {
         if self.len.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let mut freed: SmallList<TaskRef, REAP> = SmallList::new();
-        {
+        let freed: SmallList<TaskRef, REAP> = {
             let mut shells = lock(&self.shells);
-            while freed.len() < REAP {
-                match shells.list.pop() {
-                    Some(shell) => freed.push(shell),
-                    None => break,
-                }
-            }
-            self.len.store(shells.list.len(), Ordering::Relaxed);
-        }
+            let keep = shells.list.len().saturating_sub(REAP);
+            let freed = shells.list.drain(keep..).collect();
+            self.len.store(keep, Ordering::Relaxed);
+            freed
+        };
         drop(freed);
     }
 
