@@ -86,6 +86,7 @@ mod engine;
 mod error;
 mod loom;
 mod op;
+mod park;
 mod pool;
 mod small;
 mod var;

@@ -1,19 +1,19 @@
 //! Synchronisation primitives, switched to loom's under `--cfg depengine_loom`
-//! so that the var cells and op counters can be model checked.
+//! so that the var cells, op counters and worker parking can be model checked.
 
 #[cfg(not(depengine_loom))]
 pub(crate) mod sync {
-    pub(crate) use std::sync::{Mutex, MutexGuard};
+    pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
     pub(crate) mod atomic {
-        pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+        pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
     }
 }
 
 #[cfg(depengine_loom)]
 pub(crate) mod sync {
-    pub(crate) use loom::sync::{Mutex, MutexGuard};
+    pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
     pub(crate) mod atomic {
-        pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+        pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
     }
 }
 

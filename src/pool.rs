@@ -11,21 +11,26 @@
 //! * **spinning before parking**: an idle worker watches the queue for a
 //!   short while (yielding its core) before it sleeps, so a steady stream
 //!   of ops never pays for a thread wake-up;
-//! * **waking only sleepers**: a push wakes a worker only if one sleeps.
+//! * **no lock to submit**: priority-0 ops (the common case) go to a
+//!   lock-free FIFO, and a submit takes a lock only to wake a parked worker
+//!   (see `park.rs`).
 //!
-//! Priority-0 ops (the common case) sit in a FIFO; others in a heap that is
-//! consulted first for positive priorities and last for negative ones, which
-//! is exactly "highest first, FIFO among equals".
+//! Ops with other priorities sit in a heap that is consulted first for
+//! positive priorities and last for negative ones, which is exactly
+//! "highest first, FIFO among equals".
 
 use std::cell::{Cell, RefCell};
 use std::cmp::Ordering as CmpOrdering;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crossbeam_deque::{Injector, Steal};
+
 use crate::op::TaskRef;
+use crate::park::Parking;
 
 /// How many ops a worker runs from its next slot before it takes from the
 /// queue again (so that queued ops are never starved by a long chain).
@@ -68,22 +73,23 @@ pub(crate) struct Pool {
 
 struct PoolShared {
     id: usize,
-    queue: Mutex<Queue>,
-    available: Condvar,
-    /// Ops in the queue, readable without its lock (for spinning workers).
-    queued: AtomicUsize,
-    /// Ops in the queue with a priority above zero.
+    /// Priority-0 ops, FIFO: lock-free, so that a push and a worker taking
+    /// an op never wait for each other.
+    fifo: Injector<TaskRef>,
+    /// Ops with a non-zero priority.
+    heap: Mutex<Heap>,
+    /// Ops in `heap`, readable without its lock.
+    in_heap: AtomicUsize,
+    /// Ops in `heap` with a priority above zero.
     urgent: AtomicUsize,
+    parking: Parking,
     stopping: AtomicBool,
 }
 
 #[derive(Default)]
-struct Queue {
-    fifo: VecDeque<TaskRef>,
+struct Heap {
     heap: BinaryHeap<Queued>,
     seq: u64,
-    /// Workers parked on `available`.
-    sleeping: usize,
 }
 
 struct Queued {
@@ -112,18 +118,6 @@ impl PartialEq for Queued {
 
 impl Eq for Queued {}
 
-impl Queue {
-    fn pop(&mut self) -> Option<TaskRef> {
-        let urgent = self.heap.peek().is_some_and(|q| q.priority > 0);
-        if !urgent {
-            if let Some(task) = self.fifo.pop_front() {
-                return Some(task);
-            }
-        }
-        self.heap.pop().map(|q| q.task)
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -133,10 +127,11 @@ impl Pool {
     pub(crate) fn start(name: &str, workers: usize) -> std::io::Result<Self> {
         let shared = Arc::new(PoolShared {
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
-            queue: Mutex::new(Queue::default()),
-            available: Condvar::new(),
-            queued: AtomicUsize::new(0),
+            fifo: Injector::new(),
+            heap: Mutex::new(Heap::default()),
+            in_heap: AtomicUsize::new(0),
             urgent: AtomicUsize::new(0),
+            parking: Parking::default(),
             stopping: AtomicBool::new(false),
         });
         let threads = (0..workers.max(1))
@@ -153,8 +148,7 @@ impl Pool {
         self.shared.submit(task);
     }
 
-    /// Queues ready ops together: one lock, and a wake-up per op while
-    /// workers sleep.
+    /// Queues ready ops together: a wake-up per op while workers sleep.
     pub(crate) fn submit_all(&self, tasks: impl Iterator<Item = TaskRef>) {
         self.shared.submit_all(tasks);
     }
@@ -185,8 +179,7 @@ impl Pool {
     /// Tells the workers to exit once the queue is empty.
     pub(crate) fn stop(&self) {
         self.shared.stopping.store(true, Ordering::Release);
-        let _sync = lock(&self.shared.queue);
-        self.shared.available.notify_all();
+        self.shared.parking.notify_all();
     }
 
     /// Joins the workers (after `stop`), except the calling thread if it is one.
@@ -201,59 +194,72 @@ impl Pool {
     }
 }
 
-impl Queue {
-    fn push(&mut self, task: TaskRef, urgent: &AtomicUsize) {
-        let priority = task.header().meta.priority;
-        if priority == 0 {
-            self.fifo.push_back(task);
-        } else {
-            if priority > 0 {
-                urgent.fetch_add(1, Ordering::Relaxed);
-            }
-            self.seq += 1;
-            let seq = self.seq;
-            self.heap.push(Queued { priority, seq, task });
-        }
-    }
-}
-
 impl PoolShared {
     fn submit(&self, task: TaskRef) {
-        self.submit_all(std::iter::once(task));
+        self.enqueue(task);
+        self.parking.notify(1);
     }
 
-    /// Queues ready ops under one lock; wakes one sleeping worker per op.
+    /// Queues ready ops; wakes one sleeping worker per op.
     fn submit_all(&self, tasks: impl Iterator<Item = TaskRef>) {
-        let wakes = {
-            let mut q = lock(&self.queue);
-            let mut n = 0;
-            for task in tasks {
-                q.push(task, &self.urgent);
-                n += 1;
-            }
-            self.queued.fetch_add(n, Ordering::Release);
-            n.min(q.sleeping)
-        };
-        for _ in 0..wakes {
-            self.available.notify_one();
-        }
+        let n = tasks.map(|task| self.enqueue(task)).count();
+        self.parking.notify(n);
     }
 
+    fn enqueue(&self, task: TaskRef) {
+        let priority = task.header().meta.priority;
+        if priority == 0 {
+            self.fifo.push(task);
+            return;
+        }
+        let mut heap = lock(&self.heap);
+        if priority > 0 {
+            self.urgent.fetch_add(1, Ordering::Relaxed);
+        }
+        heap.seq += 1;
+        let seq = heap.seq;
+        heap.heap.push(Queued { priority, seq, task });
+        self.in_heap.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether an op is queued (without taking it).
+    fn has_work(&self) -> bool {
+        !self.fifo.is_empty() || self.in_heap.load(Ordering::Relaxed) > 0
+    }
+
+    /// Takes the next op: a positive priority first, then the FIFO, then a
+    /// negative priority.
     fn try_pop(&self) -> Option<TaskRef> {
-        if self.queued.load(Ordering::Acquire) == 0 {
+        if self.urgent.load(Ordering::Relaxed) > 0 {
+            if let Some(task) = self.pop_heap(|p| p > 0) {
+                return Some(task);
+            }
+        }
+        loop {
+            match self.fifo.steal() {
+                Steal::Success(task) => return Some(task),
+                Steal::Empty => break,
+                Steal::Retry => std::hint::spin_loop(),
+            }
+        }
+        if self.in_heap.load(Ordering::Relaxed) > 0 {
+            return self.pop_heap(|_| true);
+        }
+        None
+    }
+
+    /// Pops the heap's top op if its priority passes `take`.
+    fn pop_heap(&self, take: impl FnOnce(i32) -> bool) -> Option<TaskRef> {
+        let mut heap = lock(&self.heap);
+        if !take(heap.heap.peek()?.priority) {
             return None;
         }
-        let mut q = lock(&self.queue);
-        let task = q.pop()?;
-        self.note_popped(&task);
-        Some(task)
-    }
-
-    fn note_popped(&self, task: &TaskRef) {
-        self.queued.fetch_sub(1, Ordering::Relaxed);
-        if task.header().meta.priority > 0 {
+        let Queued { priority, task, .. } = heap.heap.pop()?;
+        self.in_heap.fetch_sub(1, Ordering::Relaxed);
+        if priority > 0 {
             self.urgent.fetch_sub(1, Ordering::Relaxed);
         }
+        Some(task)
     }
 
     fn work(&self) {
@@ -297,7 +303,7 @@ impl PoolShared {
     fn wait(&self) -> Option<TaskRef> {
         let start = Instant::now();
         let mut spins = 0u32;
-        while self.queued.load(Ordering::Acquire) == 0 && !self.stopping.load(Ordering::Acquire) {
+        while !self.has_work() && !self.stopping.load(Ordering::Acquire) {
             spins += 1;
             if spins < 64 {
                 std::hint::spin_loop();
@@ -307,18 +313,6 @@ impl PoolShared {
                 break;
             }
         }
-        let mut q = lock(&self.queue);
-        loop {
-            if let Some(task) = q.pop() {
-                self.note_popped(&task);
-                return Some(task);
-            }
-            if self.stopping.load(Ordering::Acquire) {
-                return None;
-            }
-            q.sleeping += 1;
-            q = self.available.wait(q).unwrap_or_else(|e| e.into_inner());
-            q.sleeping -= 1;
-        }
+        self.parking.park(|| self.try_pop(), || self.stopping.load(Ordering::Acquire))
     }
 }

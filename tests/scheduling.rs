@@ -69,3 +69,35 @@ fn a_long_chain_does_not_starve_queued_ops() {
     engine.blocking_wait_for_all().unwrap();
     assert_eq!(*futures::executor::block_on(chain.read()).unwrap(), LINKS);
 }
+
+/// Ops pushed just as idle workers go to sleep are never left in the queue:
+/// two threads push one op at a time with pauses around the workers' spin
+/// time, so that pushes race with workers parking, and wait for each op.
+#[test]
+fn ops_pushed_while_workers_park_all_run() {
+    let engine = Engine::builder().cpu_workers(2).build().unwrap();
+    let ran = Arc::new(AtomicU64::new(0));
+    let pushers: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (engine, ran) = (engine.clone(), ran.clone());
+            std::thread::spawn(move || {
+                for i in 0..300u64 {
+                    let ran = ran.clone();
+                    let op = engine.op("tick").run(move |(), ()| {
+                        ran.fetch_add(1, Ordering::Relaxed);
+                        Ok(())
+                    });
+                    // A lost wake-up leaves the op queued with every worker asleep.
+                    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                    while !op.is_finished() {
+                        assert!(std::time::Instant::now() < deadline, "op {i} of pusher {t} never ran");
+                        std::thread::yield_now();
+                    }
+                    std::thread::sleep(Duration::from_micros((i * 7 + t * 13) % 90));
+                }
+            })
+        })
+        .collect();
+    pushers.into_iter().for_each(|p| p.join().unwrap());
+    assert_eq!(ran.load(Ordering::Relaxed), 600);
+}
