@@ -463,7 +463,7 @@ impl Shared {
             deletes: role == Role::Delete,
         };
         let cell = OpCell::new(Header::new(meta, deps, shared), job, epoch);
-        submit(cell.clone())?;
+        submit(cell.clone(), self)?;
         self.pushed.fetch_add(1, Ordering::Relaxed);
         Ok(cell)
     }

@@ -241,8 +241,8 @@ pub(crate) trait Task: Send + Sync + 'static {
 
 /// Submits a built op: appends it to all its vars at once, then dispatches
 /// it if every dep was let through. On error nothing was appended (the op's
-/// epoch count goes with the record).
-pub(crate) fn submit(task: TaskRef) -> Result<(), Error> {
+/// epoch count goes with the record). `shared` is the op's engine.
+pub(crate) fn submit(task: TaskRef, shared: &Shared) -> Result<(), Error> {
     let header = task.header();
     let appended = if header.deps.is_empty() {
         Ok(0)
@@ -254,8 +254,10 @@ pub(crate) fn submit(task: TaskRef) -> Result<(), Error> {
     };
     let granted = appended?;
     header.in_span(|| tracing::debug!(target: "depengine::op", "pushed"));
-    if header.pending.release(granted + 1) {
-        let shared = header.shared.clone();
+    // Every dep let through at once: no completion can release this op,
+    // so it is ready without touching the shared count.
+    let ready = granted == header.deps.len() || header.pending.release(granted + 1);
+    if ready {
         shared.dispatch_pushed(task);
     }
     Ok(())
