@@ -7,10 +7,12 @@
 //! `WORKLOAD` is one of `w1_indep`, `w1_novars`, `w2_chain`, `w3_fan`,
 //! `w4_dag`, `w5_stencil`, or `all` (the default: every workload at its
 //! default parameters, `w4_dag` with SPIN 300 and 3000, the `w5_stencil`
-//! METG sweep, and `roundtrip`). Two more measurements are not in BENCH.md:
+//! METG sweep, `roundtrip` and `linetrip`). Two more measurements are not in BENCH.md:
 //! `roundtrip [N]` (push → blocking wait of one op on an idle engine, N
 //! times: median and p99) and `memory [N]` (N ops queued behind one held
-//! write: resident memory growth per op; run it alone, in its own process). `-` keeps a parameter's default. `--naive` (or
+//! write: resident memory growth per op; run it alone, in its own process),
+//! and `linetrip [N]` (the time to hand a cache line from one core to the
+//! other, the hardware's floor for any cross-core hand-off). `-` keeps a parameter's default. `--naive` (or
 //! `DEPENGINE_TYPE=naive`) runs the naive engine, which runs each op inside
 //! its push; other `DEPENGINE_*` variables configure the engine as README
 //! says.
@@ -458,6 +460,44 @@ fn memory(engine: &Engine, peer: &str, n: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// The hardware's floor for handing anything from one core to another: two
+/// threads take turns writing one cache line, `n` times each; the median
+/// over 5 reps of the time per hand-off (one way). A dependent op crosses
+/// cores at least once, and its record, queue slot and counters several
+/// times: this puts the per-op figures above in units of the machine.
+fn line_trip(peer: &str, n: u64) {
+    let n = n.max(1);
+    #[repr(align(128))]
+    struct Line(std::sync::atomic::AtomicU64);
+    let samples: Vec<f64> = (0..5)
+        .map(|_| {
+            let line = std::sync::Arc::new(Line(Default::default()));
+            let other = {
+                let line = line.clone();
+                std::thread::spawn(move || {
+                    for i in 0..n {
+                        while line.0.load(Ordering::Acquire) != 2 * i + 1 {
+                            std::hint::spin_loop();
+                        }
+                        line.0.store(2 * i + 2, Ordering::Release);
+                    }
+                })
+            };
+            let start = Instant::now();
+            for i in 0..n {
+                line.0.store(2 * i + 1, Ordering::Release);
+                while line.0.load(Ordering::Acquire) != 2 * i + 2 {
+                    std::hint::spin_loop();
+                }
+            }
+            let secs = start.elapsed().as_secs_f64();
+            other.join().expect("the other thread does not panic");
+            secs * 1e9 / (2 * n) as f64
+        })
+        .collect();
+    println!("summary peer={peer} workload=linetrip n={n} median_one_way_ns={:.1}", median(&samples));
+}
+
 fn parse<T: std::str::FromStr>(arg: Option<&String>, what: &str) -> Result<Option<T>, String> {
     match arg.map(String::as_str) {
         None | Some("-") => Ok(None),
@@ -513,6 +553,7 @@ fn run() -> Result<(), String> {
             ok &= one("w4_dag", Some(3000))?;
             ok &= metg_sweep(&engine, peer, None, None, reps)?;
             round_trip(&engine, peer, 20_000)?;
+            line_trip(peer, 200_000);
             ok
         }
         "w5_stencil" if spin.is_none() => metg_sweep(&engine, peer, n, p, reps)?,
@@ -522,6 +563,10 @@ fn run() -> Result<(), String> {
         }
         "memory" => {
             memory(&engine, peer, n.unwrap_or(1_000_000))?;
+            true
+        }
+        "linetrip" => {
+            line_trip(peer, n.unwrap_or(200_000) as u64);
             true
         }
         name => one(name, spin)?,
