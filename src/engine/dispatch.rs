@@ -53,7 +53,7 @@ impl Dispatcher {
 
     /// Runs the ops one completion made ready: the first pool op may go to
     /// this worker's next slot; the others for one pool are queued
-    /// together, under one lock.
+    /// together, with one look for parked workers to wake.
     pub(crate) fn dispatch_successors(&self, tasks: impl Iterator<Item = TaskRef>) {
         let mut slot_offered = false;
         let mut batch: Option<(&Pool, SmallList<TaskRef, 8>)> = None;
