@@ -62,12 +62,6 @@ impl Parking {
     }
 }
 
-impl std::fmt::Debug for Parking {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Parking").field("sleepers", &self.sleepers.load(Ordering::Relaxed)).finish()
-    }
-}
-
 #[cfg(all(test, depengine_loom))]
 mod loom_tests {
     use super::*;

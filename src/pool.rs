@@ -202,7 +202,11 @@ impl PoolShared {
 
     /// Queues ready ops; wakes one sleeping worker per op.
     fn submit_all(&self, tasks: impl Iterator<Item = TaskRef>) {
-        let n = tasks.map(|task| self.enqueue(task)).count();
+        let mut n = 0;
+        for task in tasks {
+            self.enqueue(task);
+            n += 1;
+        }
         self.parking.notify(n);
     }
 

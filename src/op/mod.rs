@@ -244,6 +244,7 @@ pub(crate) trait Task: Send + Sync + 'static {
 /// epoch count goes with the record). `shared` is the op's engine.
 pub(crate) fn submit(task: TaskRef, shared: &Shared) -> Result<(), Error> {
     let header = task.header();
+    debug_assert!(std::ptr::eq(shared, &*header.shared), "an op is submitted to its own engine");
     let appended = if header.deps.is_empty() {
         Ok(0)
     } else if header.meta.deletes {
