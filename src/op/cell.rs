@@ -49,6 +49,9 @@ pub(crate) trait OpSlot<R>: Task {
 
 pub(crate) type SlotRef<R> = Arc<dyn OpSlot<R>>;
 
+/// The header first (`repr(C)`): its hot prefix must follow the record's
+/// reference counts (see [`Header`]).
+#[repr(C)]
 pub(crate) struct OpCell<J: Job> {
     header: Header,
     state: Mutex<State<J>>,
