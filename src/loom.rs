@@ -5,7 +5,9 @@
 pub(crate) mod sync {
     pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
     pub(crate) mod atomic {
-        pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+        pub(crate) use std::sync::atomic::{
+            AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+        };
     }
 }
 
@@ -13,8 +15,35 @@ pub(crate) mod sync {
 pub(crate) mod sync {
     pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
     pub(crate) mod atomic {
-        pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+        pub(crate) use loom::sync::atomic::{
+            AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+        };
     }
+}
+
+/// A cell whose accesses the caller synchronizes; loom's checks them.
+#[cfg(not(depengine_loom))]
+pub(crate) mod cell {
+    /// `std`'s `UnsafeCell` with loom's closure-based accessor.
+    #[derive(Debug, Default)]
+    pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    impl<T> UnsafeCell<T> {
+        pub(crate) const fn new(value: T) -> Self {
+            Self(std::cell::UnsafeCell::new(value))
+        }
+
+        /// Calls `f` with a pointer to the value; dereferencing it is the
+        /// caller's (unsafe) business.
+        pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
+}
+
+#[cfg(depengine_loom)]
+pub(crate) mod cell {
+    pub(crate) use loom::cell::UnsafeCell;
 }
 
 /// Locks a mutex, ignoring poisoning: no engine code panics while holding a

@@ -5,18 +5,17 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use futures::FutureExt;
 
 use super::access::{Item, OpToken};
 use super::handle::Completion;
+use super::slot::{Published, ResultSlot};
 use super::{Header, Task, TaskRef, release_live};
 use crate::engine::Epoch;
 use crate::error::{BoxError, Error, Kind, panic_message};
-use crate::loom::lock;
-use crate::loom::sync::Mutex;
-use crate::loom::sync::atomic::Ordering;
+use crate::loom::cell::UnsafeCell;
 
 /// An op's body, typed.
 pub(crate) trait Job: Send + 'static {
@@ -54,32 +53,42 @@ pub(crate) type SlotRef<R> = Arc<dyn OpSlot<R>>;
 #[repr(C)]
 pub(crate) struct OpCell<J: Job> {
     header: Header,
-    state: Mutex<State<J>>,
+    /// The result, the handle's waker, and the claims on `job` and `epoch`.
+    slot: ResultSlot<Result<J::Output, Error>>,
+    /// The body, until the op starts.
+    job: UnsafeCell<Option<J>>,
+    /// The op's count in its `wait_for_all` epoch, held until it completes.
+    epoch: UnsafeCell<Option<Arc<Epoch>>>,
 }
 
-struct State<J: Job> {
-    job: Option<J>,
-    /// The op's count in its `wait_for_all` epoch, held until it completes.
-    epoch: Option<Arc<Epoch>>,
-    result: Option<Result<J::Output, Error>>,
-    stored: bool,
-    waker: Option<Waker>,
-}
+// SAFETY: besides the header and the slot (both `Sync`), an op shared
+// between threads gives access to `job` only to the `execute` that claimed
+// the slot's start, and to `epoch` only to the `publish` that published
+// first; `strip` has `&mut self`. So only `Send` values move across.
+#[allow(unsafe_code)]
+unsafe impl<J: Job> Sync for OpCell<J> {}
 
 impl<J: Job> OpCell<J> {
     pub(crate) fn new(header: Header, job: J, epoch: Arc<Epoch>) -> Arc<Self> {
-        let state = State { job: Some(job), epoch: Some(epoch), result: None, stored: false, waker: None };
-        Arc::new(Self { header, state: Mutex::new(state) })
+        Arc::new(Self {
+            header,
+            slot: ResultSlot::new(),
+            job: UnsafeCell::new(Some(job)),
+            epoch: UnsafeCell::new(Some(epoch)),
+        })
     }
 }
 
+#[allow(unsafe_code)]
 impl<J: Job> Task for OpCell<J> {
     fn header(&self) -> &Header {
         &self.header
     }
 
     fn execute(self: Arc<Self>) {
-        let Some(job) = lock(&self.state).job.take() else {
+        // SAFETY: the start is claimed once; only its claimer reads `job`.
+        let job = self.slot.start().then(|| self.job.with_mut(|job| unsafe { (*job).take() }));
+        let Some(Some(job)) = job else {
             debug_assert!(false, "op executed twice");
             return;
         };
@@ -98,11 +107,12 @@ impl<J: Job> Task for OpCell<J> {
     }
 
     fn publish(&self) {
-        let (waker, epoch) = {
-            let mut state = lock(&self.state);
-            self.header.published.store(true, Ordering::Release);
-            (state.waker.take(), state.epoch.take())
+        let Published::First(waker) = self.slot.publish() else {
+            debug_assert!(false, "op published twice");
+            return;
         };
+        // SAFETY: this call published first; only it reads `epoch`.
+        let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -111,24 +121,20 @@ impl<J: Job> Task for OpCell<J> {
 
     fn strip(&mut self) {
         self.header.strip();
-        let state = self.state.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
-        state.job = None;
-        state.epoch = None;
-        state.result = None;
-        state.waker = None;
+        self.slot.clear();
+        // SAFETY: `&mut self`: no other access.
+        self.job.with_mut(|job| unsafe { *job = None });
+        // SAFETY: as above.
+        self.epoch.with_mut(|epoch| unsafe { *epoch = None });
     }
 }
 
 impl<J: Job> OpSlot<J::Output> for OpCell<J> {
     fn store(self: Arc<Self>, result: Result<J::Output, Error>) {
         let outcome = result.as_ref().map(|_| ()).map_err(Clone::clone);
-        {
-            let mut state = lock(&self.state);
-            if state.stored {
-                return;
-            }
-            state.stored = true;
-            state.result = Some(result);
+        if let Err(ignored) = self.slot.store(result) {
+            drop(ignored);
+            return;
         }
         self.header.record_outcome(outcome.as_ref().map(|_| ()));
         if let Err(err) = outcome {
@@ -141,20 +147,11 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
     }
 
     fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<J::Output, Error>> {
-        let mut state = lock(&self.state);
-        if self.header.published.load(Ordering::Acquire) {
-            let result = state.result.take().expect("op handle polled after it returned its result");
-            return Poll::Ready(result);
-        }
-        match &state.waker {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            _ => state.waker = Some(cx.waker().clone()),
-        }
-        Poll::Pending
+        self.slot.poll(cx)
     }
 
     fn is_complete(&self) -> bool {
-        self.header.published.load(Ordering::Acquire)
+        self.slot.is_published()
     }
 }
 

@@ -18,6 +18,7 @@ pub(crate) mod builder;
 pub(crate) mod cell;
 pub(crate) mod countdown;
 pub(crate) mod handle;
+pub(crate) mod slot;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -92,8 +93,6 @@ pub(crate) struct Header {
     /// Whether `errors` holds anything: the common, error-free path never
     /// takes its lock.
     has_errors: AtomicBool,
-    /// Set once the result is published: lets waiters check without a lock.
-    pub(crate) published: AtomicBool,
     pub(crate) meta: Meta,
     pub(crate) deps: DepList,
     pub(crate) shared: Arc<Shared>,
@@ -139,7 +138,6 @@ impl Header {
             shared,
             errors: Mutex::new(OpErrors::default()),
             has_errors: AtomicBool::new(false),
-            published: AtomicBool::new(false),
             span: if span.is_disabled() { None } else { Some(Box::new(span)) },
         }
     }

@@ -1,0 +1,285 @@
+//! An op's result slot: the body's result, the handle's waker and the op's
+//! start claim, kept in step by one state word instead of a lock.
+//!
+//! Each bit of the word is set once (only a registration sets and clears
+//! `REGISTERING`), and each owns a part of the slot:
+//!
+//! * `STARTED` — claimed by the one `start` that may run the op's body;
+//! * `STORED` — claimed by the one `store` that writes the value;
+//! * `PUBLISHED` — set by `publish`, which the caller orders after the
+//!   store: from then on the value may be read;
+//! * `TAKEN` — claimed by the one reader that takes the value;
+//! * `REGISTERING` — a poll is writing the waker; `publish` stays away from
+//!   it, and the poll sees `PUBLISHED` when it is done if it came meanwhile;
+//! * `WAKER` — a waker is registered; the `publish` that finds it (and no
+//!   registration in progress) takes and returns it.
+//!
+//! A completing op thus pays one atomic read-modify-write to store, one to
+//! publish, and none for a waker nobody registered.
+
+use std::task::{Context, Poll, Waker};
+
+use crate::loom::cell::UnsafeCell;
+use crate::loom::sync::atomic::{AtomicU8, Ordering};
+
+const STARTED: u8 = 1;
+const STORED: u8 = 1 << 1;
+const PUBLISHED: u8 = 1 << 2;
+const TAKEN: u8 = 1 << 3;
+const WAKER: u8 = 1 << 4;
+const REGISTERING: u8 = 1 << 5;
+
+pub(crate) struct ResultSlot<T> {
+    state: AtomicU8,
+    value: UnsafeCell<Option<T>>,
+    waker: UnsafeCell<Option<Waker>>,
+}
+
+// SAFETY: the cells are reached only by the holder of the state bit that
+// owns them (module docs): `value` by the claimer of `STORED` before
+// `PUBLISHED` and by the claimer of `TAKEN` after it, whose `Acquire` of
+// `PUBLISHED` pairs with `publish`'s `Release`; `waker` by a poll holding
+// `REGISTERING` while `PUBLISHED` is unset, and by the one `publish` that
+// saw `WAKER` without `REGISTERING` (after which no poll touches it). So
+// sharing a slot only moves a `T` (and wakers, which are `Send`) between
+// threads.
+#[allow(unsafe_code)]
+unsafe impl<T: Send> Sync for ResultSlot<T> {}
+
+/// What [`ResultSlot::publish`] found.
+pub(crate) enum Published {
+    /// This call published; the registered waker, if any, is to be woken.
+    First(Option<Waker>),
+    /// An earlier call had published.
+    Again,
+}
+
+#[allow(unsafe_code)]
+impl<T> ResultSlot<T> {
+    pub(crate) fn new() -> Self {
+        Self { state: AtomicU8::new(0), value: UnsafeCell::new(None), waker: UnsafeCell::new(None) }
+    }
+
+    /// Claims the start of the op: true for the first call only.
+    pub(crate) fn start(&self) -> bool {
+        self.state.fetch_or(STARTED, Ordering::Relaxed) & STARTED == 0
+    }
+
+    /// Stores `value` unless a value was stored already; gives it back then.
+    pub(crate) fn store(&self, value: T) -> Result<(), T> {
+        if self.state.fetch_or(STORED, Ordering::Relaxed) & STORED != 0 {
+            return Err(value);
+        }
+        // SAFETY: this call claimed `STORED`; the value is read only after
+        // `PUBLISHED`, which the caller sets after this call returns.
+        self.value.with_mut(|value_ptr| unsafe { *value_ptr = Some(value) });
+        Ok(())
+    }
+
+    /// Makes the stored value readable. The caller must have stored one,
+    /// in a call that happens-before this one.
+    pub(crate) fn publish(&self) -> Published {
+        let prev = self.state.fetch_or(PUBLISHED, Ordering::AcqRel);
+        if prev & PUBLISHED != 0 {
+            return Published::Again;
+        }
+        if prev & (WAKER | REGISTERING) != WAKER {
+            return Published::First(None);
+        }
+        // SAFETY: a waker was registered and no poll is writing it; with
+        // `PUBLISHED` set, none will again. The `Acquire` above pairs with
+        // the registering poll's `Release`.
+        Published::First(self.waker.with_mut(|waker| unsafe { (*waker).take() }))
+    }
+
+    /// Whether the value is published.
+    pub(crate) fn is_published(&self) -> bool {
+        self.state.load(Ordering::Acquire) & PUBLISHED != 0
+    }
+
+    /// The value once published; else registers `cx`'s waker for `publish`.
+    ///
+    /// # Panics
+    ///
+    /// If the value was taken already.
+    pub(crate) fn poll(&self, cx: &mut Context<'_>) -> Poll<T> {
+        if self.is_published() {
+            return Poll::Ready(self.take());
+        }
+        // Cloned (and a displaced waker dropped) outside the claim: a
+        // waker's code must not run while `REGISTERING` is held.
+        let waker = cx.waker().clone();
+        let prev = self.state.fetch_or(REGISTERING, Ordering::Acquire);
+        if prev & PUBLISHED != 0 {
+            return Poll::Ready(self.take());
+        }
+        if prev & REGISTERING != 0 {
+            // Another poll is registering (the engine never polls one op
+            // from two places): ask to be polled again rather than wait.
+            waker.wake();
+            return Poll::Pending;
+        }
+        // SAFETY: this poll set `REGISTERING` before `PUBLISHED` was set,
+        // so `publish` will not touch the waker until the bit is cleared.
+        let displaced = self.waker.with_mut(|slot| unsafe {
+            match &*slot {
+                Some(current) if current.will_wake(&waker) => Some(waker),
+                _ => (*slot).replace(waker),
+            }
+        });
+        let prev = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| Some((s & !REGISTERING) | WAKER))
+            .unwrap_or_else(|s| s);
+        drop(displaced);
+        if prev & PUBLISHED != 0 {
+            // Published while registering: `publish` left the waker alone.
+            return Poll::Ready(self.take());
+        }
+        Poll::Pending
+    }
+
+    /// Takes the value; the caller has seen `PUBLISHED` with `Acquire`.
+    fn take(&self) -> T {
+        let prev = self.state.fetch_or(TAKEN, Ordering::Acquire);
+        assert!(prev & TAKEN == 0, "op handle polled after it returned its result");
+        // SAFETY: published, so the store's write happens-before this read
+        // and no one writes the value again; this call claimed `TAKEN`.
+        let value = self.value.with_mut(|value| unsafe { (*value).take() });
+        value.expect("a published op has a stored result")
+    }
+
+    /// Drops the value and the waker.
+    pub(crate) fn clear(&mut self) {
+        // SAFETY: `&mut self`: no other access.
+        self.value.with_mut(|value| unsafe { *value = None });
+        // SAFETY: as above.
+        self.waker.with_mut(|waker| unsafe { *waker = None });
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn counting_waker() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
+    #[test]
+    fn first_store_wins_and_publish_wakes_the_last_registered_waker() {
+        let slot = ResultSlot::new();
+        let (first, w1) = counting_waker();
+        let (second, w2) = counting_waker();
+        assert!(slot.poll(&mut Context::from_waker(&w1)).is_pending());
+        assert!(slot.poll(&mut Context::from_waker(&w2)).is_pending());
+        assert!(slot.start() && !slot.start());
+        assert!(slot.store(1).is_ok());
+        assert_eq!(slot.store(2), Err(2));
+        let Published::First(Some(waker)) = slot.publish() else {
+            panic!("the registered waker is returned")
+        };
+        waker.wake();
+        assert!(matches!(slot.publish(), Published::Again));
+        assert_eq!(first.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert_eq!(second.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(slot.poll(&mut Context::from_waker(&w2)), Poll::Ready(1));
+    }
+
+    #[test]
+    #[should_panic(expected = "polled after it returned its result")]
+    fn taking_twice_panics() {
+        let slot = ResultSlot::new();
+        slot.store(()).unwrap();
+        let _ = slot.publish();
+        let waker = Waker::noop();
+        let _ = slot.poll(&mut Context::from_waker(waker));
+        let _ = slot.poll(&mut Context::from_waker(waker));
+    }
+}
+
+#[cfg(all(test, depengine_loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counting_waker() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
+    /// A handle polling (twice, with different wakers) while another thread
+    /// stores and publishes: in every interleaving, a poll that returned
+    /// `Pending` last has its waker woken, and the value arrives intact.
+    #[test]
+    fn no_lost_wake_up() {
+        loom::model(|| {
+            let slot = Arc::new(ResultSlot::new());
+            let completer = {
+                let slot = slot.clone();
+                loom::thread::spawn(move || {
+                    slot.store(7u32).unwrap();
+                    if let Published::First(Some(waker)) = slot.publish() {
+                        waker.wake();
+                    }
+                })
+            };
+            let (first, w1) = counting_waker();
+            let (second, w2) = counting_waker();
+            let mut last = (&second, &w2);
+            let mut got = slot.poll(&mut Context::from_waker(&w1));
+            if got.is_pending() {
+                got = slot.poll(&mut Context::from_waker(&w2));
+            } else {
+                last = (&first, &w1);
+            }
+            completer.join().unwrap();
+            if got.is_pending() {
+                assert_eq!(last.0.0.load(Ordering::SeqCst), 1, "the last registered waker was not woken");
+                got = slot.poll(&mut Context::from_waker(last.1));
+            }
+            assert_eq!(got, Poll::Ready(7));
+        });
+    }
+
+    /// Two stores racing (a completion token and an unwinding body): one
+    /// wins, the other gets its value back, and the winner's is published.
+    #[test]
+    fn one_store_wins() {
+        loom::model(|| {
+            let slot = Arc::new(ResultSlot::new());
+            let other = {
+                let slot = slot.clone();
+                loom::thread::spawn(move || slot.store(2u32).is_ok())
+            };
+            let mine = slot.store(1u32).is_ok();
+            let theirs = other.join().unwrap();
+            assert!(mine ^ theirs);
+            assert!(matches!(slot.publish(), Published::First(None)));
+            let got = slot.poll(&mut Context::from_waker(Waker::noop()));
+            assert_eq!(got, Poll::Ready(if mine { 1 } else { 2 }));
+        });
+    }
+}
