@@ -10,26 +10,23 @@
 //! Instead, a worker holding the last reference to an op it ran strips the
 //! record of everything anyone could observe (var references, result, span,
 //! errors), exactly when it would have dropped it, and buries the empty
-//! shell here, in batches. Each push frees up to two shells before it
-//! allocates its own record, so records cycle through the pusher's own
-//! allocator cache. Shells still hold a reference to their engine: closing
+//! shell here, in batches. Each push takes one: it rebuilds its own op in
+//! the shell if the shell's op type is its own (no allocator call at all:
+//! the common case of a loop pushing one kind of op), else frees it just
+//! before it allocates, so records cycle through the pusher's own allocator
+//! cache. Shells still hold a reference to their engine: closing
 //! the engine frees them all and turns later burials into plain drops.
 
 use crate::loom::lock;
 use crate::loom::sync::Mutex;
 use crate::loom::sync::atomic::{AtomicUsize, Ordering};
 use crate::op::TaskRef;
-use crate::small::SmallList;
 
 /// Shells a worker collects before burying them at once.
 pub(crate) const BATCH: usize = 32;
 
 /// Shells kept at most; beyond, workers free their batches themselves.
 const MAX_SHELLS: usize = 1024;
-
-/// Shells a push frees: more than one, so that the graveyard drains while
-/// a single thread pushes as fast as the workers complete.
-const REAP: usize = 2;
 
 pub(crate) struct Graveyard {
     shells: Mutex<Shells>,
@@ -64,19 +61,22 @@ impl Graveyard {
         drop(refused);
     }
 
-    /// Frees a few shells on this thread (outside the lock).
-    pub(crate) fn reap(&self) {
+    /// Takes a shell for a push to reuse (or free, if its op type differs),
+    /// and frees one more on this thread while more than [`BATCH`] wait,
+    /// so that the graveyard drains when it fills faster than pushes take.
+    pub(crate) fn take(&self) -> Option<TaskRef> {
         if self.len.load(Ordering::Relaxed) == 0 {
-            return;
+            return None;
         }
-        let freed: SmallList<TaskRef, REAP> = {
+        let (shell, extra) = {
             let mut shells = lock(&self.shells);
-            let keep = shells.list.len().saturating_sub(REAP);
-            let freed = shells.list.drain(keep..).collect();
-            self.len.store(keep, Ordering::Relaxed);
-            freed
+            let shell = shells.list.pop();
+            let extra = if shells.list.len() > BATCH { shells.list.pop() } else { None };
+            self.len.store(shells.list.len(), Ordering::Relaxed);
+            (shell, extra)
         };
-        drop(freed);
+        drop(extra);
+        shell
     }
 
     /// Frees every shell and refuses later burials: shells hold references
@@ -94,5 +94,11 @@ impl Graveyard {
     #[cfg(all(test, not(depengine_loom)))]
     pub(crate) fn len(&self) -> usize {
         lock(&self.shells).list.len()
+    }
+
+    /// Where the shells' records are, oldest first.
+    #[cfg(all(test, not(depengine_loom)))]
+    pub(crate) fn addresses(&self) -> Vec<*const ()> {
+        lock(&self.shells).list.iter().map(|s| std::sync::Arc::as_ptr(s).cast()).collect()
     }
 }

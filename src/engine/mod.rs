@@ -445,9 +445,9 @@ impl Shared {
         job: J,
         starts_inline: bool,
     ) -> Result<SlotRef<J::Output>, Error> {
-        // Before allocating this op's record: memory freed here is what this
-        // thread's allocator hands out next.
-        self.graves.reap();
+        // A shell to build this op's record in, or to free just before
+        // allocating it: then it is what this thread's allocator hands out.
+        let shell = self.graves.take();
         let exec = self.placement(&opts, starts_inline)?;
         let deps = self.normalize(decls, &opts.name)?;
         let (epoch, shared) = self.tracker.enter(self)?;
@@ -462,7 +462,7 @@ impl Shared {
             cancellable: role == Role::User,
             deletes: role == Role::Delete,
         };
-        let cell = OpCell::new(Header::new(meta, deps, shared), job, epoch);
+        let cell = OpCell::new(shell, Header::new(meta, deps, shared), job, epoch);
         submit(cell.clone(), self)?;
         self.pushed.fetch_add(1, Ordering::Relaxed);
         Ok(cell)
@@ -590,6 +590,42 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "engine still alive: {} refs", weak.strong_count());
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+    }
+
+    /// A push builds its op in the last buried shell when that shell held
+    /// an op of the same type (and frees it otherwise); the rebuilt op runs
+    /// and returns its own result.
+    #[test]
+    fn push_builds_its_op_in_a_shell_of_its_type() {
+        let engine = Engine::builder().cpu_workers(1).build().unwrap();
+        let shared = engine.shared().clone();
+        let var = engine.var(0u64);
+        let add = |i: u64| {
+            engine.op("add").write(&var).run(move |(), (mut v,)| {
+                *v += i;
+                Ok(*v)
+            })
+        };
+        for i in 0..100 {
+            drop(add(i));
+        }
+        engine.blocking_wait_for_all().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while shared.graves.len() == 0 {
+            assert!(std::time::Instant::now() < deadline, "no shell buried");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let rebuilt = || crate::op::cell::REBUILT.with(std::cell::Cell::get);
+        let (before, shells) = (rebuilt(), shared.graves.addresses());
+        let reused = add(1000);
+        assert_eq!(rebuilt(), before + 1, "the op was not built in a shell");
+        assert_eq!(reused.record(), shells.last().copied(), "the op was not built in the last shell");
+        assert_eq!(reused.blocking_wait().unwrap(), 4950 + 1000);
+
+        let before = rebuilt();
+        let other = engine.op("read").read(&var).run(|(v,), ()| Ok(format!("{}", *v)));
+        assert_eq!(rebuilt(), before, "a shell of another op type was reused");
+        assert_eq!(other.blocking_wait().unwrap(), "5950");
     }
 
     /// Records of detached ops go back to the pushing thread as shells that

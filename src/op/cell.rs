@@ -1,6 +1,7 @@
 //! The typed op record: one allocation holding the header, the body until it
 //! runs, and the result until the handle takes it.
 
+use std::any::Any;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -48,6 +49,12 @@ pub(crate) trait OpSlot<R>: Task {
 
 pub(crate) type SlotRef<R> = Arc<dyn OpSlot<R>>;
 
+#[cfg(all(test, not(depengine_loom)))]
+thread_local! {
+    /// Ops this thread built in a shell.
+    pub(crate) static REBUILT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// The header first (`repr(C)`): its hot prefix must follow the record's
 /// reference counts (see [`Header`]).
 #[repr(C)]
@@ -69,13 +76,31 @@ pub(crate) struct OpCell<J: Job> {
 unsafe impl<J: Job> Sync for OpCell<J> {}
 
 impl<J: Job> OpCell<J> {
-    pub(crate) fn new(header: Header, job: J, epoch: Arc<Epoch>) -> Arc<Self> {
-        Arc::new(Self {
+    /// A new op record; built in `shell` (a stripped record nobody else
+    /// holds) if that is a record of this type, else freshly allocated,
+    /// after `shell` is freed.
+    pub(crate) fn new(shell: Option<TaskRef>, header: Header, job: J, epoch: Arc<Epoch>) -> Arc<Self> {
+        let op = Self {
             header,
             slot: ResultSlot::new(),
             job: UnsafeCell::new(Some(job)),
             epoch: UnsafeCell::new(Some(epoch)),
-        })
+        };
+        // A shell of another type (or, in principle, one still shared) is
+        // dropped here, before `Arc::new` allocates.
+        let reusable = shell
+            .and_then(|shell| (shell as Arc<dyn Any + Send + Sync>).downcast::<Self>().ok())
+            .and_then(|mut record| Arc::get_mut(&mut record).is_some().then_some(record));
+        match reusable {
+            Some(mut record) => {
+                let place = Arc::get_mut(&mut record).expect("checked unique above");
+                *place = op;
+                #[cfg(all(test, not(depengine_loom)))]
+                REBUILT.with(|n| n.set(n.get() + 1));
+                record
+            }
+            None => Arc::new(op),
+        }
     }
 }
 

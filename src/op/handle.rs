@@ -52,6 +52,15 @@ enum Inner<R> {
 }
 
 impl<R: Send + 'static> OpHandle<R> {
+    /// Where the op's record is (none if the push was refused).
+    #[cfg(all(test, not(depengine_loom)))]
+    pub(crate) fn record(&self) -> Option<*const ()> {
+        match &self.inner {
+            Inner::Pushed(slot) => Some(std::sync::Arc::as_ptr(slot).cast()),
+            Inner::Refused(_) => None,
+        }
+    }
+
     pub(crate) fn pushed(slot: SlotRef<R>) -> Self {
         Self { inner: Inner::Pushed(slot) }
     }

@@ -228,7 +228,7 @@ struct OpErrors {
 }
 
 /// The typed side of an op, as the engine sees it.
-pub(crate) trait Task: Send + Sync + 'static {
+pub(crate) trait Task: std::any::Any + Send + Sync {
     fn header(&self) -> &Header;
 
     /// Runs the body, or stores the veto as its result. Called once, when
