@@ -88,6 +88,7 @@ mod loom;
 mod op;
 mod park;
 mod pool;
+mod prefetch;
 mod small;
 mod var;
 
