@@ -72,7 +72,7 @@ impl Graveyard {
             let mut shells = lock(&self.shells);
             let shell = shells.list.pop();
             // This shell's lines all at once, and the next push's ahead.
-            shell.iter().chain(shells.list.last()).for_each(prefetch_record);
+            shell.iter().chain(shells.list.last()).for_each(crate::op::prefetch);
             let extra = if shells.list.len() > BATCH { shells.list.pop() } else { None };
             self.len.store(shells.list.len(), Ordering::Relaxed);
             (shell, extra)
@@ -103,15 +103,4 @@ impl Graveyard {
     pub(crate) fn addresses(&self) -> Vec<*const ()> {
         lock(&self.shells).list.iter().map(|s| std::sync::Arc::as_ptr(s).cast()).collect()
     }
-}
-
-/// Fetches a shell's record for writing, reference counts included (they
-/// precede the value in an `Arc`'s allocation).
-fn prefetch_record(shell: &TaskRef) {
-    let value = std::sync::Arc::as_ptr(shell);
-    let counts = 2 * std::mem::size_of::<usize>();
-    crate::prefetch::for_write(
-        value.cast::<u8>().wrapping_sub(counts),
-        counts + std::mem::size_of_val(&**shell),
-    );
 }

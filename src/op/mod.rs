@@ -295,6 +295,17 @@ fn finalize(task: &TaskRef) {
     task.publish();
 }
 
+/// Fetches an op's record for writing, all its lines at once, reference
+/// counts included (they precede the value in an `Arc`'s allocation).
+pub(crate) fn prefetch(task: &TaskRef) {
+    let value = Arc::as_ptr(task);
+    let counts = 2 * std::mem::size_of::<usize>();
+    crate::prefetch::for_write(
+        value.cast::<u8>().wrapping_sub(counts),
+        counts + std::mem::size_of_val(&**task),
+    );
+}
+
 /// Keeps an op alive until dropped: the op completes only once its body has
 /// finished and every `LiveRef` is gone. Held by guards.
 pub(crate) struct LiveRef(TaskRef);
