@@ -62,8 +62,9 @@ impl Graveyard {
     }
 
     /// Takes a shell for a push to reuse (or free, if its op type differs),
-    /// and frees one more on this thread while more than [`BATCH`] wait,
-    /// so that the graveyard drains when it fills faster than pushes take.
+    /// and frees one more on this thread while more than half of
+    /// [`MAX_SHELLS`] wait, so that the graveyard drains when it fills
+    /// faster than pushes take (never in a steady stream of pushes).
     pub(crate) fn take(&self) -> Option<TaskRef> {
         if self.len.load(Ordering::Relaxed) == 0 {
             return None;
@@ -73,7 +74,7 @@ impl Graveyard {
             let shell = shells.list.pop();
             // This shell's lines all at once, and the next push's ahead.
             shell.iter().chain(shells.list.last()).for_each(crate::op::prefetch);
-            let extra = if shells.list.len() > BATCH { shells.list.pop() } else { None };
+            let extra = if shells.list.len() > MAX_SHELLS / 2 { shells.list.pop() } else { None };
             self.len.store(shells.list.len(), Ordering::Relaxed);
             (shell, extra)
         };
