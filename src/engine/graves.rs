@@ -21,6 +21,7 @@ use crate::loom::lock;
 use crate::loom::sync::Mutex;
 use crate::loom::sync::atomic::{AtomicUsize, Ordering};
 use crate::op::TaskRef;
+use crate::small::Padded;
 
 /// Shells a worker collects before burying them at once.
 pub(crate) const BATCH: usize = 32;
@@ -29,9 +30,13 @@ pub(crate) const BATCH: usize = 32;
 const MAX_SHELLS: usize = 1024;
 
 pub(crate) struct Graveyard {
-    shells: Mutex<Shells>,
-    /// `shells.list.len()`, readable without the lock.
+    /// Where workers bury their batches.
+    buried: Mutex<Shells>,
+    /// `buried.list.len()`, readable without the lock.
     len: AtomicUsize,
+    /// Shells moved out of `buried` all at once by a push that found none
+    /// here, so that pushes touch a list and a lock that workers do not.
+    ready: Padded<Mutex<Vec<TaskRef>>>,
 }
 
 #[derive(Default)]
@@ -42,19 +47,23 @@ struct Shells {
 
 impl Graveyard {
     pub(crate) fn new() -> Self {
-        Self { shells: Mutex::new(Shells::default()), len: AtomicUsize::new(0) }
+        Self {
+            buried: Mutex::new(Shells::default()),
+            len: AtomicUsize::new(0),
+            ready: Padded(Mutex::new(Vec::new())),
+        }
     }
 
     /// Takes a worker's batch of shells (leaving `batch` empty); frees them
     /// on this thread instead if the graveyard is full or closed.
     pub(crate) fn bury(&self, batch: &mut Vec<TaskRef>) {
         let refused = {
-            let mut shells = lock(&self.shells);
-            if shells.closed || shells.list.len() + batch.len() > MAX_SHELLS {
+            let mut buried = lock(&self.buried);
+            if buried.closed || buried.list.len() + batch.len() > MAX_SHELLS {
                 std::mem::take(batch)
             } else {
-                shells.list.append(batch);
-                self.len.store(shells.list.len(), Ordering::Relaxed);
+                buried.list.append(batch);
+                self.len.store(buried.list.len(), Ordering::Relaxed);
                 Vec::new()
             }
         };
@@ -66,16 +75,18 @@ impl Graveyard {
     /// [`MAX_SHELLS`] wait, so that the graveyard drains when it fills
     /// faster than pushes take (never in a steady stream of pushes).
     pub(crate) fn take(&self) -> Option<TaskRef> {
-        if self.len.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
         let (shell, extra) = {
-            let mut shells = lock(&self.shells);
-            let shell = shells.list.pop();
+            let mut ready = lock(&self.ready);
+            if ready.is_empty() && self.len.load(Ordering::Relaxed) > 0 {
+                // Lock order: `ready`, then `buried`.
+                let mut buried = lock(&self.buried);
+                std::mem::swap(&mut *ready, &mut buried.list);
+                self.len.store(0, Ordering::Relaxed);
+            }
+            let shell = ready.pop();
             // This shell's lines all at once, and the next push's ahead.
-            shell.iter().chain(shells.list.last()).for_each(crate::op::prefetch);
-            let extra = if shells.list.len() > MAX_SHELLS / 2 { shells.list.pop() } else { None };
-            self.len.store(shells.list.len(), Ordering::Relaxed);
+            shell.iter().chain(ready.last()).for_each(crate::op::prefetch);
+            let extra = if ready.len() > MAX_SHELLS / 2 { ready.pop() } else { None };
             (shell, extra)
         };
         drop(extra);
@@ -85,23 +96,29 @@ impl Graveyard {
     /// Frees every shell and refuses later burials: shells hold references
     /// to the engine that owns this graveyard.
     pub(crate) fn close(&self) {
-        let list = {
-            let mut shells = lock(&self.shells);
-            shells.closed = true;
+        let (ready, buried) = {
+            let mut ready = lock(&self.ready);
+            let mut buried = lock(&self.buried);
+            buried.closed = true;
             self.len.store(0, Ordering::Relaxed);
-            std::mem::take(&mut shells.list)
+            (std::mem::take(&mut *ready), std::mem::take(&mut buried.list))
         };
-        drop(list);
+        drop((ready, buried));
     }
 
     #[cfg(all(test, not(depengine_loom)))]
     pub(crate) fn len(&self) -> usize {
-        lock(&self.shells).list.len()
+        let ready = lock(&self.ready);
+        ready.len() + lock(&self.buried).list.len()
     }
 
-    /// Where the shells' records are, oldest first.
+    /// Where the shells' records are; the last is the one a push takes next.
     #[cfg(all(test, not(depengine_loom)))]
     pub(crate) fn addresses(&self) -> Vec<*const ()> {
-        lock(&self.shells).list.iter().map(|s| std::sync::Arc::as_ptr(s).cast()).collect()
+        let ready = lock(&self.ready);
+        let buried = lock(&self.buried);
+        let next = if ready.is_empty() { &buried.list } else { &*ready };
+        let rest = if ready.is_empty() { &*ready } else { &buried.list };
+        rest.iter().chain(next).map(|s| std::sync::Arc::as_ptr(s).cast()).collect()
     }
 }
