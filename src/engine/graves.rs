@@ -14,8 +14,11 @@
 //! the shell if the shell's op type is its own (no allocator call at all:
 //! the common case of a loop pushing one kind of op), else frees it just
 //! before it allocates, so records cycle through the pusher's own allocator
-//! cache. Shells still hold a reference to their engine: closing
-//! the engine frees them all and turns later burials into plain drops.
+//! cache. Pushes take from a list of their own, refilled with every buried
+//! shell at once, and prefetch the shell they rebuild (and the next one):
+//! its lines were written last by a worker. Shells still hold a reference
+//! to their engine: closing the engine frees them all and turns later
+//! burials into plain drops.
 
 use crate::loom::lock;
 use crate::loom::sync::Mutex;
