@@ -39,7 +39,14 @@ pub(crate) struct Graveyard {
     len: AtomicUsize,
     /// Shells moved out of `buried` all at once by a push that found none
     /// here, so that pushes touch a list and a lock that workers do not.
-    ready: Padded<Mutex<Vec<TaskRef>>>,
+    ready: Padded<Ready>,
+}
+
+/// The pushes' list, and its length readable without the lock (nothing
+/// to lock while no shell waits: the naive engine, handles kept).
+struct Ready {
+    list: Mutex<Vec<TaskRef>>,
+    len: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -53,7 +60,7 @@ impl Graveyard {
         Self {
             buried: Mutex::new(Shells::default()),
             len: AtomicUsize::new(0),
-            ready: Padded(Mutex::new(Vec::new())),
+            ready: Padded(Ready { list: Mutex::new(Vec::new()), len: AtomicUsize::new(0) }),
         }
     }
 
@@ -78,8 +85,11 @@ impl Graveyard {
     /// [`MAX_SHELLS`] wait, so that the graveyard drains when it fills
     /// faster than pushes take (never in a steady stream of pushes).
     pub(crate) fn take(&self) -> Option<TaskRef> {
+        if self.ready.len.load(Ordering::Relaxed) == 0 && self.len.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
         let (shell, extra) = {
-            let mut ready = lock(&self.ready);
+            let mut ready = lock(&self.ready.list);
             if ready.is_empty() && self.len.load(Ordering::Relaxed) > 0 {
                 // Lock order: `ready`, then `buried`.
                 let mut buried = lock(&self.buried);
@@ -90,6 +100,7 @@ impl Graveyard {
             // This shell's lines all at once, and the next push's ahead.
             shell.iter().chain(ready.last()).for_each(crate::op::prefetch);
             let extra = if ready.len() > MAX_SHELLS / 2 { ready.pop() } else { None };
+            self.ready.len.store(ready.len(), Ordering::Relaxed);
             (shell, extra)
         };
         drop(extra);
@@ -100,10 +111,11 @@ impl Graveyard {
     /// to the engine that owns this graveyard.
     pub(crate) fn close(&self) {
         let (ready, buried) = {
-            let mut ready = lock(&self.ready);
+            let mut ready = lock(&self.ready.list);
             let mut buried = lock(&self.buried);
             buried.closed = true;
             self.len.store(0, Ordering::Relaxed);
+            self.ready.len.store(0, Ordering::Relaxed);
             (std::mem::take(&mut *ready), std::mem::take(&mut buried.list))
         };
         drop((ready, buried));
@@ -111,14 +123,14 @@ impl Graveyard {
 
     #[cfg(all(test, not(depengine_loom)))]
     pub(crate) fn len(&self) -> usize {
-        let ready = lock(&self.ready);
+        let ready = lock(&self.ready.list);
         ready.len() + lock(&self.buried).list.len()
     }
 
     /// Where the shells' records are; the last is the one a push takes next.
     #[cfg(all(test, not(depengine_loom)))]
     pub(crate) fn addresses(&self) -> Vec<*const ()> {
-        let ready = lock(&self.ready);
+        let ready = lock(&self.ready.list);
         let buried = lock(&self.buried);
         let next = if ready.is_empty() { &buried.list } else { &*ready };
         let rest = if ready.is_empty() { &*ready } else { &buried.list };
