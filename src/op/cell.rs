@@ -87,20 +87,18 @@ impl<J: Job> OpCell<J> {
             epoch: UnsafeCell::new(Some(epoch)),
         };
         // A shell of another type (or, in principle, one still shared) is
-        // dropped here, before `Arc::new` allocates.
-        let reusable = shell
-            .and_then(|shell| (shell as Arc<dyn Any + Send + Sync>).downcast::<Self>().ok())
-            .and_then(|mut record| Arc::get_mut(&mut record).is_some().then_some(record));
-        match reusable {
-            Some(mut record) => {
-                let place = Arc::get_mut(&mut record).expect("checked unique above");
+        // dropped at the end of this block, before `Arc::new` allocates.
+        if let Some(mut record) =
+            shell.and_then(|s| (s as Arc<dyn Any + Send + Sync>).downcast::<Self>().ok())
+        {
+            if let Some(place) = Arc::get_mut(&mut record) {
                 *place = op;
                 #[cfg(all(test, not(depengine_loom)))]
                 REBUILT.with(|n| n.set(n.get() + 1));
-                record
+                return record;
             }
-            None => Arc::new(op),
         }
+        Arc::new(op)
     }
 }
 

@@ -158,25 +158,38 @@ impl<T> ResultSlot<T> {
     }
 }
 
-#[cfg(all(test, not(depengine_loom)))]
-mod tests {
-    use super::*;
+/// A waker that counts its wake-ups, on the atomics of the current build
+/// (loom's under `--cfg depengine_loom`).
+#[cfg(test)]
+mod counting {
+    use crate::loom::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    use std::sync::atomic::AtomicUsize;
-    use std::task::Wake;
+    use std::task::{Wake, Waker};
 
-    struct Count(AtomicUsize);
+    pub(super) struct Count(AtomicUsize);
 
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    impl Count {
+        pub(super) fn get(&self) -> usize {
+            self.0.load(Ordering::SeqCst)
         }
     }
 
-    fn counting_waker() -> (Arc<Count>, Waker) {
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    pub(super) fn waker() -> (Arc<Count>, Waker) {
         let count = Arc::new(Count(AtomicUsize::new(0)));
         (count.clone(), Waker::from(count))
     }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::counting::waker as counting_waker;
+    use super::*;
 
     #[test]
     fn first_store_wins_and_publish_wakes_the_last_registered_waker() {
@@ -193,8 +206,8 @@ mod tests {
         };
         waker.wake();
         assert!(matches!(slot.publish(), Published::Again));
-        assert_eq!(first.0.load(std::sync::atomic::Ordering::SeqCst), 0);
-        assert_eq!(second.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(first.get(), 0);
+        assert_eq!(second.get(), 1);
         assert_eq!(slot.poll(&mut Context::from_waker(&w2)), Poll::Ready(1));
     }
 
@@ -212,23 +225,9 @@ mod tests {
 
 #[cfg(all(test, depengine_loom))]
 mod loom_tests {
+    use super::counting::waker as counting_waker;
     use super::*;
-    use loom::sync::atomic::AtomicUsize;
     use std::sync::Arc;
-    use std::task::Wake;
-
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn counting_waker() -> (Arc<Count>, Waker) {
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        (count.clone(), Waker::from(count))
-    }
 
     /// A handle polling (twice, with different wakers) while another thread
     /// stores and publishes: in every interleaving, a poll that returned
@@ -257,7 +256,7 @@ mod loom_tests {
             }
             completer.join().unwrap();
             if got.is_pending() {
-                assert_eq!(last.0.0.load(Ordering::SeqCst), 1, "the last registered waker was not woken");
+                assert_eq!(last.0.get(), 1, "the last registered waker was not woken");
                 got = slot.poll(&mut Context::from_waker(last.1));
             }
             assert_eq!(got, Poll::Ready(7));
