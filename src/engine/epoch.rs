@@ -6,101 +6,199 @@
 //! completes *and* the epoch before it has finished, so waiting for one
 //! epoch waits for everything pushed before it.
 //!
-//! An epoch's count is its `Arc`'s reference count: every op holds one
-//! reference, the tracker holds one while the epoch is current, and the
-//! epoch before it holds one until it finishes. The epoch finishes when it
-//! is dropped. So that a push does not touch the reference count (a cache
-//! line that completing workers write), the tracker clones references in
-//! batches and hands one to each push.
+//! An epoch is counted by references ([`EpochRef`]): every op holds one,
+//! the tracker holds one while the epoch is current, and the epoch before
+//! it holds one until it finishes. The epoch finishes when its last
+//! reference is dropped. Its count is a line that completing workers write,
+//! so a push does not touch it: the tracker adds [`BATCH`] references with
+//! one atomic add and hands them out one per push; at rotation it gives the
+//! ones it did not hand out back with one atomic subtract.
 
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::latch::Latch;
 use crate::error::{Error, Kind};
 use crate::loom::lock;
 use crate::loom::sync::Mutex;
+use crate::loom::sync::atomic::{AtomicUsize, Ordering, fence};
 
-/// References the tracker clones at once for the pushes to come.
+/// References the tracker takes at once for the pushes to come.
 const BATCH: usize = 32;
 
-pub(crate) struct Epoch {
-    next: Mutex<Option<Arc<Epoch>>>,
-    pub(crate) done: Arc<Latch>,
+struct Node {
+    /// Live references (see the module docs).
+    refs: AtomicUsize,
+    /// The epoch opened after this one, linked at rotation: the reference
+    /// this epoch holds until it finishes.
+    next: Mutex<Option<EpochRef>>,
+    done: Arc<Latch>,
 }
 
-impl Epoch {
-    fn new() -> Arc<Self> {
-        Arc::new(Self { next: Mutex::new(None), done: Arc::default() })
+/// One counted reference to an epoch: the epoch cannot finish while it lives.
+pub(crate) struct EpochRef(NonNull<Node>);
+
+// SAFETY: an `EpochRef` gives shared access to a `Node`, whose fields are
+// all `Sync` (atomics, a mutex, an `Arc`), and its release is an atomic
+// count: it may move to and be used from any thread.
+#[allow(unsafe_code)]
+unsafe impl Send for EpochRef {}
+// SAFETY: as above; `&EpochRef` only reads through to the `Sync` node.
+#[allow(unsafe_code)]
+unsafe impl Sync for EpochRef {}
+
+#[allow(unsafe_code)]
+impl EpochRef {
+    /// A new epoch, with this one reference to it.
+    fn new() -> Self {
+        let node = Node { refs: AtomicUsize::new(1), next: Mutex::new(None), done: Arc::default() };
+        Self(NonNull::from(Box::leak(Box::new(node))))
+    }
+
+    fn node(&self) -> &Node {
+        // SAFETY: the node is freed only when its count reaches zero, and
+        // `self` is one of the references counted, so it is still alive.
+        unsafe { self.0.as_ref() }
+    }
+
+    /// The latch set when this epoch finishes.
+    pub(crate) fn done(&self) -> &Arc<Latch> {
+        &self.node().done
+    }
+
+    /// Counts `n` more references, to be made with [`Self::counted`].
+    fn add(&self, n: usize) {
+        // Relaxed, as for `Arc::clone`: the new references are made from
+        // this one, which keeps the epoch alive meanwhile.
+        self.node().refs.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// One more reference to this epoch.
+    ///
+    /// # Safety
+    ///
+    /// It must have been counted by an [`add`](Self::add) and not handed
+    /// out or released since: each counted reference is made at most once.
+    unsafe fn counted(&self) -> Self {
+        Self(self.0)
+    }
+
+    /// Drops this reference and `extra` more that were counted for it and
+    /// never made (see [`Self::counted`]).
+    fn release(self, extra: usize) {
+        let node = self.0;
+        std::mem::forget(self);
+        // SAFETY: `self` was one reference to `node`, and the `extra` ones
+        // were counted and never made; all of them are given up here.
+        unsafe { release(node, extra + 1) };
     }
 }
 
-impl Drop for Epoch {
-    /// The epoch has finished: sets its latch, then gives up its reference
-    /// to the next epoch, finishing the successors that only waited for it
-    /// (in a loop, not by recursion: a long-lived op can hold back any
-    /// number of epochs).
+/// Gives up `n` references to `node`. The call that drops the last
+/// finishes the epoch, and then every later epoch that was waiting only
+/// for it (in a loop: one op can hold back any number of epochs).
+///
+/// # Safety
+///
+/// The caller owns `n` counted references to `node` and uses none of them
+/// after this call.
+#[allow(unsafe_code)]
+unsafe fn release(mut node: NonNull<Node>, mut n: usize) {
+    loop {
+        // SAFETY: `n` references to `node` are owned here, so it is alive.
+        let refs = unsafe { &node.as_ref().refs };
+        // Release: every use of these references happens before the epoch
+        // is seen finished; the acquire fence pairs with all such releases.
+        if refs.fetch_sub(n, Ordering::Release) != n {
+            return;
+        }
+        fence(Ordering::Acquire);
+        // SAFETY: the count reached zero: nobody else holds the node, and
+        // it was allocated by `Box` in `EpochRef::new`.
+        let finished = unsafe { Box::from_raw(node.as_ptr()) };
+        finished.done.set();
+        let Some(next) = finished.next.into_inner().unwrap_or_else(|e| e.into_inner()) else {
+            return;
+        };
+        node = next.0;
+        n = 1;
+        std::mem::forget(next);
+    }
+}
+
+impl Drop for EpochRef {
+    #[allow(unsafe_code)]
     fn drop(&mut self) {
-        self.done.set();
-        let mut next = self.next.get_mut().unwrap_or_else(|e| e.into_inner()).take();
-        while let Some(mut epoch) = next.and_then(Arc::into_inner) {
-            next = epoch.next.get_mut().unwrap_or_else(|e| e.into_inner()).take();
-            drop(epoch); // finished; it has no successor left to drop
+        // SAFETY: `self` is one counted reference, not used after its drop.
+        unsafe { release(self.0, 1) };
+    }
+}
+
+pub(crate) struct Tracker {
+    state: Mutex<State>,
+}
+
+struct State {
+    current: EpochRef,
+    /// References to `current` counted ahead and not handed out yet.
+    reserved: usize,
+    closed: bool,
+}
+
+impl Drop for State {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        if self.reserved > 0 {
+            // SAFETY: the reserved references were counted and never made;
+            // `current`'s own reference is dropped after this, on its own.
+            unsafe { release(self.current.0, self.reserved) };
         }
     }
 }
 
-pub(crate) struct Tracker<O> {
-    state: Mutex<State<O>>,
-}
-
-struct State<O> {
-    current: Arc<Epoch>,
-    /// References to `current` and to the owner, cloned ahead for pushes.
-    stash: Vec<(Arc<Epoch>, Arc<O>)>,
-    closed: bool,
-}
-
-impl<O> Tracker<O> {
+impl Tracker {
     pub(crate) fn new() -> Self {
-        let state = State { current: Epoch::new(), stash: Vec::with_capacity(BATCH), closed: false };
+        let state = State { current: EpochRef::new(), reserved: 0, closed: false };
         Self { state: Mutex::new(state) }
     }
 
-    /// Counts one more op in the current epoch, unless the engine is closed.
-    /// The op holds the returned epoch reference until it completes, and
-    /// the reference to `owner` as long as it needs it.
-    ///
-    /// While the engine is open the stash may hold references to `owner`:
-    /// if the tracker lives inside its owner, closing it breaks that cycle.
-    pub(crate) fn enter(&self, owner: &Arc<O>) -> Result<(Arc<Epoch>, Arc<O>), Error> {
+    /// Counts one more op in the current epoch, unless the engine is
+    /// closed. The op holds the returned reference until it completes.
+    #[allow(unsafe_code)]
+    pub(crate) fn enter(&self) -> Result<EpochRef, Error> {
         let mut state = lock(&self.state);
         if state.closed {
             return Err(Error::new(Kind::Shutdown));
         }
-        if let Some(refs) = state.stash.pop() {
-            return Ok(refs);
+        if state.reserved == 0 {
+            state.current.add(BATCH);
+            state.reserved = BATCH;
         }
-        let state = &mut *state;
-        state.stash.extend((1..BATCH).map(|_| (state.current.clone(), owner.clone())));
-        Ok((state.current.clone(), owner.clone()))
+        state.reserved -= 1;
+        // SAFETY: one of the references counted ahead, handed out once:
+        // `reserved` went down by one for it.
+        Ok(unsafe { state.current.counted() })
     }
 
     /// Closes the current epoch (and, with `close`, the engine to new ops);
     /// returns the latch set once everything counted so far has completed.
+    #[allow(unsafe_code)]
     pub(crate) fn rotate(&self, close: bool) -> Arc<Latch> {
-        let (old, stash) = {
+        let (old, reserved) = {
             let mut state = lock(&self.state);
-            let new = Epoch::new();
-            *lock(&state.current.next) = Some(new.clone());
+            let new = EpochRef::new();
+            new.add(1);
+            // SAFETY: counted just above, made once: the old epoch's
+            // reference to the new one, held until the old one finishes.
+            *lock(&state.current.node().next) = Some(unsafe { new.counted() });
             state.closed |= close;
-            let stash = std::mem::replace(&mut state.stash, Vec::with_capacity(BATCH));
-            (std::mem::replace(&mut state.current, new), stash)
+            let reserved = std::mem::take(&mut state.reserved);
+            (std::mem::replace(&mut state.current, new), reserved)
         };
-        let done = old.done.clone();
+        let done = old.done().clone();
         // Outside the lock: dropping the last references finishes the epoch
         // and sets latches, which runs their callbacks.
-        drop(stash);
-        drop(old);
+        old.release(reserved);
         done
     }
 
@@ -115,39 +213,99 @@ mod tests {
 
     #[test]
     fn wait_covers_earlier_epochs_and_not_later_ops() {
-        let t: Tracker<()> = Tracker::new();
-        let owner = Arc::new(());
-        let a = t.enter(&owner).unwrap().0;
+        let t = Tracker::new();
+        let a = t.enter().unwrap();
         let first = t.rotate(false);
-        let b = t.enter(&owner).unwrap().0;
+        let b = t.enter().unwrap();
         let second = t.rotate(false);
-        let c = t.enter(&owner).unwrap().0;
+        let c = t.enter().unwrap();
         assert!(!first.is_set() && !second.is_set());
         drop(b);
         assert!(!second.is_set(), "second waits for the first epoch too");
         drop(a);
         assert!(first.is_set() && second.is_set(), "c, pushed later, is not waited for");
+        let third = t.rotate(false);
+        assert!(!third.is_set(), "c is still running");
         drop(c);
+        assert!(third.is_set());
         assert!(t.rotate(true).is_set());
-        assert!(t.enter(&owner).err().unwrap().is_shutdown());
-        assert_eq!(Arc::strong_count(&owner), 1, "closing gave back the stashed owner references");
+        assert!(t.enter().err().unwrap().is_shutdown());
+    }
+
+    /// An epoch holds as many references as the ops in it, whatever the
+    /// batches the tracker counted them in: it finishes with the last op,
+    /// not before.
+    #[test]
+    fn epoch_finishes_with_its_last_op_across_batches() {
+        let t = Tracker::new();
+        for n in [1, BATCH - 1, BATCH, BATCH + 1, 3 * BATCH + 5] {
+            let mut ops: Vec<_> = (0..n).map(|_| t.enter().unwrap()).collect();
+            let done = t.rotate(false);
+            while let Some(op) = ops.pop() {
+                assert!(!done.is_set(), "{n} ops: finished with {} still running", ops.len() + 1);
+                drop(op);
+            }
+            assert!(done.is_set(), "{n} ops: not finished after the last one");
+        }
     }
 
     #[test]
     fn empty_epoch_finishes_at_once() {
-        let t: Tracker<()> = Tracker::new();
+        let t = Tracker::new();
         assert!(t.rotate(false).is_set());
+        let op = t.enter().unwrap();
+        drop(op);
         assert!(t.rotate(false).is_set());
     }
 
     #[test]
     fn one_op_holding_back_many_epochs_finishes_them_without_recursion() {
-        let t: Tracker<()> = Tracker::new();
-        let owner = Arc::new(());
-        let op = t.enter(&owner).unwrap().0;
+        let t = Tracker::new();
+        let op = t.enter().unwrap();
         let latches: Vec<_> = (0..200_000).map(|_| t.rotate(false)).collect();
         assert!(latches.iter().all(|l| !l.is_set()));
         drop(op);
         assert!(latches.iter().all(|l| l.is_set()));
+    }
+
+    /// A tracker dropped with references counted ahead and an op still
+    /// running: the epoch finishes when that op completes.
+    #[test]
+    fn dropped_tracker_leaves_running_ops_their_epoch() {
+        let t = Tracker::new();
+        let op = t.enter().unwrap();
+        let done = op.done().clone();
+        drop(t);
+        assert!(!done.is_set());
+        drop(op);
+        assert!(done.is_set());
+    }
+}
+
+#[cfg(all(test, depengine_loom))]
+mod loom_tests {
+    use super::*;
+    use loom::thread;
+
+    /// Ops of two epochs complete on two threads while a third rotates
+    /// again: each latch is set exactly when its epoch and every earlier
+    /// one have finished, and every node is freed once (loom checks the
+    /// accesses of the freed node through its atomics and mutex).
+    #[test]
+    fn epochs_finish_in_order_under_concurrent_completion() {
+        loom::model(|| {
+            let t = Arc::new(Tracker::new());
+            let a = t.enter().unwrap();
+            let first = t.rotate(false);
+            let b = t.enter().unwrap();
+            let a_done = thread::spawn(move || drop(a));
+            let b_done = thread::spawn(move || drop(b));
+            let second = t.rotate(false);
+            a_done.join().unwrap();
+            assert!(first.is_set());
+            b_done.join().unwrap();
+            assert!(second.is_set());
+            assert!(t.rotate(true).is_set());
+        });
     }
 }

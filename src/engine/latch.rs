@@ -39,7 +39,7 @@ impl Latch {
         callbacks.into_iter().for_each(|f| f());
     }
 
-    #[cfg(all(test, not(depengine_loom)))]
+    #[cfg(test)]
     pub(crate) fn is_set(&self) -> bool {
         lock(&self.state).set
     }

@@ -22,14 +22,14 @@ use crate::op::access::Decl;
 use crate::op::builder::{OpBuilder, OpOptions};
 use crate::op::cell::{Job, OpCell, SlotRef};
 use crate::op::handle::{Completion, OpHandle};
-use crate::op::{DepList, Exec, Header, Meta, TaskRef, submit};
+use crate::op::{DepList, Exec, Meta, TaskRef, submit};
 use crate::small::Padded;
 use crate::var::{Access, AcquireBuilder, AnyVar, Var};
 
 pub use config::{EngineBuilder, EngineKind};
 use dispatch::Dispatcher;
 pub(crate) use dispatch::{bury, run_on_worker};
-pub(crate) use epoch::Epoch;
+pub(crate) use epoch::EpochRef;
 use epoch::Tracker;
 pub(crate) use graves::BATCH as SHELL_BATCH;
 use graves::Graveyard;
@@ -96,7 +96,7 @@ enum Role {
 pub(crate) struct Shared {
     config: config::Config,
     /// Written by every push: kept off the lines completing workers read.
-    tracker: Padded<Tracker<Shared>>,
+    tracker: Padded<Tracker>,
     dispatcher: Dispatcher,
     runtime: Option<tokio::runtime::Handle>,
     first_error: Mutex<Option<Error>>,
@@ -450,7 +450,7 @@ impl Shared {
         let shell = self.graves.take();
         let exec = self.placement(&opts, starts_inline)?;
         let deps = self.normalize(decls, &opts.name)?;
-        let (epoch, shared) = self.tracker.enter(self)?;
+        let epoch = self.tracker.enter()?;
         let meta = Meta {
             name: opts.name,
             device: Meta::pack_device(opts.device).expect("device ordinals are checked at placement"),
@@ -462,7 +462,7 @@ impl Shared {
             cancellable: role == Role::User,
             deletes: role == Role::Delete,
         };
-        let cell = OpCell::new(shell, Header::new(meta, deps, shared), job, epoch);
+        let cell = OpCell::new(shell, self, meta, deps, job, epoch);
         submit(cell.clone(), self)?;
         self.pushed.fetch_add(1, Ordering::Relaxed);
         Ok(cell)

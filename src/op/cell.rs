@@ -13,8 +13,9 @@ use futures::FutureExt;
 use super::access::{Item, OpToken};
 use super::handle::Completion;
 use super::slot::{Published, ResultSlot};
+use super::{DepList, Meta};
 use super::{Header, Task, TaskRef, release_live};
-use crate::engine::Epoch;
+use crate::engine::{EpochRef, Shared};
 use crate::error::{BoxError, Error, Kind, panic_message};
 use crate::loom::cell::UnsafeCell;
 
@@ -65,7 +66,7 @@ pub(crate) struct OpCell<J: Job> {
     /// The body, until the op starts.
     job: UnsafeCell<Option<J>>,
     /// The op's count in its `wait_for_all` epoch, held until it completes.
-    epoch: UnsafeCell<Option<Arc<Epoch>>>,
+    epoch: UnsafeCell<Option<EpochRef>>,
 }
 
 // SAFETY: besides the header and the slot (both `Sync`), an op shared
@@ -76,29 +77,41 @@ pub(crate) struct OpCell<J: Job> {
 unsafe impl<J: Job> Sync for OpCell<J> {}
 
 impl<J: Job> OpCell<J> {
-    /// A new op record; built in `shell` (a stripped record nobody else
-    /// holds) if that is a record of this type, else freshly allocated,
-    /// after `shell` is freed.
-    pub(crate) fn new(shell: Option<TaskRef>, header: Header, job: J, epoch: Arc<Epoch>) -> Arc<Self> {
-        let op = Self {
-            header,
-            slot: ResultSlot::new(),
-            job: UnsafeCell::new(Some(job)),
-            epoch: UnsafeCell::new(Some(epoch)),
-        };
+    /// A new op record of the engine `shared`; built in `shell` (a
+    /// stripped record of that engine nobody else holds) if that is a
+    /// record of this type, else freshly allocated, after `shell` is freed.
+    pub(crate) fn new(
+        shell: Option<TaskRef>,
+        shared: &Arc<Shared>,
+        meta: Meta,
+        deps: DepList,
+        job: J,
+        epoch: EpochRef,
+    ) -> Arc<Self> {
         // A shell of another type (or, in principle, one still shared) is
         // dropped at the end of this block, before `Arc::new` allocates.
         if let Some(mut record) =
             shell.and_then(|s| (s as Arc<dyn Any + Send + Sync>).downcast::<Self>().ok())
         {
             if let Some(place) = Arc::get_mut(&mut record) {
-                *place = op;
+                debug_assert!(Arc::ptr_eq(&place.header.shared, shared), "a shell of another engine");
+                // Field by field: the engine reference stays, and nothing
+                // is built on the stack to be copied in.
+                place.header.rebuild(meta, deps);
+                place.slot = ResultSlot::new();
+                place.job = UnsafeCell::new(Some(job));
+                place.epoch = UnsafeCell::new(Some(epoch));
                 #[cfg(all(test, not(depengine_loom)))]
                 REBUILT.with(|n| n.set(n.get() + 1));
                 return record;
             }
         }
-        Arc::new(op)
+        Arc::new(Self {
+            header: Header::new(meta, deps, shared.clone()),
+            slot: ResultSlot::new(),
+            job: UnsafeCell::new(Some(job)),
+            epoch: UnsafeCell::new(Some(epoch)),
+        })
     }
 }
 

@@ -123,23 +123,28 @@ impl Meta {
 
 impl Header {
     pub(crate) fn new(meta: Meta, deps: DepList, shared: Arc<Shared>) -> Self {
-        let span = tracing::debug_span!(
-            target: "depengine::op",
-            "op",
-            name = %meta.name,
-            device = %meta.device(),
-            lane = ?meta.lane,
-        );
         Self {
             pending: Countdown::new(deps.len() + 1),
             live: Countdown::new(1),
+            has_errors: AtomicBool::new(false),
+            span: op_span(&meta),
             meta,
             deps,
             shared,
             errors: Mutex::new(OpErrors::default()),
-            has_errors: AtomicBool::new(false),
-            span: if span.is_disabled() { None } else { Some(Box::new(span)) },
         }
+    }
+
+    /// Makes a stripped header (see [`strip`](Self::strip)) the header of a
+    /// new op of the same engine: its engine reference stays as it is.
+    pub(crate) fn rebuild(&mut self, meta: Meta, deps: DepList) {
+        debug_assert!(self.deps.is_empty() && self.span.is_none(), "only a stripped header is rebuilt");
+        self.pending = Countdown::new(deps.len() + 1);
+        self.live = Countdown::new(1);
+        self.has_errors = AtomicBool::new(false);
+        self.span = op_span(&meta);
+        self.meta = meta;
+        self.deps = deps;
     }
 
     /// Drops the var references, span and errors (see [`Task::strip`]).
@@ -218,6 +223,18 @@ impl Grant for TaskRef {
             header.has_errors.store(true, Ordering::Release);
         }
     }
+}
+
+/// The op's span, boxed, if a subscriber wants it.
+fn op_span(meta: &Meta) -> Option<Box<tracing::Span>> {
+    let span = tracing::debug_span!(
+        target: "depengine::op",
+        "op",
+        name = %meta.name,
+        device = %meta.device(),
+        lane = ?meta.lane,
+    );
+    if span.is_disabled() { None } else { Some(Box::new(span)) }
 }
 
 /// An op's errors: the one it saw on a var, the one it passes on.
