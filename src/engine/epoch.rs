@@ -134,18 +134,21 @@ impl Drop for EpochRef {
     }
 }
 
-pub(crate) struct Tracker {
-    state: Mutex<State>,
+/// The epochs, and `S`: what pushes keep beside them under the same lock
+/// (one lock per push for everything a push counts or takes).
+pub(crate) struct Tracker<S = ()> {
+    state: Mutex<State<S>>,
 }
 
-struct State {
+struct State<S> {
     current: EpochRef,
     /// References to `current` counted ahead and not handed out yet.
     reserved: usize,
     closed: bool,
+    side: S,
 }
 
-impl Drop for State {
+impl<S> Drop for State<S> {
     #[allow(unsafe_code)]
     fn drop(&mut self) {
         if self.reserved > 0 {
@@ -156,16 +159,19 @@ impl Drop for State {
     }
 }
 
-impl Tracker {
+impl<S: Default> Tracker<S> {
     pub(crate) fn new() -> Self {
-        let state = State { current: EpochRef::new(), reserved: 0, closed: false };
+        let state = State { current: EpochRef::new(), reserved: 0, closed: false, side: S::default() };
         Self { state: Mutex::new(state) }
     }
+}
 
+impl<S> Tracker<S> {
     /// Counts one more op in the current epoch, unless the engine is
-    /// closed. The op holds the returned reference until it completes.
+    /// closed, and runs `f` on the side state under the same lock. The op
+    /// holds the returned reference until it completes.
     #[allow(unsafe_code)]
-    pub(crate) fn enter(&self) -> Result<EpochRef, Error> {
+    pub(crate) fn enter<R>(&self, f: impl FnOnce(&mut S) -> R) -> Result<(EpochRef, R), Error> {
         let mut state = lock(&self.state);
         if state.closed {
             return Err(Error::new(Kind::Shutdown));
@@ -177,7 +183,13 @@ impl Tracker {
         state.reserved -= 1;
         // SAFETY: one of the references counted ahead, handed out once:
         // `reserved` went down by one for it.
-        Ok(unsafe { state.current.counted() })
+        let epoch = unsafe { state.current.counted() };
+        Ok((epoch, f(&mut state.side)))
+    }
+
+    /// Runs `f` on the side state.
+    pub(crate) fn with_side<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
+        f(&mut lock(&self.state).side)
     }
 
     /// Closes the current epoch (and, with `close`, the engine to new ops);
@@ -213,12 +225,12 @@ mod tests {
 
     #[test]
     fn wait_covers_earlier_epochs_and_not_later_ops() {
-        let t = Tracker::new();
-        let a = t.enter().unwrap();
+        let t: Tracker = Tracker::new();
+        let a = t.enter(|_| ()).unwrap().0;
         let first = t.rotate(false);
-        let b = t.enter().unwrap();
+        let b = t.enter(|_| ()).unwrap().0;
         let second = t.rotate(false);
-        let c = t.enter().unwrap();
+        let c = t.enter(|_| ()).unwrap().0;
         assert!(!first.is_set() && !second.is_set());
         drop(b);
         assert!(!second.is_set(), "second waits for the first epoch too");
@@ -229,7 +241,7 @@ mod tests {
         drop(c);
         assert!(third.is_set());
         assert!(t.rotate(true).is_set());
-        assert!(t.enter().err().unwrap().is_shutdown());
+        assert!(t.enter(|_| ()).err().unwrap().is_shutdown());
     }
 
     /// An epoch holds as many references as the ops in it, whatever the
@@ -237,9 +249,9 @@ mod tests {
     /// not before.
     #[test]
     fn epoch_finishes_with_its_last_op_across_batches() {
-        let t = Tracker::new();
+        let t: Tracker = Tracker::new();
         for n in [1, BATCH - 1, BATCH, BATCH + 1, 3 * BATCH + 5] {
-            let mut ops: Vec<_> = (0..n).map(|_| t.enter().unwrap()).collect();
+            let mut ops: Vec<_> = (0..n).map(|_| t.enter(|_| ()).unwrap().0).collect();
             let done = t.rotate(false);
             while let Some(op) = ops.pop() {
                 assert!(!done.is_set(), "{n} ops: finished with {} still running", ops.len() + 1);
@@ -251,17 +263,17 @@ mod tests {
 
     #[test]
     fn empty_epoch_finishes_at_once() {
-        let t = Tracker::new();
+        let t: Tracker = Tracker::new();
         assert!(t.rotate(false).is_set());
-        let op = t.enter().unwrap();
+        let op = t.enter(|_| ()).unwrap().0;
         drop(op);
         assert!(t.rotate(false).is_set());
     }
 
     #[test]
     fn one_op_holding_back_many_epochs_finishes_them_without_recursion() {
-        let t = Tracker::new();
-        let op = t.enter().unwrap();
+        let t: Tracker = Tracker::new();
+        let op = t.enter(|_| ()).unwrap().0;
         let latches: Vec<_> = (0..200_000).map(|_| t.rotate(false)).collect();
         assert!(latches.iter().all(|l| !l.is_set()));
         drop(op);
@@ -272,8 +284,8 @@ mod tests {
     /// running: the epoch finishes when that op completes.
     #[test]
     fn dropped_tracker_leaves_running_ops_their_epoch() {
-        let t = Tracker::new();
-        let op = t.enter().unwrap();
+        let t: Tracker = Tracker::new();
+        let op = t.enter(|_| ()).unwrap().0;
         let done = op.done().clone();
         drop(t);
         assert!(!done.is_set());
@@ -294,10 +306,10 @@ mod loom_tests {
     #[test]
     fn epochs_finish_in_order_under_concurrent_completion() {
         loom::model(|| {
-            let t = Arc::new(Tracker::new());
-            let a = t.enter().unwrap();
+            let t: Arc<Tracker> = Arc::new(Tracker::new());
+            let a = t.enter(|_| ()).unwrap().0;
             let first = t.rotate(false);
-            let b = t.enter().unwrap();
+            let b = t.enter(|_| ()).unwrap().0;
             let a_done = thread::spawn(move || drop(a));
             let b_done = thread::spawn(move || drop(b));
             let second = t.rotate(false);

@@ -14,9 +14,10 @@
 //! the shell if the shell's op type is its own (no allocator call at all:
 //! the common case of a loop pushing one kind of op), else frees it just
 //! before it allocates, so records cycle through the pusher's own allocator
-//! cache. Pushes take from a list of their own, refilled with every buried
-//! shell at once, and prefetch the shell they rebuild (and the next one):
-//! its lines were written last by a worker. Shells still hold a reference
+//! cache. Pushes take from a list of their own (kept under the lock a push
+//! takes anyway, see `epoch::Tracker`), refilled with every buried shell at
+//! once, and prefetch the shell they rebuild (and the next one): its lines
+//! were written last by a worker. Shells still hold a reference
 //! to their engine: closing the engine frees them all and turns later
 //! burials into plain drops.
 
@@ -24,7 +25,6 @@ use crate::loom::lock;
 use crate::loom::sync::Mutex;
 use crate::loom::sync::atomic::{AtomicUsize, Ordering};
 use crate::op::TaskRef;
-use crate::small::Padded;
 
 /// Shells a worker collects before burying them at once.
 pub(crate) const BATCH: usize = 32;
@@ -37,16 +37,6 @@ pub(crate) struct Graveyard {
     buried: Mutex<Shells>,
     /// `buried.list.len()`, readable without the lock.
     len: AtomicUsize,
-    /// Shells moved out of `buried` all at once by a push that found none
-    /// here, so that pushes touch a list and a lock that workers do not.
-    ready: Padded<Ready>,
-}
-
-/// The pushes' list, and its length readable without the lock (nothing
-/// to lock while no shell waits: the naive engine, handles kept).
-struct Ready {
-    list: Mutex<Vec<TaskRef>>,
-    len: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -57,11 +47,7 @@ struct Shells {
 
 impl Graveyard {
     pub(crate) fn new() -> Self {
-        Self {
-            buried: Mutex::new(Shells::default()),
-            len: AtomicUsize::new(0),
-            ready: Padded(Ready { list: Mutex::new(Vec::new()), len: AtomicUsize::new(0) }),
-        }
+        Self { buried: Mutex::new(Shells::default()), len: AtomicUsize::new(0) }
     }
 
     /// Takes a worker's batch of shells (leaving `batch` empty); frees them
@@ -80,60 +66,53 @@ impl Graveyard {
         drop(refused);
     }
 
-    /// Takes a shell for a push to reuse (or free, if its op type differs),
-    /// and frees one more on this thread while more than half of
+    /// Takes a shell from `ready`, the pushes' list, for a push to reuse (or
+    /// free, if its op type differs), refilling `ready` with every buried
+    /// shell when it is empty. Also returns one more shell, to be freed by
+    /// the caller (outside its lock), while more than half of
     /// [`MAX_SHELLS`] wait, so that the graveyard drains when it fills
     /// faster than pushes take (never in a steady stream of pushes).
-    pub(crate) fn take(&self) -> Option<TaskRef> {
-        if self.ready.len.load(Ordering::Relaxed) == 0 && self.len.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        let (shell, extra) = {
-            let mut ready = lock(&self.ready.list);
-            if ready.is_empty() && self.len.load(Ordering::Relaxed) > 0 {
-                // Lock order: `ready`, then `buried`.
-                let mut buried = lock(&self.buried);
-                std::mem::swap(&mut *ready, &mut buried.list);
-                self.len.store(0, Ordering::Relaxed);
+    pub(crate) fn take(&self, ready: &mut Vec<TaskRef>) -> (Option<TaskRef>, Option<TaskRef>) {
+        if ready.is_empty() {
+            if self.len.load(Ordering::Relaxed) == 0 {
+                return (None, None);
             }
-            let shell = ready.pop();
-            // This shell's lines all at once, and the next push's ahead.
-            shell.iter().chain(ready.last()).for_each(crate::op::prefetch);
-            let extra = if ready.len() > MAX_SHELLS / 2 { ready.pop() } else { None };
-            self.ready.len.store(ready.len(), Ordering::Relaxed);
-            (shell, extra)
-        };
-        drop(extra);
-        shell
+            let mut buried = lock(&self.buried);
+            std::mem::swap(ready, &mut buried.list);
+            self.len.store(0, Ordering::Relaxed);
+        }
+        let shell = ready.pop();
+        // This shell's lines all at once, and the next push's ahead.
+        shell.iter().chain(ready.last()).for_each(crate::op::prefetch);
+        let extra = if ready.len() > MAX_SHELLS / 2 { ready.pop() } else { None };
+        (shell, extra)
     }
 
-    /// Frees every shell and refuses later burials: shells hold references
-    /// to the engine that owns this graveyard.
+    /// Frees every buried shell and refuses later burials: shells hold
+    /// references to the engine that owns this graveyard. (The pushes'
+    /// list is freed by its owner.)
     pub(crate) fn close(&self) {
-        let (ready, buried) = {
-            let mut ready = lock(&self.ready.list);
+        let buried = {
             let mut buried = lock(&self.buried);
             buried.closed = true;
             self.len.store(0, Ordering::Relaxed);
-            self.ready.len.store(0, Ordering::Relaxed);
-            (std::mem::take(&mut *ready), std::mem::take(&mut buried.list))
+            std::mem::take(&mut buried.list)
         };
-        drop((ready, buried));
+        drop(buried);
     }
 
+    /// Buried shells.
     #[cfg(all(test, not(depengine_loom)))]
     pub(crate) fn len(&self) -> usize {
-        let ready = lock(&self.ready.list);
-        ready.len() + lock(&self.buried).list.len()
+        lock(&self.buried).list.len()
     }
 
-    /// Where the shells' records are; the last is the one a push takes next.
+    /// Where the shells' records are, `ready`'s (the pushes' list) and the
+    /// buried ones; the last is the one a push takes next.
     #[cfg(all(test, not(depengine_loom)))]
-    pub(crate) fn addresses(&self) -> Vec<*const ()> {
-        let ready = lock(&self.ready.list);
+    pub(crate) fn addresses(&self, ready: &[TaskRef]) -> Vec<*const ()> {
         let buried = lock(&self.buried);
-        let next = if ready.is_empty() { &buried.list } else { &*ready };
-        let rest = if ready.is_empty() { &*ready } else { &buried.list };
+        let (rest, next) = if ready.is_empty() { (ready, &*buried.list) } else { (&*buried.list, ready) };
         rest.iter().chain(next).map(|s| std::sync::Arc::as_ptr(s).cast()).collect()
     }
 }

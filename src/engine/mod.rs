@@ -17,7 +17,7 @@ use crate::device::{Device, Lane};
 use crate::error::{BoxError, Error, Kind};
 use crate::loom::lock;
 use crate::loom::sync::Mutex;
-use crate::loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::loom::sync::atomic::{AtomicBool, Ordering};
 use crate::op::access::Decl;
 use crate::op::builder::{OpBuilder, OpOptions};
 use crate::op::cell::{Job, OpCell, SlotRef};
@@ -85,6 +85,16 @@ pub enum ShutdownMode {
     Cancel,
 }
 
+/// What pushes count and take, under the epoch tracker's lock (one lock
+/// per push for all of it).
+#[derive(Default)]
+struct Intake {
+    /// Ops pushed so far.
+    pushed: u64,
+    /// Shells ready for pushes to rebuild (see `graves`).
+    shells: Vec<TaskRef>,
+}
+
 /// What engine-internal ops do besides user ops.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Role {
@@ -96,12 +106,11 @@ enum Role {
 pub(crate) struct Shared {
     config: config::Config,
     /// Written by every push: kept off the lines completing workers read.
-    tracker: Padded<Tracker>,
+    tracker: Padded<Tracker<Intake>>,
     dispatcher: Dispatcher,
     runtime: Option<tokio::runtime::Handle>,
     first_error: Mutex<Option<Error>>,
     cancelling: AtomicBool,
-    pushed: Padded<AtomicU64>,
     /// Shells of op records, freed by pushes.
     graves: Padded<Graveyard>,
 }
@@ -131,7 +140,6 @@ impl Engine {
             runtime,
             first_error: Mutex::new(None),
             cancelling: AtomicBool::new(false),
-            pushed: Padded(AtomicU64::new(0)),
             graves: Padded(Graveyard::new()),
         });
         Self { handle: Arc::new(EngineHandle { shared }) }
@@ -158,7 +166,7 @@ impl Engine {
 
     /// Ops pushed so far (internal waits and acquires included).
     pub fn pushed_ops(&self) -> u64 {
-        self.shared().pushed.load(Ordering::Relaxed)
+        self.shared().tracker.with_side(|intake| intake.pushed)
     }
 
     /// A new var owning `value`.
@@ -422,7 +430,10 @@ impl Shared {
             self.cancelling.store(true, Ordering::Release);
         }
         let latch = self.tracker.rotate(true);
+        // No push takes a shell once the tracker is closed.
+        let shells = self.tracker.with_side(|intake| std::mem::take(&mut intake.shells));
         self.graves.close();
+        drop(shells);
         latch
     }
 
@@ -445,12 +456,16 @@ impl Shared {
         job: J,
         starts_inline: bool,
     ) -> Result<SlotRef<J::Output>, Error> {
-        // A shell to build this op's record in, or to free just before
-        // allocating it: then it is what this thread's allocator hands out.
-        let shell = self.graves.take();
         let exec = self.placement(&opts, starts_inline)?;
         let deps = self.normalize(decls, &opts.name)?;
-        let epoch = self.tracker.enter()?;
+        // The op's count in its epoch, and a shell to build its record in,
+        // or to free just before allocating it: then it is what this
+        // thread's allocator hands out.
+        let (epoch, (shell, extra)) = self.tracker.enter(|intake| {
+            intake.pushed += 1;
+            self.graves.take(&mut intake.shells)
+        })?;
+        drop(extra);
         let meta = Meta {
             name: opts.name,
             device: Meta::pack_device(opts.device).expect("device ordinals are checked at placement"),
@@ -463,8 +478,10 @@ impl Shared {
             deletes: role == Role::Delete,
         };
         let cell = OpCell::new(shell, self, meta, deps, job, epoch);
-        submit(cell.clone(), self)?;
-        self.pushed.fetch_add(1, Ordering::Relaxed);
+        if let Err(err) = submit(cell.clone(), self) {
+            self.tracker.with_side(|intake| intake.pushed -= 1);
+            return Err(err);
+        }
         Ok(cell)
     }
 
@@ -575,6 +592,13 @@ impl<T: Send + Sync + 'static> Job for DeleteJob<T> {
 mod tests {
     use super::*;
 
+    impl Shared {
+        /// Shells waiting, in the pushes' list and buried.
+        fn shells(&self) -> usize {
+            self.tracker.with_side(|intake| intake.shells.len() + self.graves.len())
+        }
+    }
+
     /// Ops take their engine references from a stash inside the engine:
     /// dropping the last handle must still free it once the ops are done.
     #[test]
@@ -611,12 +635,13 @@ mod tests {
         }
         engine.blocking_wait_for_all().unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while shared.graves.len() == 0 {
+        while shared.shells() == 0 {
             assert!(std::time::Instant::now() < deadline, "no shell buried");
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         let rebuilt = || crate::op::cell::REBUILT.with(std::cell::Cell::get);
-        let (before, shells) = (rebuilt(), shared.graves.addresses());
+        let shells = shared.tracker.with_side(|intake| shared.graves.addresses(&intake.shells));
+        let before = rebuilt();
         let reused = add(1000);
         assert_eq!(rebuilt(), before + 1, "the op was not built in a shell");
         assert_eq!(reused.record(), shells.last().copied(), "the op was not built in the last shell");
@@ -649,26 +674,21 @@ mod tests {
         engine.blocking_wait_for_all().unwrap();
         // The worker buries its shells when it runs out of work.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while shared.graves.len() == 0 || Arc::strong_count(&data) > 1 || Arc::strong_count(&result) > 1 {
+        while shared.shells() == 0 || Arc::strong_count(&data) > 1 || Arc::strong_count(&result) > 1 {
             assert!(
                 std::time::Instant::now() < deadline,
                 "shells {}, var data refs {}, result refs {}",
-                shared.graves.len(),
+                shared.shells(),
                 Arc::strong_count(&data),
                 Arc::strong_count(&result)
             );
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         // A push frees shells on the pushing thread; closing frees the rest.
-        let before = shared.graves.len();
+        let before = shared.shells();
         drop(engine.op("noop").run(|(), ()| Ok(())));
-        assert!(
-            shared.graves.len() < before,
-            "{} shells before the push, {} after",
-            before,
-            shared.graves.len()
-        );
+        assert!(shared.shells() < before, "{} shells before the push, {} after", before, shared.shells());
         engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
-        assert_eq!(shared.graves.len(), 0);
+        assert_eq!(shared.shells(), 0);
     }
 }
