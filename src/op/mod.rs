@@ -223,6 +223,10 @@ impl Grant for TaskRef {
             header.has_errors.store(true, Ordering::Release);
         }
     }
+
+    fn next_in_line(&self) {
+        prefetch(self);
+    }
 }
 
 /// The op's span, boxed, if a subscriber wants it.

@@ -17,6 +17,12 @@ pub(crate) trait Grant {
     /// note the error (to be skipped); a `wait_for_var` takes it (clearing
     /// the var, in push order with the var's other ops).
     fn on_grant(&self, error: &mut Option<Error>);
+
+    /// Called, with the var's lock held, on the op that heads the var's
+    /// queue after a completion let others through: it is the next one
+    /// this var lets through, so its memory can be fetched meanwhile. (Not
+    /// called when the head stays the same: it was announced already.)
+    fn next_in_line(&self) {}
 }
 
 /// A var's state under its lock.
@@ -59,10 +65,15 @@ impl<T: Grant> VarCell<T> {
                 *error = Some(err.clone());
             }
         }
+        let mut moved = false;
         gate.complete(access, &mut |op: T| {
             op.on_grant(error);
             ready(op);
+            moved = true;
         });
+        if let (true, Some((_, next))) = (moved, gate.queued().next()) {
+            next.next_in_line();
+        }
     }
 
     /// Appends a deleting write and marks the var deleted, atomically: every
@@ -136,11 +147,16 @@ mod tests {
         name: &'static str,
         clears: bool,
         seen: Arc<StdMutex<Option<Error>>>,
+        /// Times it was announced next in line.
+        announced: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     impl Tok {
         fn new(name: &'static str, clears: bool) -> Self {
-            Self { name, clears, seen: Arc::default() }
+            Self { name, clears, seen: Arc::default(), announced: Arc::default() }
+        }
+        fn announced(&self) -> usize {
+            self.announced.load(std::sync::atomic::Ordering::Relaxed)
         }
         fn seen(&self) -> Option<String> {
             self.seen.lock().unwrap().as_ref().map(|e| e.to_string())
@@ -151,6 +167,10 @@ mod tests {
         fn on_grant(&self, error: &mut Option<Error>) {
             let e = if self.clears { error.take() } else { error.clone() };
             *self.seen.lock().unwrap() = e;
+        }
+
+        fn next_in_line(&self) {
+            self.announced.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -177,6 +197,32 @@ mod tests {
         assert_eq!(wait.seen().as_deref(), Some("invalid argument: boom"));
         assert_eq!(r2.seen(), None, "the wait cleared the error in push order");
         assert!(cell.lock().error.is_none());
+    }
+
+    /// A completion that lets ops through announces the op that then heads
+    /// the queue (the next to be let through), and only that one.
+    #[test]
+    fn completion_announces_the_next_in_line() {
+        let cell = VarCell::new(1);
+        let toks = ["w1", "w2", "r1", "r2", "w3"].map(|name| Tok::new(name, false));
+        for t in &toks {
+            let access = if t.name.starts_with('w') { Access::Write } else { Access::Read };
+            append_all([(&cell, access)].into_iter(), t).unwrap();
+        }
+        let counts = || toks.iter().map(Tok::announced).collect::<Vec<_>>();
+        let mut ready = Vec::new();
+        cell.complete(Access::Write, None, &mut |op| ready.push(op));
+        assert_eq!(names(&ready), ["w2"]);
+        assert_eq!(counts(), [0, 0, 1, 0, 0], "r1 heads the queue");
+        cell.complete(Access::Write, None, &mut |op| ready.push(op));
+        assert_eq!(names(&ready), ["w2", "r1", "r2"]);
+        assert_eq!(counts(), [0, 0, 1, 0, 1], "w3 heads the queue");
+        cell.complete(Access::Read, None, &mut |op| ready.push(op));
+        cell.complete(Access::Read, None, &mut |op| ready.push(op));
+        assert_eq!(names(&ready), ["w2", "r1", "r2", "w3"]);
+        assert_eq!(counts(), [0, 0, 1, 0, 1], "completions that let nothing through announce nobody");
+        cell.complete(Access::Write, None, &mut |op| ready.push(op));
+        assert_eq!(counts(), [0, 0, 1, 0, 1], "an empty queue announces nobody");
     }
 
     #[test]
