@@ -582,7 +582,7 @@ impl<T: Send + Sync + 'static> Job for DeleteJob<T> {
 
     fn start(self, slot: SlotRef<T>) {
         let task: TaskRef = slot.clone();
-        let guard = self.var.write_guard(crate::op::LiveRef::new(&task));
+        let guard = self.var.into_write_guard(crate::op::LiveRef::new(&task));
         let value = guard.take();
         slot.store(Ok(value));
     }

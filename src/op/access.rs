@@ -41,8 +41,9 @@ pub trait Item: sealed::Sealed + Send + 'static {
     #[doc(hidden)]
     fn declare(&self, decls: &mut Decls);
 
+    /// Turns the item's var handles into guards (no reference is cloned).
     #[doc(hidden)]
-    fn guard(&self, op: OpToken<'_>) -> Self::Guard;
+    fn guard(self, op: OpToken<'_>) -> Self::Guard;
 }
 
 /// A read of a var, or of each var of a list.
@@ -68,8 +69,8 @@ impl<T: Send + Sync + 'static> Item for Reading<Var<T>> {
         declare_one(&self.0, Access::Read, decls);
     }
 
-    fn guard(&self, op: OpToken<'_>) -> ReadGuard<T> {
-        self.0.read_guard(LiveRef::new(op.0))
+    fn guard(self, op: OpToken<'_>) -> ReadGuard<T> {
+        self.0.into_read_guard(LiveRef::new(op.0))
     }
 }
 
@@ -81,8 +82,8 @@ impl<T: Send + Sync + 'static> Item for Writing<Var<T>> {
         declare_one(&self.0, Access::Write, decls);
     }
 
-    fn guard(&self, op: OpToken<'_>) -> WriteGuard<T> {
-        self.0.write_guard(LiveRef::new(op.0))
+    fn guard(self, op: OpToken<'_>) -> WriteGuard<T> {
+        self.0.into_write_guard(LiveRef::new(op.0))
     }
 }
 
@@ -94,8 +95,8 @@ impl<T: Send + Sync + 'static> Item for Reading<Vec<Var<T>>> {
         self.0.iter().for_each(|v| declare_one(v, Access::Read, decls));
     }
 
-    fn guard(&self, op: OpToken<'_>) -> Vec<ReadGuard<T>> {
-        self.0.iter().map(|v| v.read_guard(LiveRef::new(op.0))).collect()
+    fn guard(self, op: OpToken<'_>) -> Vec<ReadGuard<T>> {
+        self.0.into_iter().map(|v| v.into_read_guard(LiveRef::new(op.0))).collect()
     }
 }
 
@@ -107,8 +108,8 @@ impl<T: Send + Sync + 'static> Item for Writing<Vec<Var<T>>> {
         self.0.iter().for_each(|v| declare_one(v, Access::Write, decls));
     }
 
-    fn guard(&self, op: OpToken<'_>) -> Vec<WriteGuard<T>> {
-        self.0.iter().map(|v| v.write_guard(LiveRef::new(op.0))).collect()
+    fn guard(self, op: OpToken<'_>) -> Vec<WriteGuard<T>> {
+        self.0.into_iter().map(|v| v.into_write_guard(LiveRef::new(op.0))).collect()
     }
 }
 
@@ -125,7 +126,7 @@ macro_rules! tuple_item {
                 $($T.declare(decls);)*
             }
 
-            fn guard(&self, op: OpToken<'_>) -> Self::Guard {
+            fn guard(self, op: OpToken<'_>) -> Self::Guard {
                 let ($($T,)*) = self;
                 ($($T.guard(OpToken(op.0)),)*)
             }

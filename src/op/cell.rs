@@ -219,10 +219,11 @@ where
 
     fn start(self, slot: SlotRef<R>) {
         let task: TaskRef = slot.clone();
+        let Self { reads, writes, body } = self;
         let caught = catch_unwind(AssertUnwindSafe(|| {
-            let reads = self.reads.guard(OpToken(&task));
-            let writes = self.writes.guard(OpToken(&task));
-            crate::pool::in_body(|| (self.body)(reads, writes))
+            let reads = reads.guard(OpToken(&task));
+            let writes = writes.guard(OpToken(&task));
+            crate::pool::in_body(|| body(reads, writes))
         }));
         let result = op_result(task.header(), caught);
         slot.store(result);
@@ -249,10 +250,11 @@ where
     fn start(self, slot: SlotRef<R>) {
         let task: TaskRef = slot.clone();
         let done = Completion::new(slot.clone());
+        let Self { reads, writes, body, .. } = self;
         let caught = catch_unwind(AssertUnwindSafe(|| {
-            let reads = self.reads.guard(OpToken(&task));
-            let writes = self.writes.guard(OpToken(&task));
-            crate::pool::in_body(|| (self.body)(reads, writes, done));
+            let reads = reads.guard(OpToken(&task));
+            let writes = writes.guard(OpToken(&task));
+            crate::pool::in_body(|| body(reads, writes, done));
         }));
         if let Err(payload) = caught {
             // If the token was dropped by the unwinding, it has already
@@ -283,17 +285,16 @@ where
 
     fn start(self, slot: SlotRef<R>) {
         let task: TaskRef = slot.clone();
-        let caught = catch_unwind(AssertUnwindSafe(|| {
-            (self.reads.guard(OpToken(&task)), self.writes.guard(OpToken(&task)))
-        }));
+        let Self { reads, writes, body, runtime } = self;
+        let caught =
+            catch_unwind(AssertUnwindSafe(|| (reads.guard(OpToken(&task)), writes.guard(OpToken(&task)))));
         let (reads, writes) = match caught {
             Ok(guards) => guards,
             Err(payload) => return slot.store(op_result(task.header(), Err(payload))),
         };
-        let body = self.body;
         let on_drop = StoreOnDrop(Some(slot));
         drop(task);
-        self.runtime.spawn(async move {
+        runtime.spawn(async move {
             let on_drop = on_drop;
             let caught = AssertUnwindSafe(async move { body(reads, writes).await }).catch_unwind().await;
             if let Some(slot) = on_drop.disarm() {

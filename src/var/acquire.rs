@@ -162,7 +162,8 @@ impl<I: Item> Job for AcquireJob<I> {
 
     fn start(self, op: SlotRef<()>) {
         let task: TaskRef = op.clone();
-        match catch_unwind(AssertUnwindSafe(|| self.item.guard(OpToken(&task)))) {
+        let item = self.item;
+        match catch_unwind(AssertUnwindSafe(|| item.guard(OpToken(&task)))) {
             Ok(guards) => {
                 self.slot.deliver(Ok(guards));
                 op.store(Ok(()));

@@ -7,7 +7,7 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use super::data::DataCell;
+use super::VarInner;
 use crate::op::LiveRef;
 
 const DELETED: &str = "depengine bug: a deleted var's data was reached";
@@ -17,8 +17,8 @@ const DELETED: &str = "depengine bug: a deleted var's data was reached";
 /// The op completes, and the var is released to later writers, once its body
 /// has returned and every guard it received is dropped.
 pub struct ReadGuard<T> {
-    /// Holds a read registration on the cell, ended on drop.
-    data: Arc<DataCell<T>>,
+    /// Holds a read registration on the var's data cell, ended on drop.
+    var: Arc<VarInner<T>>,
     // Dropped after the registration ends (`Drop` runs before the fields),
     // so the next op never finds the cell registered.
     _live: LiveRef,
@@ -29,22 +29,22 @@ pub struct ReadGuard<T> {
 /// The write completes (the var's version advances and later ops are let
 /// through) once the op's body has returned and every guard is dropped.
 pub struct WriteGuard<T> {
-    /// Holds the write registration on the cell, ended on drop.
-    data: Arc<DataCell<T>>,
+    /// Holds the write registration on the var's data cell, ended on drop.
+    var: Arc<VarInner<T>>,
     _live: LiveRef,
 }
 
 impl<T> ReadGuard<T> {
-    /// Wraps a read registered on `data` by the caller.
-    pub(crate) fn new(data: Arc<DataCell<T>>, live: LiveRef) -> Self {
-        Self { data, _live: live }
+    /// Wraps a read registered on `var`'s data by the caller.
+    pub(super) fn new(var: Arc<VarInner<T>>, live: LiveRef) -> Self {
+        Self { var, _live: live }
     }
 }
 
 impl<T> WriteGuard<T> {
-    /// Wraps the write registered on `data` by the caller.
-    pub(crate) fn new(data: Arc<DataCell<T>>, live: LiveRef) -> Self {
-        Self { data, _live: live }
+    /// Wraps the write registered on `var`'s data by the caller.
+    pub(super) fn new(var: Arc<VarInner<T>>, live: LiveRef) -> Self {
+        Self { var, _live: live }
     }
 
     /// Takes the data out, leaving the var empty: only for deletion.
@@ -56,19 +56,19 @@ impl<T> WriteGuard<T> {
         // SAFETY: this guard holds the write registration until it is
         // dropped, and the reference borrows the guard mutably, so it is the
         // only reference into the cell and cannot outlive the registration.
-        unsafe { self.data.get_mut() }
+        unsafe { self.var.data.get_mut() }
     }
 }
 
 impl<T> Drop for ReadGuard<T> {
     fn drop(&mut self) {
-        self.data.end_read();
+        self.var.data.end_read();
     }
 }
 
 impl<T> Drop for WriteGuard<T> {
     fn drop(&mut self) {
-        self.data.end_write();
+        self.var.data.end_write();
     }
 }
 
@@ -78,7 +78,7 @@ impl<T> Deref for ReadGuard<T> {
     fn deref(&self) -> &T {
         // SAFETY: this guard holds a read registration until it is dropped,
         // and the reference borrows the guard, so it cannot outlive it.
-        unsafe { self.data.get() }.as_ref().expect(DELETED)
+        unsafe { self.var.data.get() }.as_ref().expect(DELETED)
     }
 }
 
@@ -89,7 +89,7 @@ impl<T> Deref for WriteGuard<T> {
         // SAFETY: this guard holds the write registration; the reference
         // borrows the guard shared, so no `&mut` from `slot` (which borrows
         // it mutably) coexists with it, and it cannot outlive the guard.
-        unsafe { self.data.get() }.as_ref().expect(DELETED)
+        unsafe { self.var.data.get() }.as_ref().expect(DELETED)
     }
 }
 

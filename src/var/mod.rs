@@ -25,11 +25,14 @@ pub(crate) struct VarCore {
     shared: Arc<Shared>,
 }
 
+/// A var's engine-side state and its data: what `Var` handles and guards
+/// hold (a guard takes the handle its op declared, so running an op clones
+/// no reference).
 struct VarInner<T> {
     core: Arc<VarCore>,
     /// The data. The gate guarantees that no two guards conflict; the cell
     /// checks it.
-    data: Arc<DataCell<T>>,
+    data: DataCell<T>,
 }
 
 /// A piece of state owned by an engine, reachable only through the accesses
@@ -64,7 +67,7 @@ impl<T> Clone for Var<T> {
 impl<T: Send + Sync + 'static> Var<T> {
     pub(crate) fn new(shared: Arc<Shared>, id: u64, value: T) -> Self {
         let core = Arc::new(VarCore { cell: VarCell::new(id), shared });
-        Self { inner: Arc::new(VarInner { core, data: Arc::new(DataCell::new(value)) }) }
+        Self { inner: Arc::new(VarInner { core, data: DataCell::new(value) }) }
     }
 
     /// This var as an untyped handle, for low-level pushes that declare it
@@ -121,14 +124,16 @@ impl<T: Send + Sync + 'static> Var<T> {
         acquire::push(&self.inner.core.shared, Writing(self.clone()))
     }
 
-    pub(crate) fn read_guard(&self, live: LiveRef) -> ReadGuard<T> {
+    /// A read guard for the op `live` keeps running, made of this handle.
+    pub(crate) fn into_read_guard(self, live: LiveRef) -> ReadGuard<T> {
         assert!(self.inner.data.try_read(), "{CONFLICT}");
-        ReadGuard::new(self.inner.data.clone(), live)
+        ReadGuard::new(self.inner, live)
     }
 
-    pub(crate) fn write_guard(&self, live: LiveRef) -> WriteGuard<T> {
+    /// The write guard for the op `live` keeps running, made of this handle.
+    pub(crate) fn into_write_guard(self, live: LiveRef) -> WriteGuard<T> {
         assert!(self.inner.data.try_write(), "{CONFLICT}");
-        WriteGuard::new(self.inner.data.clone(), live)
+        WriteGuard::new(self.inner, live)
     }
 }
 
