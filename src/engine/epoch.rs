@@ -299,10 +299,11 @@ mod loom_tests {
     use super::*;
     use loom::thread;
 
-    /// Ops of two epochs complete on two threads while a third rotates
-    /// again: each latch is set exactly when its epoch and every earlier
-    /// one have finished, and every node is freed once (loom checks the
-    /// accesses of the freed node through its atomics and mutex).
+    /// Ops of two epochs complete on two threads while the main thread
+    /// rotates again: each latch is set once its epoch and every earlier
+    /// one have finished, and no node is used after it is freed (loom
+    /// reports accesses to a freed node's atomics and mutex, and accesses
+    /// that the count's orderings leave unsynchronized).
     #[test]
     fn epochs_finish_in_order_under_concurrent_completion() {
         loom::model(|| {

@@ -599,8 +599,9 @@ mod tests {
         }
     }
 
-    /// Ops take their engine references from a stash inside the engine:
-    /// dropping the last handle must still free it once the ops are done.
+    /// Ops, and the shells their records leave, hold engine references:
+    /// dropping the last handle must still free the engine once the ops
+    /// are done.
     #[test]
     fn dropped_engine_is_freed_after_its_ops() {
         let engine = Engine::builder().cpu_workers(2).build().unwrap();
