@@ -7,7 +7,8 @@
 //! * **a next slot**: an op that a worker's own op made ready, on the same
 //!   pool, is kept by that worker and run next, without a queue round trip
 //!   or a wake-up (one op at most, only while nothing more urgent is
-//!   queued, and at most [`NEXT_STREAK`] times in a row);
+//!   queued, and, while other ops are queued, at most [`NEXT_STREAK`] times
+//!   in a row);
 //! * **spinning before parking**: an idle worker watches the queue for a
 //!   short while (yielding its core) before it sleeps, so a steady stream
 //!   of ops never pays for a thread wake-up;
@@ -33,7 +34,8 @@ use crate::op::TaskRef;
 use crate::park::Parking;
 
 /// How many ops a worker runs from its next slot before it takes from the
-/// queue again (so that queued ops are never starved by a long chain).
+/// queue again, if anything is queued (so that queued ops are never starved
+/// by a long chain).
 const NEXT_STREAK: u32 = 64;
 
 /// How long an idle worker watches the queue before it parks.
@@ -279,10 +281,17 @@ impl PoolShared {
                     task
                 }
                 Some(task) => {
-                    // Let the queue have a turn.
                     streak = 0;
-                    self.submit(task);
-                    continue;
+                    if !self.has_work() {
+                        // Nothing is waiting for a turn.
+                        task
+                    } else {
+                        // Let the queue have a turn. No wake-up: this worker
+                        // takes an op from the queue next, so the queue holds
+                        // no more ops for others than it did.
+                        self.enqueue(task);
+                        continue;
+                    }
                 }
                 None => {
                     streak = 0;
