@@ -1,5 +1,6 @@
 //! Push of no-op ops that declare no vars, then `wait_for_all`: pure push
-//! and dispatch cost.
+//! and dispatch cost, with a handle dropped at once (`run`) and without one
+//! (`run_detached`).
 
 mod common;
 
@@ -13,6 +14,14 @@ fn no_op_push(c: &mut Criterion) {
             b.iter(|| {
                 for _ in 0..common::OPS {
                     drop(engine.op("noop").run(|(), ()| Ok(())));
+                }
+                engine.blocking_wait_for_all().unwrap();
+            });
+        });
+        group.bench_function(BenchmarkId::new("detached", name), |b| {
+            b.iter(|| {
+                for _ in 0..common::OPS {
+                    engine.op("noop").run_detached(|(), ()| Ok(())).unwrap();
                 }
                 engine.blocking_wait_for_all().unwrap();
             });

@@ -15,7 +15,9 @@
 //! other, the hardware's floor for any cross-core hand-off). `-` keeps a parameter's default. `--naive` (or
 //! `DEPENGINE_TYPE=naive`) runs the naive engine, which runs each op inside
 //! its push; other `DEPENGINE_*` variables configure the engine as README
-//! says.
+//! says. Ops are pushed detached (`run_detached`: no handle, as MXNet's
+//! `PushSync` and OpenMP's tasks have none); `--handles` pushes them with
+//! `run` and drops each handle at once instead (`peer=depengine-handles`).
 //!
 //! Each run prints one line per timed rep:
 //!
@@ -30,7 +32,7 @@
 //! the same op list in this process, before the engine runs; `ok=1` means the
 //! hash of the final var values equals the sequential one.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Instant;
 
 use depengine::{Engine, EngineKind, Var};
@@ -229,38 +231,58 @@ fn check(w: &Workload, val: &[u64], done: &[AtomicU8]) -> u64 {
     }
 }
 
-/// Pushes one op on the engine.
-fn push(engine: &Engine, vars: &[Var<u64>], op: &Op, done: &'static [AtomicU8]) {
+/// Whether ops are pushed with a handle (dropped at once) instead of detached.
+static HANDLES: AtomicBool = AtomicBool::new(false);
+
+/// Pushes one op on the engine: detached (`run_detached`), or with `run`
+/// and its handle dropped at once (`--handles`); either way `wait_for_all`
+/// covers it.
+fn push(
+    engine: &Engine,
+    vars: &[Var<u64>],
+    op: &Op,
+    done: &'static [AtomicU8],
+) -> Result<(), depengine::Error> {
+    macro_rules! submit {
+        ($builder:expr, $body:expr) => {
+            if HANDLES.load(Ordering::Relaxed) {
+                drop($builder.try_run($body)?);
+                Ok(())
+            } else {
+                $builder.run_detached($body)
+            }
+        };
+    }
     let (arg, nopnd, spin, src) = (op.arg, op.nopnd, op.spin, op.sources());
     if op.write == NONE {
         assert_eq!(op.nreads, 0, "ops that read without writing are not part of BENCH.md");
-        engine.op("noop").run(move |(), ()| {
+        return submit!(engine.op("noop"), move |(), ()| {
             done[arg as usize].store(1, Ordering::Relaxed);
             Ok(())
         });
-        return;
     }
     let w = &vars[op.write as usize];
     let r = |k: usize| &vars[op.reads[k] as usize];
-    // The handle is dropped: the op is detached and `wait_for_all` covers it.
-    drop(match op.nreads {
-        0 => engine.op("op").write(w).run(move |(), (mut w,)| {
+    match op.nreads {
+        0 => submit!(engine.op("op").write(w), move |(), (mut w,)| {
             *w = body(arg, src, nopnd, [0; 3], *w, spin);
             Ok(())
         }),
-        1 => engine.op("op").read(r(0)).write(w).run(move |(a,), (mut w,)| {
+        1 => submit!(engine.op("op").read(r(0)).write(w), move |(a,), (mut w,)| {
             *w = body(arg, src, nopnd, [*a, 0, 0], *w, spin);
             Ok(())
         }),
-        2 => engine.op("op").read(r(0)).read(r(1)).write(w).run(move |(a, b), (mut w,)| {
+        2 => submit!(engine.op("op").read(r(0)).read(r(1)).write(w), move |(a, b), (mut w,)| {
             *w = body(arg, src, nopnd, [*a, *b, 0], *w, spin);
             Ok(())
         }),
-        _ => engine.op("op").read(r(0)).read(r(1)).read(r(2)).write(w).run(move |(a, b, c), (mut w,)| {
-            *w = body(arg, src, nopnd, [*a, *b, *c], *w, spin);
-            Ok(())
-        }),
-    });
+        _ => {
+            submit!(engine.op("op").read(r(0)).read(r(1)).read(r(2)).write(w), move |(a, b, c), (mut w,)| {
+                *w = body(arg, src, nopnd, [*a, *b, *c], *w, spin);
+                Ok(())
+            })
+        }
+    }
 }
 
 /// Runs the op list on the engine; returns (secs, check).
@@ -273,7 +295,7 @@ fn run_engine(
     done.iter().for_each(|d| d.store(0, Ordering::Relaxed));
     let start = Instant::now();
     for op in &w.ops {
-        push(engine, &vars, op, done);
+        push(engine, &vars, op, done)?;
     }
     let pushed = start.elapsed().as_secs_f64();
     engine.blocking_wait_for_all()?;
@@ -520,14 +542,20 @@ fn run() -> Result<(), String> {
     } else {
         false
     };
+    if let Some(i) = args.iter().position(|a| a == "--handles") {
+        args.remove(i);
+        HANDLES.store(true, Ordering::Relaxed);
+    }
     let mut builder = Engine::builder();
     if naive {
         builder = builder.kind(EngineKind::Naive);
     }
     let engine = builder.build().map_err(|e| e.to_string())?;
-    let peer = match engine.kind() {
-        EngineKind::Naive => "depengine-naive",
-        _ => "depengine",
+    let peer = match (engine.kind(), HANDLES.load(Ordering::Relaxed)) {
+        (EngineKind::Naive, false) => "depengine-naive",
+        (EngineKind::Naive, true) => "depengine-naive-handles",
+        (_, false) => "depengine",
+        (_, true) => "depengine-handles",
     };
     let which = args.first().map_or("all", String::as_str);
     let n = parse(args.get(1), "N")?;

@@ -395,3 +395,34 @@ fn panicking_destructors_outside_bodies_hang_nothing() {
         engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
     }
 }
+
+/// A detached op has no handle, but its outcome is not lost: its failure (an
+/// error or a panic) is stored on the var it writes, skips the ops after it
+/// there, and is what `wait_for_all` reports; a refused push is an error at
+/// push time.
+#[test]
+fn detached_ops_report_failures_through_vars_and_wait_for_all() {
+    for engine in engines() {
+        let (v, w) = (engine.var(0u32), engine.var(0u32));
+        engine.op("fails").write(&v).run_detached(|(), (_v,)| Err("no luck".into())).unwrap();
+        let skipped = engine.op("after").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap_err();
+        assert!(skipped.is_skipped(), "{skipped}");
+        assert!(skipped.to_string().contains("no luck"), "{skipped}");
+        let err = engine.blocking_wait_for_all().unwrap_err();
+        assert!(err.is_failed() && err.to_string().contains("no luck"), "{err}");
+        assert!(engine.blocking_wait_for_var(&v).unwrap_err().is_failed(), "the var carried the failure");
+
+        engine.op("panics").write(&w).run_detached(|(), (_w,)| panic!("kaboom")).unwrap();
+        let err = engine.blocking_wait_for_all().unwrap_err();
+        assert!(err.is_panic(), "{err}");
+        assert!(engine.blocking_wait_for_all().is_ok(), "reported once");
+
+        let gone = engine.var(0u32);
+        drop(engine.delete_var(&gone));
+        let refused = engine.op("late").write(&gone).run_detached(|(), (_g,)| Ok(()));
+        assert!(refused.unwrap_err().is_var_deleted());
+        engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
+        let refused = engine.op("closed").run_detached(|(), ()| Ok(()));
+        assert!(refused.unwrap_err().is_shutdown());
+    }
+}

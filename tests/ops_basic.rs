@@ -511,3 +511,37 @@ fn naive_engine_runs_ops_at_push() {
     assert!(h.blocking_wait().unwrap());
     assert_eq!(v.version(), 1);
 }
+
+/// Detached ops take effect in push order with handle-returning ops on the
+/// same var, on both engines.
+#[test]
+fn detached_ops_keep_push_order_with_the_others() {
+    for kind in [EngineKind::Threaded, EngineKind::Naive] {
+        let engine = Engine::builder().kind(kind).cpu_workers(2).build().unwrap();
+        let log = engine.var(Vec::new());
+        let mut handles = Vec::new();
+        for i in 0..2_000u32 {
+            if i % 3 == 0 {
+                handles.push(engine.op("kept").write(&log).run(move |(), (mut l,)| {
+                    l.push(i);
+                    Ok(i)
+                }));
+            } else {
+                engine
+                    .op("detached")
+                    .write(&log)
+                    .run_detached(move |(), (mut l,)| {
+                        l.push(i);
+                        Ok(())
+                    })
+                    .unwrap();
+            }
+        }
+        engine.blocking_wait_for_all().unwrap();
+        let got = futures::executor::block_on(log.read()).unwrap().clone();
+        assert_eq!(got, (0..2_000).collect::<Vec<_>>(), "{kind:?}");
+        for (k, h) in handles.into_iter().enumerate() {
+            assert_eq!(h.blocking_wait().unwrap(), 3 * k as u32);
+        }
+    }
+}

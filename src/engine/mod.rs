@@ -251,7 +251,7 @@ impl Engine {
         let mut decls = DepList::new();
         decls.push(Decl { var: var.any(), access: Access::Read, typed: false });
         let opts = internal_opts("wait_for_var");
-        let pushed = self.shared().push(opts, Role::WaitForVar, decls, WaitJob, true);
+        let pushed = self.shared().push(opts, Role::WaitForVar, decls, WaitJob, true, true).map(kept);
         pushed.map_or_else(OpHandle::refused, OpHandle::pushed)
     }
 
@@ -297,7 +297,8 @@ impl Engine {
         let mut decls = DepList::new();
         decls.push(Decl { var: var.any(), access: Access::Write, typed: false });
         let job = DeleteJob { var: var.clone() };
-        let pushed = self.shared().push(internal_opts("delete_var"), Role::Delete, decls, job, true);
+        let pushed =
+            self.shared().push(internal_opts("delete_var"), Role::Delete, decls, job, true, true).map(kept);
         pushed.map_or_else(OpHandle::refused, OpHandle::pushed)
     }
 
@@ -383,6 +384,11 @@ impl fmt::Debug for WaitForAll {
     }
 }
 
+/// The record a push with `keep` returns.
+fn kept<T>(record: Option<T>) -> T {
+    record.expect("a push with `keep` returns its record")
+}
+
 fn internal_opts(name: &'static str) -> OpOptions {
     let mut opts = OpOptions::new(name.into());
     opts.lane = Lane::Inline;
@@ -437,7 +443,7 @@ impl Shared {
         latch
     }
 
-    /// Pushes a user op.
+    /// Pushes a user op; returns its record, for its handle.
     pub(crate) fn push_job<J: Job>(
         self: &Arc<Self>,
         opts: OpOptions,
@@ -445,9 +451,23 @@ impl Shared {
         job: J,
         starts_inline: bool,
     ) -> Result<SlotRef<J::Output>, Error> {
-        self.push(opts, Role::User, decls, job, starts_inline)
+        self.push(opts, Role::User, decls, job, starts_inline, true).map(kept)
     }
 
+    /// Pushes a user op that nobody holds a handle to: its record is
+    /// referenced by the vars and queues only (no reference taken for a
+    /// handle, none dropped with it).
+    pub(crate) fn push_detached<J: Job>(
+        self: &Arc<Self>,
+        opts: OpOptions,
+        decls: DepList,
+        job: J,
+        starts_inline: bool,
+    ) -> Result<(), Error> {
+        self.push(opts, Role::User, decls, job, starts_inline, false).map(drop)
+    }
+
+    /// Pushes an op; returns its record if `keep`.
     fn push<J: Job>(
         self: &Arc<Self>,
         opts: OpOptions,
@@ -455,7 +475,8 @@ impl Shared {
         decls: DepList,
         job: J,
         starts_inline: bool,
-    ) -> Result<SlotRef<J::Output>, Error> {
+        keep: bool,
+    ) -> Result<Option<SlotRef<J::Output>>, Error> {
         let exec = self.placement(&opts, starts_inline)?;
         let deps = self.normalize(decls, &opts.name)?;
         // The op's count in its epoch, and a shell to build its record in,
@@ -478,11 +499,12 @@ impl Shared {
             deletes: role == Role::Delete,
         };
         let cell = OpCell::new(shell, self, meta, deps, job, epoch);
-        if let Err(err) = submit(cell.clone(), self) {
+        let kept = keep.then(|| cell.clone() as SlotRef<J::Output>);
+        if let Err(err) = submit(cell, self) {
             self.tracker.with_side(|intake| intake.pushed -= 1);
             return Err(err);
         }
-        Ok(cell)
+        Ok(kept)
     }
 
     /// Checks the device and lane; decides where the op's body starts.

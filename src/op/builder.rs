@@ -188,6 +188,46 @@ impl<Rd: Item, Wr: Item> OpBuilder<'_, Rd, Wr> {
         self.push(|reads, writes, _| Ok(SyncJob { reads, writes, body }), false)
     }
 
+    /// Pushes the op with a body run to completion on a worker of its lane,
+    /// and no handle: the fire-and-forget push of MXNet's `PushSync`.
+    ///
+    /// Cheaper than [`run`](Self::run) with its handle dropped: no
+    /// reference to the op is taken for a handle, and none is dropped with
+    /// it. The op's outcome is not lost: an error it returns, or a panic, is
+    /// stored on the vars it writes (skipping the ops that use them after
+    /// it) and is reported by [`Engine::wait_for_all`](crate::Engine::wait_for_all).
+    ///
+    /// # Errors
+    ///
+    /// A refused push, as for [`try_run`](Self::try_run).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> depengine::Result<()> {
+    /// let engine = depengine::Engine::new();
+    /// let total = engine.var(0u64);
+    /// for i in 1..=10u64 {
+    ///     engine.op("add").write(&total).run_detached(move |(), (mut t,)| {
+    ///         *t += i;
+    ///         Ok(())
+    ///     })?;
+    /// }
+    /// engine.blocking_wait_for_all()?;
+    /// assert_eq!(*futures::executor::block_on(total.read())?, 55);
+    /// # Ok(()) }
+    /// ```
+    pub fn run_detached<F>(self, body: F) -> Result<(), Error>
+    where
+        F: FnOnce(Rd::Guard, Wr::Guard) -> Result<(), BoxError> + Send + 'static,
+    {
+        let mut decls = Decls(self.untyped);
+        self.reads.declare(&mut decls);
+        self.writes.declare(&mut decls);
+        let job = SyncJob { reads: self.reads, writes: self.writes, body };
+        self.shared.push_detached(self.opts, decls.0, job, false)
+    }
+
     /// Pushes an async op: the body receives a [`Completion`] and the op
     /// completes when it is signalled (from any thread, any time) and the
     /// guards are dropped.

@@ -111,8 +111,8 @@ pub(crate) fn push<I: Item>(shared: &Arc<Shared>, item: I) -> Acquire<I::Guard> 
     let mut opts = OpOptions::new("acquire".into());
     opts.lane = Lane::Inline;
     let job = AcquireJob { item, slot: slot.clone() };
-    match shared.push_job(opts, decls.0, job, true) {
-        Ok(_) => Acquire { slot: Some(slot), refused: None },
+    match shared.push_detached(opts, decls.0, job, true) {
+        Ok(()) => Acquire { slot: Some(slot), refused: None },
         Err(err) => Acquire { slot: None, refused: Some(err) },
     }
 }
