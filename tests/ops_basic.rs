@@ -545,3 +545,43 @@ fn detached_ops_keep_push_order_with_the_others() {
         }
     }
 }
+
+/// Guards that outlive their op's completion signal: the op completes when
+/// the last of them is dropped, on whatever thread, and its record is freed
+/// then (its result, which nobody takes, is dropped exactly once).
+#[test]
+fn guards_held_past_the_signal_complete_the_op_and_free_it() {
+    struct Counted(Arc<AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    for kind in [EngineKind::Threaded, EngineKind::Naive] {
+        let engine = Engine::builder().kind(kind).cpu_workers(2).build().unwrap();
+        let (a, b) = (engine.var(1u32), engine.var(2u32));
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let result = Counted(dropped.clone());
+        // The handle is dropped at once: the guards hold the op open alone.
+        drop(engine.op("lend").read(&a).write(&b).run_async(move |(a,), (b,), done| {
+            done.succeed(result);
+            tx.send((a, b)).unwrap();
+        }));
+        let holder = std::thread::spawn(move || {
+            let (a, mut b) = rx.recv().unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            *b += *a;
+        });
+        let after = engine.op("after").write(&b).run(|(), (b,)| Ok(*b));
+        assert_eq!(after.blocking_wait().unwrap(), 3, "{kind:?}: ran after the guards were dropped");
+        holder.join().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while dropped.load(Ordering::SeqCst) == 0 {
+            assert!(std::time::Instant::now() < deadline, "{kind:?}: the record was never freed");
+            std::thread::yield_now();
+        }
+        engine.blocking_wait_for_all().unwrap();
+        assert_eq!(dropped.load(Ordering::SeqCst), 1, "{kind:?}");
+    }
+}

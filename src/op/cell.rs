@@ -14,7 +14,7 @@ use super::access::{Item, OpToken};
 use super::handle::Completion;
 use super::slot::{Published, ResultSlot};
 use super::{DepList, Meta};
-use super::{Header, Task, TaskRef, release_live};
+use super::{Header, Task, TaskRef, release_body};
 use crate::engine::{EpochRef, Shared};
 use crate::error::{BoxError, Error, Kind, panic_message};
 use crate::loom::cell::UnsafeCell;
@@ -178,8 +178,7 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
                 self.header.shared.note_error(err);
             }
         }
-        let task: TaskRef = self;
-        release_live(&task);
+        release_body(self);
     }
 
     fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<J::Output, Error>> {

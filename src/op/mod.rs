@@ -21,6 +21,7 @@ pub(crate) mod handle;
 pub(crate) mod slot;
 
 use std::borrow::Cow;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use crate::device::{Device, Lane};
@@ -292,10 +293,17 @@ pub(crate) fn submit(task: TaskRef, shared: &Shared) -> Result<(), Error> {
     Ok(())
 }
 
-/// Releases one live count; the call that reaches zero completes the op.
-pub(crate) fn release_live(task: &TaskRef) {
+/// Releases the body's live count, once its result is stored: the call
+/// that reaches zero completes the op. Otherwise guards are still alive, and
+/// `task`'s reference passes to them: the [`LiveRef`] whose drop reaches zero
+/// takes it back (so a guard holds no reference of its own).
+#[allow(unsafe_code)]
+pub(crate) fn release_body(task: TaskRef) {
     if task.header().live.release(1) {
-        finalize(task);
+        finalize(&task);
+    } else {
+        // Owned by the live count from here on (see `LiveRef`'s drop).
+        let _ = Arc::into_raw(task);
     }
 }
 
@@ -327,27 +335,60 @@ pub(crate) fn prefetch(task: &TaskRef) {
     );
 }
 
-/// Keeps an op alive until dropped: the op completes only once its body has
-/// finished and every `LiveRef` is gone. Held by guards.
-pub(crate) struct LiveRef(TaskRef);
+/// Keeps an op from completing until dropped: the op completes only once
+/// its body has finished and every `LiveRef` is gone. Held by guards.
+///
+/// It holds no reference count of its own, and needs none: while the body
+/// has not stored its result, whoever will store it holds a reference (the
+/// job's slot, a `Completion`); after that, the body's reference belongs to
+/// the live count ([`release_body`]), and the `LiveRef` whose drop brings
+/// the count to zero takes it back. Either way the record outlives every
+/// `LiveRef`.
+pub(crate) struct LiveRef(NonNull<dyn Task>);
+
+// SAFETY: a `LiveRef` only reads the record's header (`Sync`) and, once,
+// takes back a `TaskRef` (`Send`): what a `TaskRef` may do on any thread.
+#[allow(unsafe_code)]
+unsafe impl Send for LiveRef {}
+// SAFETY: `&LiveRef` gives access to nothing but `Debug`, which reads the
+// header (`Sync`).
+#[allow(unsafe_code)]
+unsafe impl Sync for LiveRef {}
 
 impl LiveRef {
     /// Takes one more live count on `task`; its holder must keep the op
     /// from completing meanwhile (the body has not stored its result).
     pub(crate) fn new(task: &TaskRef) -> Self {
         task.header().live.add(1);
-        Self(task.clone())
+        let record = NonNull::new(Arc::as_ptr(task).cast_mut()).expect("an Arc's pointer is not null");
+        Self(record)
+    }
+
+    #[allow(unsafe_code)]
+    fn header(&self) -> &Header {
+        // SAFETY: this live count keeps the record alive (see the type's
+        // doc), and the reference borrows `self`.
+        unsafe { self.0.as_ref() }.header()
     }
 }
 
 impl Drop for LiveRef {
+    #[allow(unsafe_code)]
     fn drop(&mut self) {
-        release_live(&self.0);
+        if self.header().live.release(1) {
+            // SAFETY: the count reached zero here, so the body had released
+            // its own count: `release_body` made its reference the live
+            // count's (`Arc::into_raw` of a `TaskRef` to this record, whose
+            // pointer `Arc::as_ptr` gave this `LiveRef`), and only the
+            // release that reaches zero takes it back.
+            let task = unsafe { Arc::from_raw(self.0.as_ptr().cast_const()) };
+            finalize(&task);
+        }
     }
 }
 
 impl std::fmt::Debug for LiveRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "LiveRef({})", self.0.header().meta.name)
+        write!(f, "LiveRef({})", self.header().meta.name)
     }
 }
