@@ -297,12 +297,14 @@ pub(crate) fn submit(task: TaskRef, shared: &Shared) -> Result<(), Error> {
 /// that reaches zero completes the op. Otherwise guards are still alive, and
 /// `task`'s reference passes to them: the [`LiveRef`] whose drop reaches zero
 /// takes it back (so a guard holds no reference of its own).
-#[allow(unsafe_code)]
 pub(crate) fn release_body(task: TaskRef) {
     if task.header().live.release(1) {
         finalize(&task);
     } else {
-        // Owned by the live count from here on (see `LiveRef`'s drop).
+        // Owned by the live count from here on (see `LiveRef`'s drop). A
+        // guard may already have reached zero and dropped a reference: this
+        // one was still held then, so the record lived on, and forgetting
+        // it now leaves the count exactly where one drop would.
         let _ = Arc::into_raw(task);
     }
 }
