@@ -251,7 +251,7 @@ impl Engine {
         let mut decls = DepList::new();
         decls.push(Decl { var: var.any(), access: Access::Read, typed: false });
         let opts = internal_opts("wait_for_var");
-        let pushed = self.shared().push(opts, Role::WaitForVar, decls, WaitJob, true, true).map(kept);
+        let pushed = self.shared().push(opts, Role::WaitForVar, decls, WaitJob, true);
         pushed.map_or_else(OpHandle::refused, OpHandle::pushed)
     }
 
@@ -297,8 +297,7 @@ impl Engine {
         let mut decls = DepList::new();
         decls.push(Decl { var: var.any(), access: Access::Write, typed: false });
         let job = DeleteJob { var: var.clone() };
-        let pushed =
-            self.shared().push(internal_opts("delete_var"), Role::Delete, decls, job, true, true).map(kept);
+        let pushed = self.shared().push(internal_opts("delete_var"), Role::Delete, decls, job, true);
         pushed.map_or_else(OpHandle::refused, OpHandle::pushed)
     }
 
@@ -384,11 +383,6 @@ impl fmt::Debug for WaitForAll {
     }
 }
 
-/// The record a push with `keep` returns.
-fn kept<T>(record: Option<T>) -> T {
-    record.expect("a push with `keep` returns its record")
-}
-
 fn internal_opts(name: &'static str) -> OpOptions {
     let mut opts = OpOptions::new(name.into());
     opts.lane = Lane::Inline;
@@ -451,7 +445,7 @@ impl Shared {
         job: J,
         starts_inline: bool,
     ) -> Result<SlotRef<J::Output>, Error> {
-        self.push(opts, Role::User, decls, job, starts_inline, true).map(kept)
+        self.push(opts, Role::User, decls, job, starts_inline)
     }
 
     /// Pushes a user op that nobody holds a handle to: its record is
@@ -464,10 +458,11 @@ impl Shared {
         job: J,
         starts_inline: bool,
     ) -> Result<(), Error> {
-        self.push(opts, Role::User, decls, job, starts_inline, false).map(drop)
+        let record = self.build(opts, Role::User, decls, job, starts_inline)?;
+        self.submit_built(record)
     }
 
-    /// Pushes an op; returns its record if `keep`.
+    /// Pushes an op; returns its record, for its handle.
     fn push<J: Job>(
         self: &Arc<Self>,
         opts: OpOptions,
@@ -475,8 +470,28 @@ impl Shared {
         decls: DepList,
         job: J,
         starts_inline: bool,
-        keep: bool,
-    ) -> Result<Option<SlotRef<J::Output>>, Error> {
+    ) -> Result<SlotRef<J::Output>, Error> {
+        let record = self.build(opts, role, decls, job, starts_inline)?;
+        self.submit_built(record.clone())?;
+        Ok(record)
+    }
+
+    /// Submits a record `build` made; a refused one leaves the pushed-ops
+    /// count as it was.
+    fn submit_built(&self, record: TaskRef) -> Result<(), Error> {
+        submit(record, self).inspect_err(|_| self.tracker.with_side(|intake| intake.pushed -= 1))
+    }
+
+    /// Checks an op and builds its record, counted in its epoch and in the
+    /// pushed ops; `submit_built` then appends it to its vars.
+    fn build<J: Job>(
+        self: &Arc<Self>,
+        opts: OpOptions,
+        role: Role,
+        decls: DepList,
+        job: J,
+        starts_inline: bool,
+    ) -> Result<Arc<OpCell<J>>, Error> {
         let exec = self.placement(&opts, starts_inline)?;
         let deps = self.normalize(decls, &opts.name)?;
         // The op's count in its epoch, and a shell to build its record in,
@@ -498,13 +513,7 @@ impl Shared {
             cancellable: role == Role::User,
             deletes: role == Role::Delete,
         };
-        let cell = OpCell::new(shell, self, meta, deps, job, epoch);
-        let kept = keep.then(|| cell.clone() as SlotRef<J::Output>);
-        if let Err(err) = submit(cell, self) {
-            self.tracker.with_side(|intake| intake.pushed -= 1);
-            return Err(err);
-        }
-        Ok(kept)
+        Ok(OpCell::new(shell, self, meta, deps, job, epoch))
     }
 
     /// Checks the device and lane; decides where the op's body starts.

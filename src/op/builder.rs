@@ -160,7 +160,7 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     }
 }
 
-impl<Rd: Item, Wr: Item> OpBuilder<'_, Rd, Wr> {
+impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
     /// Pushes the op with a body run to completion on a worker of its lane.
     ///
     /// A refused push (closed engine, deleted var, invalid arguments)
@@ -221,11 +221,8 @@ impl<Rd: Item, Wr: Item> OpBuilder<'_, Rd, Wr> {
     where
         F: FnOnce(Rd::Guard, Wr::Guard) -> Result<(), BoxError> + Send + 'static,
     {
-        let mut decls = Decls(self.untyped);
-        self.reads.declare(&mut decls);
-        self.writes.declare(&mut decls);
-        let job = SyncJob { reads: self.reads, writes: self.writes, body };
-        self.shared.push_detached(self.opts, decls.0, job, false)
+        let (shared, opts, decls, reads, writes) = self.declared();
+        shared.push_detached(opts, decls, SyncJob { reads, writes, body }, false)
     }
 
     /// Pushes an async op: the body receives a [`Completion`] and the op
@@ -291,12 +288,18 @@ impl<Rd: Item, Wr: Item> OpBuilder<'_, Rd, Wr> {
         make: impl FnOnce(Rd, Wr, &Shared) -> Result<J, Error>,
         starts_inline: bool,
     ) -> Result<OpHandle<J::Output>, Error> {
+        let (shared, opts, decls, reads, writes) = self.declared();
+        let job = make(reads, writes, shared)?;
+        let slot = shared.push_job(opts, decls, job, starts_inline)?;
+        Ok(OpHandle::pushed(slot))
+    }
+
+    /// The builder's parts, with every declaration collected.
+    fn declared(self) -> (&'e Arc<Shared>, OpOptions, DepList, Rd, Wr) {
         let mut decls = Decls(self.untyped);
         self.reads.declare(&mut decls);
         self.writes.declare(&mut decls);
-        let job = make(self.reads, self.writes, self.shared)?;
-        let slot = self.shared.push_job(self.opts, decls.0, job, starts_inline)?;
-        Ok(OpHandle::pushed(slot))
+        (self.shared, self.opts, decls.0, self.reads, self.writes)
     }
 }
 
