@@ -546,17 +546,20 @@ fn detached_ops_keep_push_order_with_the_others() {
     }
 }
 
+/// Counts its drops.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 /// Guards that outlive their op's completion signal: the op completes when
 /// the last of them is dropped, on whatever thread, and its record is freed
 /// then (its result, which nobody takes, is dropped exactly once).
 #[test]
 fn guards_held_past_the_signal_complete_the_op_and_free_it() {
-    struct Counted(Arc<AtomicUsize>);
-    impl Drop for Counted {
-        fn drop(&mut self) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
     for kind in [EngineKind::Threaded, EngineKind::Naive] {
         let engine = Engine::builder().kind(kind).cpu_workers(2).build().unwrap();
         let (a, b) = (engine.var(1u32), engine.var(2u32));
@@ -583,5 +586,50 @@ fn guards_held_past_the_signal_complete_the_op_and_free_it() {
         }
         engine.blocking_wait_for_all().unwrap();
         assert_eq!(dropped.load(Ordering::SeqCst), 1, "{kind:?}");
+    }
+}
+
+/// Sync bodies that hand their guards to another thread, which writes
+/// through them and drops them while the body returns: whichever drops
+/// last, body or guard, completes the op exactly once, the next op on the
+/// var sees the write, and every record is freed once (its unclaimed result
+/// dropped exactly once).
+#[test]
+fn guards_racing_the_body_s_return_complete_each_op_once() {
+    const OPS: usize = 2_000;
+    for kind in [EngineKind::Threaded, EngineKind::Naive] {
+        let engine = Engine::builder().kind(kind).cpu_workers(2).build().unwrap();
+        let v = engine.var(0usize);
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = std::sync::mpsc::channel::<depengine::WriteGuard<usize>>();
+        let dropper = std::thread::spawn(move || {
+            for mut guard in rx {
+                *guard += 1;
+            }
+        });
+        for i in 0..OPS {
+            let (tx, result) = (tx.clone(), Counted(dropped.clone()));
+            let seen = engine.op("lend").write(&v).run(move |(), (v,)| {
+                let seen = *v;
+                tx.send(v).unwrap();
+                if i % 2 == 0 {
+                    std::hint::spin_loop();
+                }
+                Ok((seen, result))
+            });
+            // Every other handle dropped at once: the engine drops those results.
+            if i % 2 == 1 {
+                let (seen, result) = seen.blocking_wait().unwrap();
+                assert_eq!(seen, i, "{kind:?}: op {i} saw the writes of the ops before it");
+                drop(result);
+            }
+        }
+        engine.blocking_wait_for_all().unwrap();
+        let last = engine.op("last").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap();
+        assert_eq!(last, OPS, "{kind:?}");
+        drop(tx);
+        dropper.join().unwrap();
+        engine.blocking_shutdown(depengine::ShutdownMode::Drain).unwrap();
+        assert_eq!(dropped.load(Ordering::SeqCst), OPS, "{kind:?}: each result dropped once");
     }
 }

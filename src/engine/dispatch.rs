@@ -139,6 +139,12 @@ pub(crate) fn run_here(task: TaskRef, now: bool) {
         }
         return;
     }
+    run_first(|| execute(task));
+}
+
+/// Runs `first`, then the ops queued on this thread meanwhile (see
+/// [`run_here`]); the caller runs no op already.
+fn run_first(first: impl FnOnce()) {
     struct Reset;
     impl Drop for Reset {
         fn drop(&mut self) {
@@ -149,7 +155,7 @@ pub(crate) fn run_here(task: TaskRef, now: bool) {
     }
     ACTIVE.with(|active| active.set(true));
     let _reset = Reset;
-    execute(task);
+    first();
     while let Some(next) = LOCAL.with(|local| local.borrow_mut().pop_front()) {
         execute(next);
     }
@@ -159,7 +165,10 @@ pub(crate) fn run_here(task: TaskRef, now: bool) {
 /// reference, the record is stripped (see `graves`) and its shell kept in
 /// `shells`, buried in the engine's graveyard every [`graves::BATCH`] ops.
 pub(crate) fn run_on_worker(mut task: TaskRef, shells: &mut Vec<TaskRef>) {
-    run_here(task.clone(), false);
+    debug_assert!(!ACTIVE.with(Cell::get), "a worker runs one op at a time");
+    // On the worker's reference: if it is the last one, the record is
+    // reused below.
+    run_first(|| run(&task));
     let stripped = catch_unwind(AssertUnwindSafe(|| {
         // Dropping what the record holds may run a user destructor (a
         // result nobody took): contained like the op itself.
@@ -193,11 +202,24 @@ pub(crate) fn bury(shells: &mut Vec<TaskRef>) {
     }
 }
 
-/// Executes an op; a panic that escapes it (a user destructor run by the
-/// engine, such as a result dropped with a detached handle) is logged and
-/// contained, so the thread, and the ops queued on it, live on.
+/// Executes an op and drops the reference; a panic that escapes either (a
+/// user destructor run by the engine, such as a result dropped with a
+/// detached handle) is logged and contained, so the thread, and the ops
+/// queued on it, live on.
 fn execute(task: TaskRef) {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task.execute())) {
+    contain(move || {
+        task.execute(&task);
+        drop(task);
+    });
+}
+
+/// Executes an op on the caller's reference (see [`execute`]).
+fn run(task: &TaskRef) {
+    contain(|| task.execute(task));
+}
+
+fn contain(f: impl FnOnce()) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
         tracing::error!(
             target: "depengine",
             "a panic escaped an op, outside its body: {}",

@@ -20,7 +20,7 @@ use crate::loom::sync::Mutex;
 use crate::loom::sync::atomic::{AtomicBool, Ordering};
 use crate::op::access::Decl;
 use crate::op::builder::{OpBuilder, OpOptions};
-use crate::op::cell::{Job, OpCell, SlotRef};
+use crate::op::cell::{Job, OpCell, Running, SlotRef};
 use crate::op::handle::{Completion, OpHandle};
 use crate::op::{DepList, Exec, Meta, TaskRef, submit};
 use crate::small::Padded;
@@ -597,9 +597,9 @@ struct WaitJob;
 impl Job for WaitJob {
     type Output = ();
 
-    fn start(self, slot: SlotRef<()>) {
-        let result = slot.header().seen_error().map_or(Ok(()), Err);
-        slot.store(result);
+    fn start(self, op: Running<'_, ()>) {
+        let result = op.header().seen_error().map_or(Ok(()), Err);
+        op.store(result);
     }
 }
 
@@ -611,11 +611,10 @@ struct DeleteJob<T> {
 impl<T: Send + Sync + 'static> Job for DeleteJob<T> {
     type Output = T;
 
-    fn start(self, slot: SlotRef<T>) {
-        let task: TaskRef = slot.clone();
-        let guard = self.var.into_write_guard(crate::op::LiveRef::new(&task));
+    fn start(self, op: Running<'_, T>) {
+        let guard = self.var.into_write_guard(crate::op::LiveRef::new(op.task));
         let value = guard.take();
-        slot.store(Ok(value));
+        op.store(Ok(value));
     }
 }
 

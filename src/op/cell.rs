@@ -23,9 +23,10 @@ use crate::loom::cell::UnsafeCell;
 pub(crate) trait Job: Send + 'static {
     type Output: Send + 'static;
 
-    /// Starts the body. It must lead to exactly one [`OpSlot::store`] on
-    /// `slot`: before returning, from a [`Completion`], or from a spawned task.
-    fn start(self, slot: SlotRef<Self::Output>);
+    /// Starts the body. It must lead to exactly one store of its result:
+    /// [`Running::store`] before returning, or [`OpSlot::store_owned`] on
+    /// [`Running::to_owned`] from a [`Completion`] or a spawned task.
+    fn start(self, op: Running<'_, Self::Output>);
 
     /// The op will not run (`err` says why); called instead of `start`.
     fn vetoed(self, _err: &Error)
@@ -38,8 +39,16 @@ pub(crate) trait Job: Send + 'static {
 /// The handle-facing side of a typed op.
 pub(crate) trait OpSlot<R>: Task {
     /// Stores the body's result; the first call wins. Releases the body's
-    /// live count, so the op may complete inside this call.
-    fn store(self: Arc<Self>, result: Result<R, Error>);
+    /// live count, so the op may complete inside this call. `this` is a
+    /// reference to this very record, held until the call returns.
+    fn store(&self, this: &TaskRef, result: Result<R, Error>);
+
+    /// [`store`](Self::store) for the holder of an owned reference.
+    fn store_owned(self: Arc<Self>, result: Result<R, Error>);
+
+    /// An owned, typed reference to this record, given `this`, a reference
+    /// to it.
+    fn to_owned(&self, this: &TaskRef) -> SlotRef<R>;
 
     /// Takes the result once the op has completed.
     fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<R, Error>>;
@@ -49,6 +58,31 @@ pub(crate) trait OpSlot<R>: Task {
 }
 
 pub(crate) type SlotRef<R> = Arc<dyn OpSlot<R>>;
+
+/// A running op, as its body's [`Job::start`] sees it: borrowed from the
+/// thread that runs it, which holds a reference for the call.
+pub(crate) struct Running<'a, R> {
+    /// A reference to the record (guards are made of it).
+    pub(crate) task: &'a TaskRef,
+    slot: &'a dyn OpSlot<R>,
+}
+
+impl<R: 'static> Running<'_, R> {
+    pub(crate) fn header(&self) -> &Header {
+        self.task.header()
+    }
+
+    /// Stores the body's result (see [`OpSlot::store`]).
+    pub(crate) fn store(&self, result: Result<R, Error>) {
+        self.slot.store(self.task, result);
+    }
+
+    /// An owned reference, for a body that stores its result after
+    /// `start` returns.
+    pub(crate) fn to_owned(&self) -> SlotRef<R> {
+        self.slot.to_owned(self.task)
+    }
+}
 
 #[cfg(all(test, not(depengine_loom)))]
 thread_local! {
@@ -121,7 +155,8 @@ impl<J: Job> Task for OpCell<J> {
         &self.header
     }
 
-    fn execute(self: Arc<Self>) {
+    fn execute(&self, this: &TaskRef) {
+        debug_assert!(std::ptr::addr_eq(Arc::as_ptr(this), self), "`this` is this record");
         // SAFETY: the start is claimed once; only its claimer reads `job`.
         let job = self.slot.start().then(|| self.job.with_mut(|job| unsafe { (*job).take() }));
         let Some(Some(job)) = job else {
@@ -136,9 +171,9 @@ impl<J: Job> Task for OpCell<J> {
                 // Dropping the body runs user destructors: a panic there must
                 // not keep the op from completing.
                 let _ = catch_unwind(AssertUnwindSafe(|| job.vetoed(&err)));
-                self.store(Err(err));
+                self.store(this, Err(err));
             }
-            None => job.start(self),
+            None => job.start(Running { task: this, slot: self }),
         }
     }
 
@@ -166,7 +201,7 @@ impl<J: Job> Task for OpCell<J> {
 }
 
 impl<J: Job> OpSlot<J::Output> for OpCell<J> {
-    fn store(self: Arc<Self>, result: Result<J::Output, Error>) {
+    fn store(&self, this: &TaskRef, result: Result<J::Output, Error>) {
         let outcome = result.as_ref().map(|_| ()).map_err(Clone::clone);
         if let Err(ignored) = self.slot.store(result) {
             drop(ignored);
@@ -178,7 +213,18 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
                 self.header.shared.note_error(err);
             }
         }
-        release_body(self);
+        release_body(this);
+    }
+
+    fn store_owned(self: Arc<Self>, result: Result<J::Output, Error>) {
+        let this: TaskRef = self;
+        let me = (&*this as &dyn Any).downcast_ref::<Self>().expect("a record of its own type");
+        me.store(&this, result);
+    }
+
+    fn to_owned(&self, this: &TaskRef) -> SlotRef<J::Output> {
+        debug_assert!(std::ptr::addr_eq(Arc::as_ptr(this), self), "`this` is this record");
+        (this.clone() as Arc<dyn Any + Send + Sync>).downcast::<Self>().expect("a record of its own type")
     }
 
     fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<J::Output, Error>> {
@@ -216,16 +262,15 @@ where
 {
     type Output = R;
 
-    fn start(self, slot: SlotRef<R>) {
-        let task: TaskRef = slot.clone();
+    fn start(self, op: Running<'_, R>) {
         let Self { reads, writes, body } = self;
         let caught = catch_unwind(AssertUnwindSafe(|| {
-            let reads = reads.guard(OpToken(&task));
-            let writes = writes.guard(OpToken(&task));
+            let reads = reads.guard(OpToken(op.task));
+            let writes = writes.guard(OpToken(op.task));
             crate::pool::in_body(|| body(reads, writes))
         }));
-        let result = op_result(task.header(), caught);
-        slot.store(result);
+        let result = op_result(op.header(), caught);
+        op.store(result);
     }
 }
 
@@ -246,20 +291,19 @@ where
 {
     type Output = R;
 
-    fn start(self, slot: SlotRef<R>) {
-        let task: TaskRef = slot.clone();
-        let done = Completion::new(slot.clone());
+    fn start(self, op: Running<'_, R>) {
+        let done = Completion::new(op.to_owned());
         let Self { reads, writes, body, .. } = self;
         let caught = catch_unwind(AssertUnwindSafe(|| {
-            let reads = reads.guard(OpToken(&task));
-            let writes = writes.guard(OpToken(&task));
+            let reads = reads.guard(OpToken(op.task));
+            let writes = writes.guard(OpToken(op.task));
             crate::pool::in_body(|| body(reads, writes, done));
         }));
         if let Err(payload) = caught {
             // If the token was dropped by the unwinding, it has already
             // stored a panic error; this store is then ignored.
-            let op = task.header().meta.name.clone();
-            slot.store(Err(Error::new(Kind::Panicked { op, message: panic_message(&*payload) })));
+            let name = op.header().meta.name.clone();
+            op.store(Err(Error::new(Kind::Panicked { op: name, message: panic_message(&*payload) })));
         }
     }
 }
@@ -282,23 +326,22 @@ where
 {
     type Output = R;
 
-    fn start(self, slot: SlotRef<R>) {
-        let task: TaskRef = slot.clone();
+    fn start(self, op: Running<'_, R>) {
         let Self { reads, writes, body, runtime } = self;
-        let caught =
-            catch_unwind(AssertUnwindSafe(|| (reads.guard(OpToken(&task)), writes.guard(OpToken(&task)))));
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            (reads.guard(OpToken(op.task)), writes.guard(OpToken(op.task)))
+        }));
         let (reads, writes) = match caught {
             Ok(guards) => guards,
-            Err(payload) => return slot.store(op_result(task.header(), Err(payload))),
+            Err(payload) => return op.store(op_result(op.header(), Err(payload))),
         };
-        let on_drop = StoreOnDrop(Some(slot));
-        drop(task);
+        let on_drop = StoreOnDrop(Some(op.to_owned()));
         runtime.spawn(async move {
             let on_drop = on_drop;
             let caught = AssertUnwindSafe(async move { body(reads, writes).await }).catch_unwind().await;
             if let Some(slot) = on_drop.disarm() {
                 let result = op_result(slot.header(), caught);
-                slot.store(result);
+                slot.store_owned(result);
             }
         });
     }
@@ -319,7 +362,7 @@ impl<R: 'static> Drop for StoreOnDrop<R> {
         if let Some(slot) = self.0.take() {
             let op = slot.header().meta.name.clone();
             let reason = "its tokio runtime shut down before it finished";
-            slot.store(Err(Error::new(Kind::Cancelled { op, reason })));
+            slot.store_owned(Err(Error::new(Kind::Cancelled { op, reason })));
         }
     }
 }

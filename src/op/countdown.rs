@@ -5,9 +5,9 @@
 //!
 //! `release` is `AcqRel`: each releaser's prior writes (a finished op's data,
 //! a var's state) happen-before whatever the zero-reaching caller does next
-//! (running the op, completing it). `add` is `Relaxed`: it is only called by
-//! a holder of an outstanding count, so the count cannot reach zero
-//! concurrently.
+//! (running the op, completing it); `get` is `Acquire` for the same reason.
+//! `add` is `Relaxed`: it is only called by a holder of an outstanding
+//! count, so the count cannot reach zero concurrently.
 
 use crate::loom::sync::atomic::{AtomicU32, Ordering};
 
@@ -40,9 +40,18 @@ impl Countdown {
         prev == n
     }
 
-    #[cfg(all(test, not(depengine_loom)))]
+    /// The outstanding events. Acquire: when it reads one, the writes of
+    /// every releaser so far happen-before what the caller does next.
     pub(crate) fn get(&self) -> usize {
         self.0.load(Ordering::Acquire) as usize
+    }
+
+    /// Releases the one outstanding event without a read-modify-write. For
+    /// a caller that holds it and knows nobody else can add or release
+    /// any more (it read one with [`get`](Self::get)).
+    pub(crate) fn release_sole(&self) {
+        debug_assert_eq!(self.get(), 1, "countdown: release_sole with others outstanding");
+        self.0.store(0, Ordering::Relaxed);
     }
 }
 

@@ -147,7 +147,7 @@ impl<R: Send + 'static> Completion<R> {
     pub fn complete(mut self, result: Result<R, BoxError>) {
         let slot = self.slot.take().expect("completion present until signalled");
         let op = slot.header().meta.name.clone();
-        slot.store(result.map_err(|source| Error::new(Kind::Failed { op, source })));
+        slot.store_owned(result.map_err(|source| Error::new(Kind::Failed { op, source })));
     }
 
     /// Completes the op successfully with `value`.
@@ -170,7 +170,7 @@ impl<R: Send + 'static> Drop for Completion<R> {
             } else {
                 Kind::CompletionDropped { op }
             };
-            slot.store(Err(Error::new(kind)));
+            slot.store_owned(Err(Error::new(kind)));
         }
     }
 }

@@ -254,8 +254,10 @@ pub(crate) trait Task: std::any::Any + Send + Sync {
     fn header(&self) -> &Header;
 
     /// Runs the body, or stores the veto as its result. Called once, when
-    /// the op is ready, on the thread its `Exec` chose.
-    fn execute(self: Arc<Self>);
+    /// the op is ready, on the thread its `Exec` chose, by the holder of
+    /// `this`, a reference to this very record: a sync body runs on the
+    /// caller's reference, so running an op takes none of its own.
+    fn execute(&self, this: &TaskRef);
 
     /// Makes the stored result visible to the handle and wakes it, then
     /// releases the op's count in its epoch. Called once, after the op's
@@ -294,19 +296,34 @@ pub(crate) fn submit(task: TaskRef, shared: &Shared) -> Result<(), Error> {
 }
 
 /// Releases the body's live count, once its result is stored: the call
-/// that reaches zero completes the op. Otherwise guards are still alive, and
-/// `task`'s reference passes to them: the [`LiveRef`] whose drop reaches zero
-/// takes it back (so a guard holds no reference of its own).
-pub(crate) fn release_body(task: TaskRef) {
-    if task.header().live.release(1) {
-        finalize(&task);
+/// that reaches zero completes the op. `task` is a reference to the op
+/// held by the caller until this returns.
+///
+/// If guards are still alive, one of them completes the op: the live count
+/// then owns a reference to the record, which the [`LiveRef`] whose drop
+/// reaches zero takes back (so a guard holds no reference of its own). It is
+/// taken here before the release, so that the guard cannot take back one not
+/// yet given. Without guards, nothing but this call can reach the count
+/// (no guard can be made once the body has returned), so it releases it
+/// with a plain store.
+pub(crate) fn release_body(task: &TaskRef) {
+    let live = &task.header().live;
+    // Acquire: the writes made through guards already dropped happen
+    // before the completion below.
+    if live.get() > 1 {
+        let passed = Arc::into_raw(task.clone());
+        if !live.release(1) {
+            return;
+        }
+        // SAFETY: the guards were dropped meanwhile, and this call reached
+        // zero, so no `LiveRef` took back `passed` (the reference made
+        // just above by `Arc::into_raw`): it is still this call's to drop.
+        #[allow(unsafe_code)]
+        drop(unsafe { Arc::from_raw(passed) });
     } else {
-        // Owned by the live count from here on (see `LiveRef`'s drop). A
-        // guard may already have reached zero and dropped a reference: this
-        // one was still held then, so the record lived on, and forgetting
-        // it now leaves the count exactly where one drop would.
-        let _ = Arc::into_raw(task);
+        live.release_sole();
     }
+    finalize(task);
 }
 
 /// Completes an op whose body has finished and whose guards are gone.

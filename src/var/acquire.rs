@@ -16,10 +16,9 @@ use crate::engine::{Shared, refuse_in_runtime};
 use crate::error::{Error, Kind, panic_message};
 use crate::loom::lock;
 use crate::loom::sync::Mutex;
-use crate::op::TaskRef;
 use crate::op::access::{Append, Decls, Item, OpToken, Reading, Writing};
 use crate::op::builder::OpOptions;
-use crate::op::cell::{Job, SlotRef};
+use crate::op::cell::{Job, Running};
 use crate::var::Var;
 
 /// Builds a multi-var acquire: `engine.acquire().read(&x).write(&y).push()`.
@@ -160,17 +159,16 @@ struct AcquireJob<I: Item> {
 impl<I: Item> Job for AcquireJob<I> {
     type Output = ();
 
-    fn start(self, op: SlotRef<()>) {
-        let task: TaskRef = op.clone();
+    fn start(self, op: Running<'_, ()>) {
         let item = self.item;
-        match catch_unwind(AssertUnwindSafe(|| item.guard(OpToken(&task)))) {
+        match catch_unwind(AssertUnwindSafe(|| item.guard(OpToken(op.task)))) {
             Ok(guards) => {
                 self.slot.deliver(Ok(guards));
                 op.store(Ok(()));
             }
             Err(payload) => {
                 let err = Error::new(Kind::Panicked {
-                    op: task.header().meta.name.clone(),
+                    op: op.header().meta.name.clone(),
                     message: panic_message(&*payload),
                 });
                 self.slot.deliver(Err(err.clone()));
