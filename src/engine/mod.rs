@@ -451,14 +451,14 @@ impl Shared {
     /// Pushes a user op that nobody holds a handle to: its record is
     /// referenced by the vars and queues only (no reference taken for a
     /// handle, none dropped with it).
-    pub(crate) fn push_detached<J: Job>(
+    pub(crate) fn push_detached<J: Job<Output = ()>>(
         self: &Arc<Self>,
         opts: OpOptions,
         decls: DepList,
         job: J,
         starts_inline: bool,
     ) -> Result<(), Error> {
-        let record = self.build(opts, Role::User, decls, job, starts_inline)?;
+        let record = self.build(opts, Role::User, decls, job, starts_inline, true)?;
         self.submit_built(record)
     }
 
@@ -471,7 +471,7 @@ impl Shared {
         job: J,
         starts_inline: bool,
     ) -> Result<SlotRef<J::Output>, Error> {
-        let record = self.build(opts, role, decls, job, starts_inline)?;
+        let record = self.build(opts, role, decls, job, starts_inline, false)?;
         self.submit_built(record.clone())?;
         Ok(record)
     }
@@ -491,6 +491,7 @@ impl Shared {
         decls: DepList,
         job: J,
         starts_inline: bool,
+        detached: bool,
     ) -> Result<Arc<OpCell<J>>, Error> {
         let exec = self.placement(&opts, starts_inline)?;
         let deps = self.normalize(decls, &opts.name)?;
@@ -512,6 +513,7 @@ impl Shared {
             clears_error: role == Role::WaitForVar,
             cancellable: role == Role::User,
             deletes: role == Role::Delete,
+            detached,
         };
         Ok(OpCell::new(shell, self, meta, deps, job, epoch))
     }

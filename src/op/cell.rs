@@ -178,11 +178,20 @@ impl<J: Job> Task for OpCell<J> {
     }
 
     fn publish(&self) {
-        let Published::First(waker) = self.slot.publish() else {
-            debug_assert!(false, "op published twice");
-            return;
+        // Nobody reads a detached op's result: the slot is left alone.
+        let waker = if self.header.meta.detached {
+            None
+        } else {
+            let Published::First(waker) = self.slot.publish() else {
+                debug_assert!(false, "op published twice");
+                return;
+            };
+            waker
         };
-        // SAFETY: this call published first; only it reads `epoch`.
+        // SAFETY: `publish` is called once per op, by the `finalize` whose
+        // release of the live count reached zero (a `Countdown` reports zero
+        // exactly once); of an op with a handle, it is also the one that
+        // published first. So only this call reads `epoch`.
         let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
         if let Some(waker) = waker {
             waker.wake();
@@ -203,9 +212,15 @@ impl<J: Job> Task for OpCell<J> {
 impl<J: Job> OpSlot<J::Output> for OpCell<J> {
     fn store(&self, this: &TaskRef, result: Result<J::Output, Error>) {
         let outcome = result.as_ref().map(|_| ()).map_err(Clone::clone);
-        if let Err(ignored) = self.slot.store(result) {
-            drop(ignored);
-            return;
+        // A detached op is a sync op (one store, made by its body) whose
+        // result nobody reads: only its outcome is kept, and an error (a
+        // user's type, whose drop may panic) is stored all the same, so that
+        // it is dropped with the record, where such a panic is contained.
+        if !(self.header.meta.detached && result.is_ok()) {
+            if let Err(ignored) = self.slot.store(result) {
+                drop(ignored);
+                return;
+            }
         }
         self.header.record_outcome(outcome.as_ref().map(|_| ()));
         if let Err(err) = outcome {

@@ -71,6 +71,8 @@ pub(crate) struct Meta {
     pub(crate) cancellable: bool,
     /// Deletes its one (written) var: appended with `append_delete`.
     pub(crate) deletes: bool,
+    /// Pushed without a handle: nobody will read its result.
+    pub(crate) detached: bool,
     pub(crate) name: Cow<'static, str>,
 }
 
