@@ -1,20 +1,28 @@
-//! A pool of dedicated worker threads fed by one priority queue.
+//! A pool of dedicated worker threads fed by priority queues.
 //!
 //! Device-agnostic: the dispatcher decides which pool an op goes to; a pool
-//! only runs what it is given, highest priority first, FIFO among equals.
+//! only runs what it is given, highest priority first, FIFO among equals
+//! queued by one thread (see *feeds* below for ops queued by several).
 //!
-//! Three things keep the cost per op low:
+//! Four things keep the cost per op low:
 //! * **a next slot**: an op that a worker's own op made ready, on the same
 //!   pool, is kept by that worker and run next, without a queue round trip
 //!   or a wake-up (one op at most, only while nothing more urgent is
 //!   queued, and, while other ops are queued, at most [`NEXT_STREAK`] times
 //!   in a row);
-//! * **spinning before parking**: an idle worker watches the queue for a
+//! * **spinning before parking**: an idle worker watches the queues for a
 //!   short while (yielding its core) before it sleeps, so a steady stream
 //!   of ops never pays for a thread wake-up;
-//! * **no lock to submit**: priority-0 ops (the common case) go to a
-//!   lock-free FIFO, and a submit takes a lock only to wake a parked worker
-//!   (see `park.rs`).
+//! * **feeds**: a thread that is not one of the pool's workers (a pushing
+//!   thread) queues its priority-0 ops on a FIFO of its own, which only it
+//!   writes and the workers take from: queuing an op is plain stores, with
+//!   no read-modify-write on a line the workers write (each of which would
+//!   make the pusher wait for its earlier stores to reach lines the workers
+//!   hold). Workers queue on a shared lock-free FIFO, the *injector*. A
+//!   worker takes from the feeds and the injector in turn, so none starves;
+//!   FIFO order holds among the ops one thread queued;
+//! * **no lock to submit**: a submit takes a lock only to wake a parked
+//!   worker (see `park.rs`), or once per thread to set up its feed.
 //!
 //! Ops with other priorities sit in a heap that is consulted first for
 //! positive priorities and last for negative ones, which is exactly
@@ -24,11 +32,11 @@ use std::cell::{Cell, RefCell};
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_deque::{Injector, Steal};
+use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 
 use crate::op::TaskRef;
 use crate::park::Parking;
@@ -51,6 +59,8 @@ thread_local! {
     /// User bodies running on this thread: while one runs, an op it makes
     /// ready (by signalling a completion) must not wait for it to return.
     static IN_BODY: Cell<u32> = const { Cell::new(0) };
+    /// This thread's feeds, one per pool it queued ops on (outside it).
+    static FEEDS: RefCell<Vec<OwnFeed>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs a user body, marking this thread as busy with it: ops made ready
@@ -75,9 +85,11 @@ pub(crate) struct Pool {
 
 struct PoolShared {
     id: usize,
-    /// Priority-0 ops, FIFO: lock-free, so that a push and a worker taking
-    /// an op never wait for each other.
+    /// Priority-0 ops queued by the workers, FIFO: lock-free, so that a
+    /// worker queuing and one taking an op never wait for each other.
     fifo: Injector<TaskRef>,
+    /// Priority-0 ops queued by other threads, one FIFO per thread.
+    feeds: Feeds,
     /// Ops with a non-zero priority.
     heap: Mutex<Heap>,
     /// Ops in `heap`, readable without its lock.
@@ -130,6 +142,7 @@ impl Pool {
         let shared = Arc::new(PoolShared {
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
             fifo: Injector::new(),
+            feeds: Feeds::default(),
             heap: Mutex::new(Heap::default()),
             in_heap: AtomicUsize::new(0),
             urgent: AtomicUsize::new(0),
@@ -147,12 +160,40 @@ impl Pool {
 
     /// Queues a ready op.
     pub(crate) fn submit(&self, task: TaskRef) {
-        self.shared.submit(task);
+        self.queue(task);
+        self.shared.parking.notify(1);
     }
 
     /// Queues ready ops together: a wake-up per op while workers sleep.
     pub(crate) fn submit_all(&self, tasks: impl Iterator<Item = TaskRef>) {
-        self.shared.submit_all(tasks);
+        let mut n = 0;
+        for task in tasks {
+            self.queue(task);
+            n += 1;
+        }
+        self.shared.parking.notify(n);
+    }
+
+    /// Queues an op: on this thread's feed if this thread is not one of the
+    /// pool's workers and the op has priority 0 (see the module docs), else
+    /// where the workers queue.
+    fn queue(&self, task: TaskRef) {
+        let shared = &self.shared;
+        let mut task = Some(task);
+        if POOL_ID.with(Cell::get) != shared.id
+            && task.as_ref().is_some_and(|t| t.header().meta.priority == 0)
+        {
+            // Not during this thread's exit (its feeds are gone), nor from
+            // within the feed list's own upkeep.
+            let _ = FEEDS.try_with(|feeds| {
+                if let Ok(mut feeds) = feeds.try_borrow_mut() {
+                    feed_of(&mut feeds, shared).push(task.take().expect("queued once"));
+                }
+            });
+        }
+        if let Some(task) = task {
+            shared.enqueue(task);
+        }
     }
 
     /// Hands a ready op made ready by an op this thread ran to this thread's
@@ -174,7 +215,7 @@ impl Pool {
             Some(task)
         };
         if let Some(task) = queued {
-            shared.submit(task);
+            self.submit(task);
         }
     }
 
@@ -197,21 +238,7 @@ impl Pool {
 }
 
 impl PoolShared {
-    fn submit(&self, task: TaskRef) {
-        self.enqueue(task);
-        self.parking.notify(1);
-    }
-
-    /// Queues ready ops; wakes one sleeping worker per op.
-    fn submit_all(&self, tasks: impl Iterator<Item = TaskRef>) {
-        let mut n = 0;
-        for task in tasks {
-            self.enqueue(task);
-            n += 1;
-        }
-        self.parking.notify(n);
-    }
-
+    /// Queues an op where the workers queue theirs.
     fn enqueue(&self, task: TaskRef) {
         let priority = task.header().meta.priority;
         if priority == 0 {
@@ -229,23 +256,34 @@ impl PoolShared {
     }
 
     /// Whether an op is queued (without taking it).
-    fn has_work(&self) -> bool {
-        !self.fifo.is_empty() || self.in_heap.load(Ordering::Relaxed) > 0
+    fn has_work(&self, view: &mut FeedView) -> bool {
+        self.feeds.refresh(view);
+        !self.fifo.is_empty()
+            || self.in_heap.load(Ordering::Relaxed) > 0
+            || view.stealers.iter().any(|feed| !feed.is_empty())
     }
 
-    /// Takes the next op: a positive priority first, then the FIFO, then a
-    /// negative priority.
-    fn try_pop(&self) -> Option<TaskRef> {
+    /// Takes the next op: a positive priority first, then priority 0 from
+    /// the feeds and the injector in turn, then a negative priority.
+    fn try_pop(&self, view: &mut FeedView) -> Option<TaskRef> {
         if self.urgent.load(Ordering::Relaxed) > 0 {
             if let Some(task) = self.pop_heap(|p| p > 0) {
                 return Some(task);
             }
         }
-        loop {
-            match self.fifo.steal() {
-                Steal::Success(task) => return Some(task),
-                Steal::Empty => break,
-                Steal::Retry => std::hint::spin_loop(),
+        self.feeds.refresh(view);
+        // The injector is source `n`, after the feeds; each look starts
+        // after the source the last op came from.
+        let n = view.stealers.len();
+        for k in 0..=n {
+            let source = (view.turn + k) % (n + 1);
+            let taken = match view.stealers.get(source) {
+                Some(feed) => steal(|| feed.steal()),
+                None => steal(|| self.fifo.steal()),
+            };
+            if taken.is_some() {
+                view.turn = source + 1;
+                return taken;
             }
         }
         if self.in_heap.load(Ordering::Relaxed) > 0 {
@@ -271,6 +309,7 @@ impl PoolShared {
     fn work(&self) {
         POOL_ID.with(|id| id.set(self.id));
         let mut streak = 0;
+        let mut view = FeedView::default();
         // Shells of finished records, given back to the pushing threads.
         let mut shells = Vec::with_capacity(crate::engine::SHELL_BATCH);
         loop {
@@ -282,7 +321,7 @@ impl PoolShared {
                 }
                 Some(task) => {
                     streak = 0;
-                    if !self.has_work() {
+                    if !self.has_work(&mut view) {
                         // Nothing is waiting for a turn.
                         task
                     } else {
@@ -295,11 +334,11 @@ impl PoolShared {
                 }
                 None => {
                     streak = 0;
-                    match self.try_pop() {
+                    match self.try_pop(&mut view) {
                         Some(task) => task,
                         None => {
                             crate::engine::bury(&mut shells);
-                            match self.wait() {
+                            match self.wait(&mut view) {
                                 Some(task) => task,
                                 None => return,
                             }
@@ -313,10 +352,10 @@ impl PoolShared {
 
     /// Waits for an op: spins a while, then parks. `None` once stopping and
     /// drained.
-    fn wait(&self) -> Option<TaskRef> {
+    fn wait(&self, view: &mut FeedView) -> Option<TaskRef> {
         let start = Instant::now();
         let mut spins = 0u32;
-        while !self.has_work() && !self.stopping.load(Ordering::Acquire) {
+        while !self.has_work(view) && !self.stopping.load(Ordering::Acquire) {
             spins += 1;
             if spins < 64 {
                 std::hint::spin_loop();
@@ -326,6 +365,128 @@ impl PoolShared {
                 break;
             }
         }
-        self.parking.park(|| self.try_pop(), || self.stopping.load(Ordering::Acquire))
+        self.parking.park(|| self.try_pop(view), || self.stopping.load(Ordering::Acquire))
+    }
+}
+
+/// Takes an op from a lock-free queue, retrying while it is contended.
+fn steal(mut take: impl FnMut() -> Steal<TaskRef>) -> Option<TaskRef> {
+    loop {
+        match take() {
+            Steal::Success(task) => return Some(task),
+            Steal::Empty => return None,
+            Steal::Retry => std::hint::spin_loop(),
+        }
+    }
+}
+
+/// The feeds of a pool: the taking ends of the FIFOs of the threads that
+/// queue ops on it from outside.
+#[derive(Default)]
+struct Feeds {
+    list: Mutex<Vec<(u64, Stealer<TaskRef>)>>,
+    /// Bumped under `list`'s lock whenever it changes, so that workers
+    /// refresh their copies ([`FeedView`]) without taking the lock.
+    version: AtomicUsize,
+    next_id: AtomicUsize,
+}
+
+/// A worker's copy of its pool's feed list, and where its next look starts.
+#[derive(Default)]
+struct FeedView {
+    version: usize,
+    stealers: Vec<Stealer<TaskRef>>,
+    turn: usize,
+}
+
+impl Feeds {
+    /// Adds a feed; returns its id.
+    fn add(&self, stealer: Stealer<TaskRef>) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
+        let mut list = lock(&self.list);
+        list.push((id, stealer));
+        // Release: a worker that sees the new version sees the list's new
+        // entry (it reads the list under the lock anyway), and the ops
+        // queued on the feed after this.
+        self.version.fetch_add(1, Ordering::Release);
+        id
+    }
+
+    /// Removes a feed (its thread is leaving, its ops were requeued).
+    fn remove(&self, id: u64) {
+        let mut list = lock(&self.list);
+        list.retain(|(feed, _)| *feed != id);
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
+    /// Brings a worker's copy up to date: a plain load while nothing changed.
+    fn refresh(&self, view: &mut FeedView) {
+        if self.version.load(Ordering::Acquire) == view.version {
+            return;
+        }
+        let list = lock(&self.list);
+        view.version = self.version.load(Ordering::Relaxed);
+        view.stealers = list.iter().map(|(_, stealer)| stealer.clone()).collect();
+    }
+}
+
+/// A thread's feed on one pool: the queuing end of its FIFO.
+struct OwnFeed {
+    pool_id: usize,
+    id: u64,
+    pool: Weak<PoolShared>,
+    queue: Worker<TaskRef>,
+}
+
+/// This thread's feed on `pool`, set up on first use (and the feeds of
+/// pools that are gone dropped then).
+fn feed_of<'a>(feeds: &'a mut Vec<OwnFeed>, pool: &Arc<PoolShared>) -> &'a Worker<TaskRef> {
+    let found = match feeds.iter().position(|feed| feed.pool_id == pool.id) {
+        Some(k) => k,
+        None => {
+            feeds.retain(|feed| feed.pool.strong_count() > 0);
+            let queue = Worker::new_fifo();
+            let id = pool.feeds.add(queue.stealer());
+            feeds.push(OwnFeed { pool_id: pool.id, id, pool: Arc::downgrade(pool), queue });
+            feeds.len() - 1
+        }
+    };
+    &feeds[found].queue
+}
+
+impl Drop for OwnFeed {
+    /// The thread is leaving: its queued ops move to the injector, and its
+    /// feed leaves the list. (Workers may still take from it meanwhile.)
+    fn drop(&mut self) {
+        let Some(pool) = self.pool.upgrade() else {
+            return;
+        };
+        let mut moved = 0;
+        while let Some(task) = self.queue.pop() {
+            pool.enqueue(task);
+            moved += 1;
+        }
+        pool.feeds.remove(self.id);
+        pool.parking.notify(moved);
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+    use crate::{Engine, ShutdownMode};
+
+    /// A thread that pushed to many engines, one after the other, keeps a
+    /// feed only for pools that still exist.
+    #[test]
+    fn a_thread_keeps_no_feeds_of_pools_that_are_gone() {
+        for _ in 0..20 {
+            let engine = Engine::builder().cpu_workers(1).build().unwrap();
+            engine.op("op").run(|(), ()| Ok(())).blocking_wait().unwrap();
+            assert!(FEEDS.with(|feeds| feeds.borrow().iter().any(|feed| feed.pool.strong_count() > 0)));
+            engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
+            drop(engine);
+            assert!(FEEDS.with(|feeds| feeds.borrow().len()) <= 2, "feeds of dropped pools are kept");
+        }
     }
 }

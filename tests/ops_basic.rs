@@ -228,16 +228,22 @@ fn workers_are_named_per_device_and_lane() {
     );
 }
 
-#[test]
-fn higher_priority_first_fifo_among_equals() {
-    let engine = Engine::builder().cpu_workers(1).build().unwrap();
-    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
-    // Hold the single worker so the rest queue up.
+/// Holds a one-worker engine's worker until the returned sender sends.
+fn hold_worker(engine: &Engine) -> (std::sync::mpsc::Sender<()>, depengine::OpHandle<()>) {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let blocker = engine.op("block").run(move |(), ()| {
         rx.recv_timeout(Duration::from_secs(10)).unwrap();
         Ok(())
     });
+    (tx, blocker)
+}
+
+#[test]
+fn higher_priority_first_fifo_among_equals() {
+    let engine = Engine::builder().cpu_workers(1).build().unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // Hold the single worker so the rest queue up.
+    let (tx, blocker) = hold_worker(&engine);
     std::thread::sleep(Duration::from_millis(20));
     let prios = [0, 5, 0, 9, 5, -1];
     let hs: Vec<_> = prios
@@ -257,6 +263,72 @@ fn higher_priority_first_fifo_among_equals() {
         h.blocking_wait().unwrap();
     }
     assert_eq!(*order.lock().unwrap(), [3, 1, 4, 0, 2, 5]);
+}
+
+/// Ops a thread queued, ready at push, are run after the thread has
+/// exited, in the order it pushed them.
+#[test]
+fn ops_queued_by_a_thread_that_exits_run_in_its_order() {
+    let engine = Engine::builder().cpu_workers(1).build().unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (tx, blocker) = hold_worker(&engine);
+    let pusher = {
+        let (engine, order) = (engine.clone(), order.clone());
+        std::thread::spawn(move || {
+            for i in 0..200 {
+                let order = order.clone();
+                engine.op("queued").run_detached(move |(), ()| {
+                    order.lock().unwrap().push(i);
+                    Ok(())
+                })?;
+            }
+            Ok::<(), depengine::Error>(())
+        })
+    };
+    pusher.join().unwrap().unwrap();
+    assert!(order.lock().unwrap().is_empty(), "the one worker is held");
+    tx.send(()).unwrap();
+    blocker.blocking_wait().unwrap();
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let waiter = engine.clone();
+    std::thread::spawn(move || done_tx.send(waiter.blocking_wait_for_all()));
+    done.recv_timeout(Duration::from_secs(10)).expect("the exited thread's ops never ran").unwrap();
+    assert_eq!(*order.lock().unwrap(), (0..200).collect::<Vec<_>>());
+}
+
+/// A thread that keeps pushing ready ops does not starve the ops queued by
+/// the workers themselves: the workers take from both in turn.
+#[test]
+fn a_pushing_thread_does_not_starve_ops_queued_by_workers() {
+    let engine = Engine::builder().cpu_workers(1).build().unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    // Held until 1,000 ops are queued behind it by this thread; it then
+    // pushes one op from the worker.
+    let inner = {
+        let (pusher, ran) = (engine.clone(), ran.clone());
+        engine.op("block").run(move |(), ()| {
+            rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            let ran = ran.clone();
+            let handle = pusher.op("from-worker").run(move |(), ()| Ok(ran.load(Ordering::SeqCst)));
+            Ok(handle)
+        })
+    };
+    for _ in 0..1000 {
+        let ran = ran.clone();
+        engine
+            .op("from-thread")
+            .run_detached(move |(), ()| {
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap();
+    }
+    tx.send(()).unwrap();
+    let ran_before = inner.blocking_wait().unwrap().blocking_wait().unwrap();
+    assert!(ran_before <= 2, "the worker's op waited for {ran_before} ops queued by the pushing thread");
+    engine.blocking_wait_for_all().unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 1000);
 }
 
 #[test]

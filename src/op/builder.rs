@@ -146,7 +146,8 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     }
 
     /// Priority within the lane's queue: higher first, FIFO among equals
-    /// (default 0).
+    /// made ready by one thread (default 0). Ready ops of equal priority
+    /// from different threads are taken in turn.
     pub fn priority(mut self, priority: i32) -> Self {
         self.opts.priority = priority;
         self
