@@ -19,8 +19,9 @@
 //!   no read-modify-write on a line the workers write (each of which would
 //!   make the pusher wait for its earlier stores to reach lines the workers
 //!   hold). Workers queue on a shared lock-free FIFO, the *injector*. A
-//!   worker takes from the feeds and the injector in turn, so none starves;
-//!   FIFO order holds among the ops one thread queued;
+//!   worker takes from the feeds and the injector in turn, at most
+//!   [`SOURCE_STREAK`] ops from one while another holds ops, so none
+//!   starves; FIFO order holds among the ops one thread queued;
 //! * **no lock to submit**: a submit takes a lock only to wake a parked
 //!   worker (see `park.rs`), or once per thread to set up its feed.
 //!
@@ -45,6 +46,10 @@ use crate::park::Parking;
 /// queue again, if anything is queued (so that queued ops are never starved
 /// by a long chain).
 const NEXT_STREAK: u32 = 64;
+
+/// How many ops a worker takes in a row from one queue (a feed, the
+/// injector) while others hold ops too, before it looks at the next.
+const SOURCE_STREAK: u32 = 64;
 
 /// How long an idle worker watches the queue before it parks.
 const SPIN: Duration = Duration::from_micros(50);
@@ -272,17 +277,20 @@ impl PoolShared {
             }
         }
         self.feeds.refresh(view);
-        // The injector is source `n`, after the feeds; each look starts
-        // after the source the last op came from.
+        // The injector is source `n`, after the feeds. A look starts at the
+        // source the last op came from (looking at an empty queue is not
+        // free), or at the next one after SOURCE_STREAK ops in a row.
         let n = view.stealers.len();
+        let start = if view.streak < SOURCE_STREAK { view.turn } else { view.turn + 1 };
         for k in 0..=n {
-            let source = (view.turn + k) % (n + 1);
+            let source = (start + k) % (n + 1);
             let taken = match view.stealers.get(source) {
                 Some(feed) => steal(|| feed.steal()),
                 None => steal(|| self.fifo.steal()),
             };
             if taken.is_some() {
-                view.turn = source + 1;
+                view.streak = if source == view.turn { view.streak + 1 } else { 1 };
+                view.turn = source;
                 return taken;
             }
         }
@@ -396,7 +404,10 @@ struct Feeds {
 struct FeedView {
     version: usize,
     stealers: Vec<Stealer<TaskRef>>,
+    /// The source the last op came from (`stealers.len()`: the injector)…
     turn: usize,
+    /// …and how many ops in a row came from it.
+    streak: u32,
 }
 
 impl Feeds {

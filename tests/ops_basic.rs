@@ -326,7 +326,9 @@ fn a_pushing_thread_does_not_starve_ops_queued_by_workers() {
     }
     tx.send(()).unwrap();
     let ran_before = inner.blocking_wait().unwrap().blocking_wait().unwrap();
-    assert!(ran_before <= 2, "the worker's op waited for {ran_before} ops queued by the pushing thread");
+    // Workers take at most 64 ops in a row from one queue while another
+    // holds ops.
+    assert!(ran_before <= 65, "the worker's op waited for {ran_before} ops queued by the pushing thread");
     engine.blocking_wait_for_all().unwrap();
     assert_eq!(ran.load(Ordering::SeqCst), 1000);
 }
