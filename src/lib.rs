@@ -84,6 +84,7 @@
 mod device;
 mod engine;
 mod error;
+mod feed;
 mod loom;
 mod op;
 mod park;

@@ -14,8 +14,9 @@
 //!   short while (yielding its core) before it sleeps, so a steady stream
 //!   of ops never pays for a thread wake-up;
 //! * **feeds**: a thread that is not one of the pool's workers (a pushing
-//!   thread) queues its priority-0 ops on a FIFO of its own, which only it
-//!   writes and the workers take from: queuing an op is plain stores, with
+//!   thread) queues its priority-0 ops on a FIFO of its own (`feed.rs`),
+//!   which only it writes and the workers take from: queuing an op is plain
+//!   stores, with
 //!   no read-modify-write on a line the workers write (each of which would
 //!   make the pusher wait for its earlier stores to reach lines the workers
 //!   hold). Workers queue on a shared lock-free FIFO, the *injector*. A
@@ -37,7 +38,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+use crossbeam_deque::{Injector, Steal};
+
+use crate::feed::{Feed, FeedShared};
 
 use crate::op::TaskRef;
 use crate::park::Parking;
@@ -265,7 +268,7 @@ impl PoolShared {
         self.feeds.refresh(view);
         !self.fifo.is_empty()
             || self.in_heap.load(Ordering::Relaxed) > 0
-            || view.stealers.iter().any(|feed| !feed.is_empty())
+            || view.feeds.iter().any(|feed| !feed.is_empty())
     }
 
     /// Takes the next op: a positive priority first, then priority 0 from
@@ -280,12 +283,12 @@ impl PoolShared {
         // The injector is source `n`, after the feeds. A look starts at the
         // source the last op came from (looking at an empty queue is not
         // free), or at the next one after SOURCE_STREAK ops in a row.
-        let n = view.stealers.len();
+        let n = view.feeds.len();
         let start = if view.streak < SOURCE_STREAK { view.turn } else { view.turn + 1 };
         for k in 0..=n {
             let source = (start + k) % (n + 1);
-            let taken = match view.stealers.get(source) {
-                Some(feed) => steal(|| feed.steal()),
+            let taken = match view.feeds.get(source) {
+                Some(feed) => feed.take(),
                 None => steal(|| self.fifo.steal()),
             };
             if taken.is_some() {
@@ -392,7 +395,7 @@ fn steal(mut take: impl FnMut() -> Steal<TaskRef>) -> Option<TaskRef> {
 /// queue ops on it from outside.
 #[derive(Default)]
 struct Feeds {
-    list: Mutex<Vec<(u64, Stealer<TaskRef>)>>,
+    list: Mutex<Vec<(u64, Arc<FeedShared<TaskRef>>)>>,
     /// Bumped under `list`'s lock whenever it changes, so that workers
     /// refresh their copies ([`FeedView`]) without taking the lock.
     version: AtomicUsize,
@@ -403,8 +406,8 @@ struct Feeds {
 #[derive(Default)]
 struct FeedView {
     version: usize,
-    stealers: Vec<Stealer<TaskRef>>,
-    /// The source the last op came from (`stealers.len()`: the injector)…
+    feeds: Vec<Arc<FeedShared<TaskRef>>>,
+    /// The source the last op came from (`feeds.len()`: the injector)…
     turn: usize,
     /// …and how many ops in a row came from it.
     streak: u32,
@@ -412,10 +415,10 @@ struct FeedView {
 
 impl Feeds {
     /// Adds a feed; returns its id.
-    fn add(&self, stealer: Stealer<TaskRef>) -> u64 {
+    fn add(&self, feed: Arc<FeedShared<TaskRef>>) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
         let mut list = lock(&self.list);
-        list.push((id, stealer));
+        list.push((id, feed));
         // Release: a worker that sees the new version sees the list's new
         // entry (it reads the list under the lock anyway), and the ops
         // queued on the feed after this.
@@ -437,7 +440,7 @@ impl Feeds {
         }
         let list = lock(&self.list);
         view.version = self.version.load(Ordering::Relaxed);
-        view.stealers = list.iter().map(|(_, stealer)| stealer.clone()).collect();
+        view.feeds = list.iter().map(|(_, feed)| feed.clone()).collect();
     }
 }
 
@@ -446,23 +449,23 @@ struct OwnFeed {
     pool_id: usize,
     id: u64,
     pool: Weak<PoolShared>,
-    queue: Worker<TaskRef>,
+    feed: Feed<TaskRef>,
 }
 
 /// This thread's feed on `pool`, set up on first use (and the feeds of
 /// pools that are gone dropped then).
-fn feed_of<'a>(feeds: &'a mut Vec<OwnFeed>, pool: &Arc<PoolShared>) -> &'a Worker<TaskRef> {
+fn feed_of<'a>(feeds: &'a mut Vec<OwnFeed>, pool: &Arc<PoolShared>) -> &'a mut Feed<TaskRef> {
     let found = match feeds.iter().position(|feed| feed.pool_id == pool.id) {
         Some(k) => k,
         None => {
             feeds.retain(|feed| feed.pool.strong_count() > 0);
-            let queue = Worker::new_fifo();
-            let id = pool.feeds.add(queue.stealer());
-            feeds.push(OwnFeed { pool_id: pool.id, id, pool: Arc::downgrade(pool), queue });
+            let feed = Feed::new();
+            let id = pool.feeds.add(feed.shared().clone());
+            feeds.push(OwnFeed { pool_id: pool.id, id, pool: Arc::downgrade(pool), feed });
             feeds.len() - 1
         }
     };
-    &feeds[found].queue
+    &mut feeds[found].feed
 }
 
 impl Drop for OwnFeed {
@@ -473,7 +476,7 @@ impl Drop for OwnFeed {
             return;
         };
         let mut moved = 0;
-        while let Some(task) = self.queue.pop() {
+        while let Some(task) = self.feed.pop() {
             pool.enqueue(task);
             moved += 1;
         }
