@@ -16,10 +16,9 @@
 //! * **feeds**: a thread that is not one of the pool's workers (a pushing
 //!   thread) queues its priority-0 ops on a FIFO of its own (`feed.rs`),
 //!   which only it writes and the workers take from: queuing an op is plain
-//!   stores, with
-//!   no read-modify-write on a line the workers write (each of which would
-//!   make the pusher wait for its earlier stores to reach lines the workers
-//!   hold). Workers queue on a shared lock-free FIFO, the *injector*. A
+//!   stores, with no read-modify-write on a line the workers write (each of
+//!   which would make the pusher wait for its earlier stores to reach lines
+//!   the workers hold). Workers queue on a shared lock-free FIFO, the *injector*. A
 //!   worker takes from the feeds and the injector in turn, at most
 //!   [`SOURCE_STREAK`] ops from one while another holds ops, so none
 //!   starves; FIFO order holds among the ops one thread queued;

@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use super::config::{Config, EngineKind};
 use super::graves;
 use crate::device::{Device, Lane};
-use crate::op::{Exec, TaskRef};
+use crate::op::{Exec, Shell, TaskRef};
 use crate::pool::Pool;
 use crate::small::SmallList;
 
@@ -164,38 +164,39 @@ fn run_first(first: impl FnOnce()) {
 /// Runs a ready op on a pool worker. If the worker then holds the op's last
 /// reference, the record is stripped (see `graves`) and its shell kept in
 /// `shells`, buried in the engine's graveyard every [`graves::BATCH`] ops.
-pub(crate) fn run_on_worker(mut task: TaskRef, shells: &mut Vec<TaskRef>) {
+pub(crate) fn run_on_worker(task: TaskRef, shells: &mut Vec<Shell>) {
     debug_assert!(!ACTIVE.with(Cell::get), "a worker runs one op at a time");
     // On the worker's reference: if it is the last one, the record is
     // reused below.
     run_first(|| run(&task));
-    let stripped = catch_unwind(AssertUnwindSafe(|| {
-        // Dropping what the record holds may run a user destructor (a
-        // result nobody took): contained like the op itself.
-        Arc::get_mut(&mut task).map(|op| op.strip()).is_some()
-    }));
-    match stripped {
-        Ok(true) => {
+    // Dropping what the record holds may run a user destructor (a result
+    // nobody took): contained like the op itself.
+    match Shell::strip(task) {
+        Ok(shell) => {
             debug_assert!(
-                shells.first().is_none_or(|s| Arc::ptr_eq(&s.header().shared, &task.header().shared)),
+                shells.first().is_none_or(|s| Arc::ptr_eq(&s.header().shared, &shell.header().shared)),
                 "a worker runs the ops of one engine"
             );
-            shells.push(task);
+            shells.push(shell);
             if shells.len() >= graves::BATCH {
                 bury(shells);
             }
         }
-        Ok(false) => {}
-        Err(payload) => tracing::error!(
-            target: "depengine",
-            "a panic escaped a destructor run when an op finished: {}",
-            crate::error::panic_message(&*payload)
-        ),
+        // Not the last reference: its holder frees the record.
+        Err((_, None)) => {}
+        Err((record, Some(payload))) => {
+            tracing::error!(
+                target: "depengine",
+                "a panic escaped a destructor run when an op finished: {}",
+                crate::error::panic_message(&*payload)
+            );
+            contain(move || drop(record));
+        }
     }
 }
 
 /// Buries a worker's shells in their engine's graveyard.
-pub(crate) fn bury(shells: &mut Vec<TaskRef>) {
+pub(crate) fn bury(shells: &mut Vec<Shell>) {
     if let Some(first) = shells.first() {
         let shared = first.header().shared.clone();
         shared.graves.bury(shells);

@@ -24,7 +24,7 @@
 use crate::loom::lock;
 use crate::loom::sync::Mutex;
 use crate::loom::sync::atomic::{AtomicUsize, Ordering};
-use crate::op::TaskRef;
+use crate::op::Shell;
 
 /// Shells a worker collects before burying them at once.
 pub(crate) const BATCH: usize = 32;
@@ -41,7 +41,7 @@ pub(crate) struct Graveyard {
 
 #[derive(Default)]
 struct Shells {
-    list: Vec<TaskRef>,
+    list: Vec<Shell>,
     closed: bool,
 }
 
@@ -52,7 +52,7 @@ impl Graveyard {
 
     /// Takes a worker's batch of shells (leaving `batch` empty); frees them
     /// on this thread instead if the graveyard is full or closed.
-    pub(crate) fn bury(&self, batch: &mut Vec<TaskRef>) {
+    pub(crate) fn bury(&self, batch: &mut Vec<Shell>) {
         let refused = {
             let mut buried = lock(&self.buried);
             if buried.closed || buried.list.len() + batch.len() > MAX_SHELLS {
@@ -72,7 +72,7 @@ impl Graveyard {
     /// the caller (outside its lock), while more than half of
     /// [`MAX_SHELLS`] wait, so that the graveyard drains when it fills
     /// faster than pushes take (never in a steady stream of pushes).
-    pub(crate) fn take(&self, ready: &mut Vec<TaskRef>) -> (Option<TaskRef>, Option<TaskRef>) {
+    pub(crate) fn take(&self, ready: &mut Vec<Shell>) -> (Option<Shell>, Option<Shell>) {
         if ready.is_empty() {
             if self.len.load(Ordering::Relaxed) == 0 {
                 return (None, None);
@@ -83,7 +83,7 @@ impl Graveyard {
         }
         let shell = ready.pop();
         // This shell's lines all at once, and the next push's ahead.
-        shell.iter().chain(ready.last()).for_each(crate::op::prefetch);
+        shell.iter().chain(ready.last()).for_each(Shell::prefetch);
         let extra = if ready.len() > MAX_SHELLS / 2 { ready.pop() } else { None };
         (shell, extra)
     }
@@ -110,9 +110,9 @@ impl Graveyard {
     /// Where the shells' records are, `ready`'s (the pushes' list) and the
     /// buried ones; the last is the one a push takes next.
     #[cfg(all(test, not(depengine_loom)))]
-    pub(crate) fn addresses(&self, ready: &[TaskRef]) -> Vec<*const ()> {
+    pub(crate) fn addresses(&self, ready: &[Shell]) -> Vec<*const ()> {
         let buried = lock(&self.buried);
         let (rest, next) = if ready.is_empty() { (ready, &*buried.list) } else { (&*buried.list, ready) };
-        rest.iter().chain(next).map(|s| std::sync::Arc::as_ptr(s).cast()).collect()
+        rest.iter().chain(next).map(Shell::addr).collect()
     }
 }

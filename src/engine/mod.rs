@@ -22,7 +22,7 @@ use crate::op::access::Decl;
 use crate::op::builder::{OpBuilder, OpOptions};
 use crate::op::cell::{Job, OpCell, Running, SlotRef};
 use crate::op::handle::{Completion, OpHandle};
-use crate::op::{DepList, Exec, Meta, TaskRef, submit};
+use crate::op::{DepList, Exec, Meta, Shell, TaskRef, submit};
 use crate::small::Padded;
 use crate::var::{Access, AcquireBuilder, AnyVar, Var};
 
@@ -92,7 +92,7 @@ struct Intake {
     /// Ops pushed so far.
     pushed: u64,
     /// Shells ready for pushes to rebuild (see `graves`).
-    shells: Vec<TaskRef>,
+    shells: Vec<Shell>,
 }
 
 /// What engine-internal ops do besides user ops.

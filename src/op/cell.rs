@@ -14,7 +14,7 @@ use super::access::{Item, OpToken};
 use super::handle::Completion;
 use super::slot::{Published, ResultSlot};
 use super::{DepList, Meta};
-use super::{Header, Task, TaskRef, release_body};
+use super::{Header, Shell, Task, TaskRef, release_body};
 use crate::engine::{EpochRef, Shared};
 use crate::error::{BoxError, Error, Kind, panic_message};
 use crate::loom::cell::UnsafeCell;
@@ -115,30 +115,26 @@ impl<J: Job> OpCell<J> {
     /// stripped record of that engine nobody else holds) if that is a
     /// record of this type, else freshly allocated, after `shell` is freed.
     pub(crate) fn new(
-        shell: Option<TaskRef>,
+        shell: Option<Shell>,
         shared: &Arc<Shared>,
         meta: Meta,
         deps: DepList,
         job: J,
         epoch: EpochRef,
     ) -> Arc<Self> {
-        // A shell of another type (or, in principle, one still shared) is
-        // dropped at the end of this block, before `Arc::new` allocates.
-        if let Some(mut record) =
-            shell.and_then(|s| (s as Arc<dyn Any + Send + Sync>).downcast::<Self>().ok())
-        {
-            if let Some(place) = Arc::get_mut(&mut record) {
-                debug_assert!(Arc::ptr_eq(&place.header.shared, shared), "a shell of another engine");
-                // Field by field: the engine reference stays, and nothing
-                // is built on the stack to be copied in.
-                place.header.rebuild(meta, deps);
-                place.slot = ResultSlot::new();
-                place.job = UnsafeCell::new(Some(job));
-                place.epoch = UnsafeCell::new(Some(epoch));
-                #[cfg(all(test, not(depengine_loom)))]
-                REBUILT.with(|n| n.set(n.get() + 1));
-                return record;
-            }
+        // A shell of another type is freed here, before `Arc::new` allocates.
+        if let Some(mut record) = shell.and_then(Shell::downcast::<Self>) {
+            let place = record.get_mut();
+            debug_assert!(Arc::ptr_eq(&place.header.shared, shared), "a shell of another engine");
+            // Field by field: the engine reference stays, and nothing is
+            // built on the stack to be copied in.
+            place.header.rebuild(meta, deps);
+            place.slot = ResultSlot::new();
+            place.job = UnsafeCell::new(Some(job));
+            place.epoch = UnsafeCell::new(Some(epoch));
+            #[cfg(all(test, not(depengine_loom)))]
+            REBUILT.with(|n| n.set(n.get() + 1));
+            return record.into_arc();
         }
         Arc::new(Self {
             header: Header::new(meta, deps, shared.clone()),

@@ -345,6 +345,74 @@ fn finalize(task: &TaskRef) {
     task.publish();
 }
 
+/// What a caught panic carries.
+pub(crate) type PanicPayload = Box<dyn std::any::Any + Send>;
+
+/// A stripped op record that nothing else references (see
+/// `engine::graves`): a push rebuilds it in place without looking at its
+/// reference counts again. Not `Clone`, and it lends out no `TaskRef`, so it
+/// stays the only reference to its record.
+pub(crate) struct Shell(TaskRef);
+
+impl Shell {
+    /// Strips `task` and makes it a shell if it is the only reference to
+    /// its record; else hands it back. Stripping drops what the record
+    /// held, which may run user code (a result nobody took): a panic there
+    /// is caught and handed back with the record, for the caller to drop
+    /// once the unwinding is over.
+    pub(crate) fn strip(mut task: TaskRef) -> Result<Self, (TaskRef, Option<PanicPayload>)> {
+        let Some(op) = Arc::get_mut(&mut task) else {
+            return Err((task, None));
+        };
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op.strip())) {
+            Ok(()) => Ok(Self(task)),
+            Err(payload) => Err((task, Some(payload))),
+        }
+    }
+
+    pub(crate) fn header(&self) -> &Header {
+        self.0.header()
+    }
+
+    /// Where the record is.
+    #[cfg(all(test, not(depengine_loom)))]
+    pub(crate) fn addr(&self) -> *const () {
+        Arc::as_ptr(&self.0).cast()
+    }
+
+    /// Fetches the record for writing (see [`prefetch`]).
+    pub(crate) fn prefetch(&self) {
+        prefetch(&self.0);
+    }
+
+    /// The record as a `T`, to be rebuilt in place; `None` (the shell
+    /// freed) if it is of another type.
+    pub(crate) fn downcast<T: Task>(self) -> Option<Unique<T>> {
+        let any: Arc<dyn std::any::Any + Send + Sync> = self.0;
+        any.downcast::<T>().ok().map(Unique)
+    }
+}
+
+/// The only reference to a record (made from a [`Shell`]).
+pub(crate) struct Unique<T>(Arc<T>);
+
+impl<T> Unique<T> {
+    #[allow(unsafe_code)]
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        // SAFETY: this is the only reference to the record (`Shell`'s
+        // invariant: `Arc::get_mut` succeeded when it was made, and no
+        // reference was made from it since), so nothing else reads or
+        // writes it while the borrow lasts; `Arc::as_ptr` derives the
+        // pointer from the `Arc`'s own, with its mutable provenance, as
+        // `Arc::get_mut` does.
+        unsafe { &mut *Arc::as_ptr(&self.0).cast_mut() }
+    }
+
+    pub(crate) fn into_arc(self) -> Arc<T> {
+        self.0
+    }
+}
+
 /// Fetches an op's record for writing, all its lines at once, reference
 /// counts included (they precede the value in an `Arc`'s allocation).
 pub(crate) fn prefetch(task: &TaskRef) {
