@@ -184,7 +184,8 @@ impl<T> FeedShared<T> {
         }
     }
 
-    /// Whether an op may be queued (a hint: no fence).
+    /// Whether no op is queued, as far as this thread sees (no fence: a
+    /// hint for a watching worker, which then takes with [`Self::take`]).
     pub(crate) fn is_empty(&self) -> bool {
         let head = self.head.load(Ordering::Relaxed);
         self.slots[head % SLOTS].seq.load(Ordering::Acquire) != head + 1
