@@ -126,7 +126,8 @@ impl<T> Feed<T> {
 
     /// Takes back the oldest op (the owner is leaving).
     pub(crate) fn pop(&mut self) -> Option<T> {
-        self.shared.take().or_else(|| self.spill.pop())
+        // The spill is flagged whenever it holds ops: `take` looks at it.
+        self.shared.take()
     }
 }
 

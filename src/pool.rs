@@ -288,7 +288,7 @@ impl PoolShared {
             let source = (start + k) % (n + 1);
             let taken = match view.feeds.get(source) {
                 Some(feed) => feed.take(),
-                None => steal(|| self.fifo.steal()),
+                None => self.take_injected(),
             };
             if taken.is_some() {
                 view.streak = if source == view.turn { view.streak + 1 } else { 1 };
@@ -300,6 +300,17 @@ impl PoolShared {
             return self.pop_heap(|_| true);
         }
         None
+    }
+
+    /// Takes an op from the injector, retrying while it is contended.
+    fn take_injected(&self) -> Option<TaskRef> {
+        loop {
+            match self.fifo.steal() {
+                Steal::Success(task) => return Some(task),
+                Steal::Empty => return None,
+                Steal::Retry => std::hint::spin_loop(),
+            }
+        }
     }
 
     /// Pops the heap's top op if its priority passes `take`.
@@ -379,26 +390,14 @@ impl PoolShared {
     }
 }
 
-/// Takes an op from a lock-free queue, retrying while it is contended.
-fn steal(mut take: impl FnMut() -> Steal<TaskRef>) -> Option<TaskRef> {
-    loop {
-        match take() {
-            Steal::Success(task) => return Some(task),
-            Steal::Empty => return None,
-            Steal::Retry => std::hint::spin_loop(),
-        }
-    }
-}
-
 /// The feeds of a pool: the taking ends of the FIFOs of the threads that
 /// queue ops on it from outside.
 #[derive(Default)]
 struct Feeds {
-    list: Mutex<Vec<(u64, Arc<FeedShared<TaskRef>>)>>,
+    list: Mutex<Vec<Arc<FeedShared<TaskRef>>>>,
     /// Bumped under `list`'s lock whenever it changes, so that workers
     /// refresh their copies ([`FeedView`]) without taking the lock.
     version: AtomicUsize,
-    next_id: AtomicUsize,
 }
 
 /// A worker's copy of its pool's feed list, and where its next look starts.
@@ -413,22 +412,20 @@ struct FeedView {
 }
 
 impl Feeds {
-    /// Adds a feed; returns its id.
-    fn add(&self, feed: Arc<FeedShared<TaskRef>>) -> u64 {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
+    /// Adds a feed.
+    fn add(&self, feed: Arc<FeedShared<TaskRef>>) {
         let mut list = lock(&self.list);
-        list.push((id, feed));
+        list.push(feed);
         // Release: a worker that sees the new version sees the list's new
         // entry (it reads the list under the lock anyway), and the ops
         // queued on the feed after this.
         self.version.fetch_add(1, Ordering::Release);
-        id
     }
 
     /// Removes a feed (its thread is leaving, its ops were requeued).
-    fn remove(&self, id: u64) {
+    fn remove(&self, gone: &Arc<FeedShared<TaskRef>>) {
         let mut list = lock(&self.list);
-        list.retain(|(feed, _)| *feed != id);
+        list.retain(|feed| !Arc::ptr_eq(feed, gone));
         self.version.fetch_add(1, Ordering::Release);
     }
 
@@ -439,14 +436,13 @@ impl Feeds {
         }
         let list = lock(&self.list);
         view.version = self.version.load(Ordering::Relaxed);
-        view.feeds = list.iter().map(|(_, feed)| feed.clone()).collect();
+        view.feeds = list.clone();
     }
 }
 
 /// A thread's feed on one pool: the queuing end of its FIFO.
 struct OwnFeed {
     pool_id: usize,
-    id: u64,
     pool: Weak<PoolShared>,
     feed: Feed<TaskRef>,
 }
@@ -459,8 +455,8 @@ fn feed_of<'a>(feeds: &'a mut Vec<OwnFeed>, pool: &Arc<PoolShared>) -> &'a mut F
         None => {
             feeds.retain(|feed| feed.pool.strong_count() > 0);
             let feed = Feed::new();
-            let id = pool.feeds.add(feed.shared().clone());
-            feeds.push(OwnFeed { pool_id: pool.id, id, pool: Arc::downgrade(pool), feed });
+            pool.feeds.add(feed.shared().clone());
+            feeds.push(OwnFeed { pool_id: pool.id, pool: Arc::downgrade(pool), feed });
             feeds.len() - 1
         }
     };
@@ -479,7 +475,7 @@ impl Drop for OwnFeed {
             pool.enqueue(task);
             moved += 1;
         }
-        pool.feeds.remove(self.id);
+        pool.feeds.remove(self.feed.shared());
         pool.parking.notify(moved);
     }
 }
