@@ -5,7 +5,9 @@
 pub(crate) mod sync {
     pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
     pub(crate) mod atomic {
-        pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering, fence};
+        pub(crate) use std::sync::atomic::{
+            AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicUsize, Ordering, fence,
+        };
     }
 }
 
@@ -13,7 +15,9 @@ pub(crate) mod sync {
 pub(crate) mod sync {
     pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
     pub(crate) mod atomic {
-        pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering, fence};
+        pub(crate) use loom::sync::atomic::{
+            AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicUsize, Ordering, fence,
+        };
     }
 }
 

@@ -32,6 +32,7 @@ use crate::loom::sync::Mutex;
 use crate::loom::sync::atomic::{AtomicBool, Ordering};
 use crate::op::access::Decl;
 use crate::var::cell::Grant;
+use crate::var::inbox::{Link, Linked};
 use countdown::Countdown;
 
 /// A shared reference to an erased op.
@@ -84,9 +85,9 @@ pub(crate) type DepList = crate::small::SmallList<Decl, 4>;
 ///
 /// Laid out in declaration order: what a worker completing another op reads
 /// and writes on this one when it lets it through (the counts, the flags,
-/// the placement) sits in its first 40 bytes, right after the record's
-/// reference counts, so that releasing a successor and sending it to its
-/// pool touch one cache line of it, most often, instead of two or three.
+/// the inbox link, the placement) sits in its first 64 bytes, right after
+/// the record's reference counts, so that releasing a successor and sending
+/// it to its pool touch one or two cache lines of it instead of three.
 #[repr(C)]
 pub(crate) struct Header {
     /// Deps not yet let through, plus one released at the end of push.
@@ -96,6 +97,9 @@ pub(crate) struct Header {
     /// Whether `errors` holds anything: the common, error-free path never
     /// takes its lock.
     has_errors: AtomicBool,
+    /// Its place in a var's inbox, if it has one var (see `var::inbox`):
+    /// read by the worker that takes it out, which then lets it through.
+    link: Link<TaskRef>,
     pub(crate) meta: Meta,
     pub(crate) deps: DepList,
     pub(crate) shared: Arc<Shared>,
@@ -127,9 +131,10 @@ impl Meta {
 impl Header {
     pub(crate) fn new(meta: Meta, deps: DepList, shared: Arc<Shared>) -> Self {
         Self {
-            pending: Countdown::new(deps.len() + 1),
+            pending: Countdown::new(deps.len()),
             live: Countdown::new(1),
             has_errors: AtomicBool::new(false),
+            link: Link::new(),
             span: op_span(&meta),
             meta,
             deps,
@@ -142,7 +147,7 @@ impl Header {
     /// new op of the same engine: its engine reference stays as it is.
     pub(crate) fn rebuild(&mut self, meta: Meta, deps: DepList) {
         debug_assert!(self.deps.is_empty() && self.span.is_none(), "only a stripped header is rebuilt");
-        self.pending = Countdown::new(deps.len() + 1);
+        self.pending = Countdown::new(deps.len());
         self.live = Countdown::new(1);
         self.has_errors = AtomicBool::new(false);
         self.span = op_span(&meta);
@@ -232,6 +237,18 @@ impl Grant for TaskRef {
     }
 }
 
+impl Linked for TaskRef {
+    fn link(&self) -> &Link<Self> {
+        &self.header().link
+    }
+
+    fn sole_access(&self) -> crate::var::Access {
+        let deps = &self.header().deps;
+        debug_assert_eq!(deps.len(), 1, "only ops with one var go through an inbox");
+        deps[0].access
+    }
+}
+
 /// The op's span, boxed, if a subscriber wants it.
 fn op_span(meta: &Meta) -> Option<Box<tracing::Span>> {
     let span = tracing::debug_span!(
@@ -275,23 +292,50 @@ pub(crate) trait Task: std::any::Any + Send + Sync {
 /// Submits a built op: appends it to all its vars at once, then dispatches
 /// it if every dep was let through. On error nothing was appended (the op's
 /// epoch count goes with the record). `shared` is the op's engine.
+///
+/// `pending` starts at the number of deps; each let-through releases one.
+/// Those let through at once are released here, after every append: if all
+/// were, nothing else can reach the count, and it is left alone. An op with
+/// one var may be left in its inbox: the reference moves there, and this
+/// call does not touch the op again.
 pub(crate) fn submit(task: TaskRef, shared: &Shared) -> Result<(), Error> {
     let header = task.header();
     debug_assert!(std::ptr::eq(shared, &*header.shared), "an op is submitted to its own engine");
-    let appended = if header.deps.is_empty() {
-        Ok(0)
-    } else if header.meta.deletes {
-        let dep = header.deps.first().expect("a deletion has its var");
-        dep.var.cell().append_delete(task.clone()).map(usize::from)
-    } else {
-        crate::var::cell::append_all(header.deps.iter().map(|d| (d.var.cell(), d.access)), &task)
-    };
-    let granted = appended?;
     header.in_span(|| tracing::debug!(target: "depengine::op", "pushed"));
-    // Every dep let through at once: no completion can release this op,
-    // so it is ready without touching the shared count.
-    let ready = granted == header.deps.len() || header.pending.release(granted + 1);
-    if ready {
+    // Ops of earlier pushes that this one let through, found in an inbox.
+    let mut others: crate::small::SmallList<TaskRef, 4> = crate::small::SmallList::new();
+    let mut collect = |op| others.push(op);
+    let deps = header.deps.len();
+    let ready = match deps {
+        0 => Some(task),
+        1 if !header.meta.deletes => {
+            let dep = &header.deps[0];
+            let (cell, access): (*const _, _) = (dep.var.cell(), dep.access);
+            // SAFETY: the record `task` refers to holds the var, so the cell
+            // lives as long as `task` does; the call does not need it to
+            // live any longer.
+            #[allow(unsafe_code)]
+            unsafe {
+                crate::var::cell::VarCell::append_one(cell, access, task, &mut collect)?
+            }
+        }
+        _ => {
+            let granted = if header.meta.deletes {
+                let dep = header.deps.first().expect("a deletion has its var");
+                dep.var.cell().append_delete(task.clone(), &mut collect).map(usize::from)
+            } else {
+                let deps = header.deps.iter().map(|d| (d.var.cell(), d.access));
+                crate::var::cell::append_all(deps, &task, &mut collect)
+            }?;
+            (granted == deps || header.pending.release(granted)).then_some(task)
+        }
+    };
+    for op in others {
+        if op.header().pending.release(1) {
+            shared.dispatch_pushed(op);
+        }
+    }
+    if let Some(task) = ready {
         shared.dispatch_pushed(task);
     }
     Ok(())

@@ -5,10 +5,11 @@
 //! engine.
 
 use super::gate::{Access, Gate};
+use super::inbox::{Inbox, Linked, Pushed, Then};
 use crate::error::{Error, Kind};
 use crate::loom::lock;
 use crate::loom::sync::{Mutex, MutexGuard};
-use crate::small::SmallList;
+use crate::small::{Padded, SmallList};
 
 /// What an op token does when one of its accesses is let through, while the
 /// var's lock is held. Must not run user code or touch another var.
@@ -33,67 +34,199 @@ pub(crate) struct VarState<T> {
     pub(crate) deleted: bool,
 }
 
-/// A var's identity and locked state.
-#[derive(Debug)]
+/// A var's identity, its inbox and its locked state, the last two on lines
+/// of their own: while ops queue on a var, the pushing thread writes the
+/// inbox and the completing worker the state.
 pub(crate) struct VarCell<T> {
+    /// Ops of one-var pushes made while the inbox was closed, not yet moved
+    /// to the gate. Closed only while ops are queued or a write runs, as the
+    /// last holder of the lock left it (see [`settle`](Self::settle)).
+    inbox: Padded<Inbox<T>>,
+    state: Padded<Mutex<VarState<T>>>,
     /// Unique, ascending in creation order: the global lock order.
     id: u64,
-    state: Mutex<VarState<T>>,
 }
 
-impl<T: Grant> VarCell<T> {
+impl<T> std::fmt::Debug for VarCell<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VarCell").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+impl<T: Grant + Linked> VarCell<T> {
     pub(crate) fn new(id: u64) -> Self {
-        Self { id, state: Mutex::new(VarState { gate: Gate::new(), error: None, deleted: false }) }
+        Self {
+            id,
+            inbox: Padded(Inbox::new()),
+            state: Padded(Mutex::new(VarState { gate: Gate::new(), error: None, deleted: false })),
+        }
     }
 
     pub(crate) fn id(&self) -> u64 {
         self.id
     }
 
+    /// The locked state, with the inbox moved to the gate's queue (the
+    /// gate is closed while the inbox holds ops, so none of them is let
+    /// through and nothing needs dispatching): what a snapshot shows.
     pub(crate) fn lock(&self) -> MutexGuard<'_, VarState<T>> {
-        lock(&self.state)
+        let mut state = lock(&self.state);
+        self.drain(&mut state, &mut |_| unreachable!("a closed gate lets nothing through on append"));
+        state
+    }
+
+    /// Appends an op whose only var is `this` (not a deletion). Returns it
+    /// if it was let through at once; else it is queued, or left in the
+    /// inbox, and belongs to the var. Ops of earlier pushes that this call
+    /// lets through are passed to `ready` (under the lock: collect them
+    /// only).
+    ///
+    /// # Safety
+    ///
+    /// `this` points to a live cell, kept alive by `op` (a reference to a
+    /// record that holds the var) and possibly by nothing else. Once the op
+    /// is in the inbox it may be let through, run and completed by other
+    /// threads, and its var freed, before this call returns: so the cell is
+    /// reached through a raw pointer, and after the push that leaves the op
+    /// in the inbox, nothing of it is read or written again.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn append_one(
+        this: *const Self,
+        access: Access,
+        op: T,
+        ready: &mut impl FnMut(T),
+    ) -> Result<Option<T>, Error> {
+        // SAFETY: `op` keeps the cell alive until it is pushed. The inbox is
+        // atomics only, which another thread may free while this reference
+        // is still in scope, as long as it is not used again: a push that
+        // leaves the op in the inbox returns without touching the inbox
+        // after its compare-and-swap, and this call returns at once.
+        let op = match unsafe { &(*this).inbox }.push(op) {
+            Pushed::Queued => return Ok(None),
+            Pushed::Sealed(op) => {
+                // SAFETY: `op` is ours again, and keeps the cell alive.
+                let id = unsafe { (*this).id };
+                drop(op);
+                return Err(Error::new(Kind::VarDeleted { var: id }));
+            }
+            Pushed::Open(op) => op,
+        };
+        // SAFETY: `op` is ours, and keeps the cell alive while it is: until
+        // it is appended to the gate, under the lock. Once it is, only a
+        // holder of this lock can let it through, so the cell lives on
+        // until the guard has released the lock.
+        let cell = unsafe { &*this };
+        let mut state = lock(&cell.state);
+        if state.deleted {
+            drop(state);
+            let err = Error::new(Kind::VarDeleted { var: cell.id });
+            // Last: it may drop the last reference to the var.
+            drop(op);
+            return Err(err);
+        }
+        cell.drain(&mut state, ready);
+        let granted = Self::append_locked(&mut state, access, op);
+        cell.settle(&mut state, ready);
+        Ok(granted)
     }
 
     /// Completes one access of a finished op. A write stores `carry` (the
     /// error the op passes on) before letting successors through. The ops let
     /// through are appended to `ready`, in queue order.
     pub(crate) fn complete(&self, access: Access, carry: Option<&Error>, ready: &mut impl FnMut(T)) {
-        let mut state = self.lock();
-        let VarState { gate, error, .. } = &mut *state;
+        let mut state = lock(&self.state);
         if access == Access::Write {
             if let Some(err) = carry {
-                *error = Some(err.clone());
+                state.error = Some(err.clone());
             }
         }
         let mut moved = false;
-        gate.complete(access, &mut |op: T| {
-            op.on_grant(error);
-            ready(op);
+        let mut pass = |op: T| {
             moved = true;
-        });
-        if let (true, Some((_, next))) = (moved, gate.queued().next()) {
+            ready(op);
+        };
+        {
+            let VarState { gate, error, .. } = &mut *state;
+            gate.complete(access, &mut |op: T| {
+                op.on_grant(error);
+                pass(op);
+            });
+        }
+        // The inbox's ops come after every queued one.
+        if state.gate.nothing_queued() {
+            self.drain(&mut state, &mut pass);
+        }
+        self.settle(&mut state, &mut pass);
+        if let (true, Some((_, next))) = (moved, state.gate.queued().next()) {
             next.next_in_line();
         }
     }
 
     /// Appends a deleting write and marks the var deleted, atomically: every
-    /// op pushed before it runs first, every push after it is refused.
-    pub(crate) fn append_delete(&self, op: T) -> Result<bool, Error> {
-        let mut state = self.lock();
+    /// op pushed before it runs first, every push after it is refused (the
+    /// inbox is sealed). Returns whether it was let through at once; ops of
+    /// earlier pushes let through are passed to `ready`.
+    pub(crate) fn append_delete(&self, op: T, ready: &mut impl FnMut(T)) -> Result<bool, Error> {
+        let mut state = lock(&self.state);
         if state.deleted {
             return Err(Error::new(Kind::VarDeleted { var: self.id }));
         }
         state.deleted = true;
-        Ok(Self::append_locked(&mut state, Access::Write, op))
+        self.settle(&mut state, ready);
+        let granted = Self::append_locked(&mut state, Access::Write, op).is_some();
+        Ok(granted)
     }
 
-    fn append_locked(state: &mut VarState<T>, access: Access, op: T) -> bool {
-        match state.gate.append(access, op) {
-            Some(op) => {
-                op.on_grant(&mut state.error);
-                true
+    /// Appends `op` to the gate; returns it if it was let through.
+    fn append_locked(state: &mut VarState<T>, access: Access, op: T) -> Option<T> {
+        let op = state.gate.append(access, op)?;
+        op.on_grant(&mut state.error);
+        Some(op)
+    }
+
+    /// Moves the inbox's ops to the gate, in push order; those let through
+    /// go to `ready`.
+    fn drain(&self, state: &mut VarState<T>, ready: &mut impl FnMut(T)) {
+        self.inbox.take(Then::Closed, |access, op| {
+            if let Some(op) = Self::append_locked(state, access, op) {
+                ready(op);
             }
-            None => false,
+        });
+    }
+
+    /// Leaves the inbox as the gate now is, before the lock is released:
+    /// sealed if the var is deleted; closed if ops are queued; as it was
+    /// while only a write runs (either is right: an op appended now would be
+    /// queued, and the write's completion will look at the inbox); else
+    /// open, its ops moved to the gate by the same swap that opens it (so
+    /// none is left behind in an open inbox). Moving them may close the
+    /// gate again.
+    ///
+    /// So a var whose ops are each done before the next is pushed keeps
+    /// its inbox open, and neither side writes it; one that ops queue on
+    /// takes its pushes without the lock.
+    fn settle(&self, state: &mut VarState<T>, ready: &mut impl FnMut(T)) {
+        loop {
+            let then = if state.deleted {
+                Then::Sealed
+            } else if !state.gate.nothing_queued() {
+                self.inbox.close();
+                return;
+            } else if state.gate.write_running() {
+                return;
+            } else {
+                Then::Open
+            };
+            let mut moved = false;
+            self.inbox.take(then, |access, op| {
+                moved = true;
+                if let Some(op) = Self::append_locked(state, access, op) {
+                    ready(op);
+                }
+            });
+            if !moved {
+                return;
+            }
         }
     }
 }
@@ -103,34 +236,29 @@ impl<T: Grant> VarCell<T> {
 /// `deps` must be sorted by var id with no duplicates. All locks are taken in
 /// id order (so two pushers can never wait on each other in a cycle) and held
 /// until every append is done (two-phase locking), so any two ops are ordered
-/// the same way on every var they share. Nothing is appended if a var has
-/// been deleted. Returns how many accesses were let through at once.
-pub(crate) fn append_all<'a, T, I>(deps: I, op: &T) -> Result<usize, Error>
+/// the same way on every var they share. Each var's inbox is moved to its
+/// gate first (the ops in it were pushed before). Nothing is appended if a
+/// var has been deleted. Returns how many accesses were let through at
+/// once; ops of earlier pushes let through go to `ready`.
+pub(crate) fn append_all<'a, T, I>(deps: I, op: &T, ready: &mut impl FnMut(T)) -> Result<usize, Error>
 where
-    T: Grant + Clone + 'a,
+    T: Grant + Linked + Clone + 'a,
     I: Iterator<Item = (&'a VarCell<T>, Access)> + Clone,
 {
     debug_assert!(deps.clone().zip(deps.clone().skip(1)).all(|(a, b)| a.0.id < b.0.id), "deps not sorted");
-    let mut iter = deps.clone();
-    if let (Some((cell, access)), None) = (iter.next(), iter.next()) {
-        // One var: nothing to order.
-        let mut state = cell.lock();
-        if state.deleted {
-            return Err(Error::new(Kind::VarDeleted { var: cell.id }));
-        }
-        return Ok(usize::from(VarCell::append_locked(&mut state, access, op.clone())));
-    }
     let mut guards: SmallList<MutexGuard<'a, VarState<T>>, 4> = SmallList::new();
     for (cell, _) in deps.clone() {
-        let state = cell.lock();
+        let state = lock(&cell.state);
         if state.deleted {
             return Err(Error::new(Kind::VarDeleted { var: cell.id }));
         }
         guards.push(state);
     }
     let mut granted = 0;
-    for (mut state, (_, access)) in guards.drain(..).zip(deps) {
-        granted += usize::from(VarCell::append_locked(&mut state, access, op.clone()));
+    for (mut state, (cell, access)) in guards.drain(..).zip(deps) {
+        cell.drain(&mut state, ready);
+        granted += usize::from(VarCell::append_locked(&mut state, access, op.clone()).is_some());
+        cell.settle(&mut state, ready);
     }
     Ok(granted)
 }
@@ -138,6 +266,7 @@ where
 #[cfg(all(test, not(depengine_loom)))]
 mod tests {
     use super::*;
+    use crate::var::inbox::Link;
     use std::sync::Arc;
     use std::sync::Mutex as StdMutex;
 
@@ -145,6 +274,9 @@ mod tests {
     #[derive(Clone)]
     struct Tok {
         name: &'static str,
+        /// Its access when pushed alone (through the inbox).
+        access: Access,
+        link: Arc<Link<Tok>>,
         clears: bool,
         seen: Arc<StdMutex<Option<Error>>>,
         /// Times it was announced next in line.
@@ -153,7 +285,19 @@ mod tests {
 
     impl Tok {
         fn new(name: &'static str, clears: bool) -> Self {
-            Self { name, clears, seen: Arc::default(), announced: Arc::default() }
+            let access = Access::Read;
+            Self {
+                name,
+                access,
+                link: Arc::default(),
+                clears,
+                seen: Arc::default(),
+                announced: Arc::default(),
+            }
+        }
+        fn writing(mut self) -> Self {
+            self.access = Access::Write;
+            self
         }
         fn announced(&self) -> usize {
             self.announced.load(std::sync::atomic::Ordering::Relaxed)
@@ -174,6 +318,15 @@ mod tests {
         }
     }
 
+    impl Linked for Tok {
+        fn link(&self) -> &Link<Self> {
+            &self.link
+        }
+        fn sole_access(&self) -> Access {
+            self.access
+        }
+    }
+
     fn names(ready: &[Tok]) -> Vec<&'static str> {
         ready.iter().map(|t| t.name).collect()
     }
@@ -187,7 +340,7 @@ mod tests {
         let r2 = Tok::new("r2", false);
         for t in [&w, &r1, &wait, &r2] {
             let access = if t.name == "w" { Access::Write } else { Access::Read };
-            append_all([(&cell, access)].into_iter(), t).unwrap();
+            append_all([(&cell, access)].into_iter(), t, &mut |_| ()).unwrap();
         }
         let boom = Error::invalid("boom");
         let mut ready = Vec::new();
@@ -207,7 +360,7 @@ mod tests {
         let toks = ["w1", "w2", "r1", "r2", "w3"].map(|name| Tok::new(name, false));
         for t in &toks {
             let access = if t.name.starts_with('w') { Access::Write } else { Access::Read };
-            append_all([(&cell, access)].into_iter(), t).unwrap();
+            append_all([(&cell, access)].into_iter(), t, &mut |_| ()).unwrap();
         }
         let counts = || toks.iter().map(Tok::announced).collect::<Vec<_>>();
         let mut ready = Vec::new();
@@ -225,16 +378,84 @@ mod tests {
         assert_eq!(counts(), [0, 0, 1, 0, 1], "an empty queue announces nobody");
     }
 
+    /// Pushes `t` alone on `cell`; true if it was let through at once.
+    fn push_one(cell: &VarCell<Tok>, t: &Tok, ready: &mut Vec<Tok>) -> bool {
+        // SAFETY: `cell` outlives the call.
+        #[allow(unsafe_code)]
+        let granted = unsafe { VarCell::append_one(cell, t.access, t.clone(), &mut |op| ready.push(op)) };
+        granted.unwrap().is_some()
+    }
+
+    /// One-var ops pushed while a write runs wait in the inbox, and reach
+    /// the gate in push order; once the var is idle again, pushes take the
+    /// lock and are let through at once.
+    #[test]
+    fn ops_left_in_the_inbox_keep_their_order() {
+        let cell = VarCell::new(1);
+        let mut ready = Vec::new();
+        assert!(push_one(&cell, &Tok::new("w1", false).writing(), &mut ready));
+        let queued = [Tok::new("r1", false), Tok::new("r2", false), Tok::new("w2", false).writing()];
+        for t in &queued {
+            assert!(!push_one(&cell, t, &mut ready), "{} is queued behind the write", t.name);
+        }
+        assert!(ready.is_empty());
+        cell.complete(Access::Write, None, &mut |op| ready.push(op));
+        assert_eq!(names(&ready), ["r1", "r2"]);
+        cell.complete(Access::Read, None, &mut |op| ready.push(op));
+        cell.complete(Access::Read, None, &mut |op| ready.push(op));
+        assert_eq!(names(&ready), ["r1", "r2", "w2"]);
+        cell.complete(Access::Write, None, &mut |op| ready.push(op));
+        assert!(cell.lock().gate.is_idle());
+        assert!(push_one(&cell, &Tok::new("r3", false), &mut ready), "an idle var lets a read through");
+        assert!(push_one(&cell, &Tok::new("r4", false), &mut ready), "and reads alongside it");
+        assert!(!push_one(&cell, &Tok::new("w3", false).writing(), &mut ready), "a write waits for them");
+        assert_eq!(cell.lock().gate.queued().count(), 1);
+    }
+
+    /// The inbox is drained before a multi-var append and before a
+    /// deletion: ops pushed alone come first; after the deletion a push is
+    /// refused, through the inbox as through the lock.
+    #[test]
+    fn appends_under_the_lock_come_after_the_inbox() {
+        let (a, b) = (VarCell::new(1), VarCell::new(2));
+        let mut ready = Vec::new();
+        assert!(push_one(&a, &Tok::new("w1", false).writing(), &mut ready));
+        assert!(!push_one(&a, &Tok::new("r1", false), &mut ready));
+        let both = Tok::new("both", false);
+        let granted =
+            append_all([(&a, Access::Write), (&b, Access::Read)].into_iter(), &both, &mut |_| ()).unwrap();
+        assert_eq!(granted, 1, "b only");
+        assert!(!push_one(&a, &Tok::new("r2", false), &mut ready));
+        assert!(!a.append_delete(Tok::new("del", false), &mut |op| ready.push(op)).unwrap());
+        let queued: Vec<_> = a.lock().gate.queued().map(|(_, t)| t.name).collect();
+        assert_eq!(queued, ["r1", "both", "r2", "del"]);
+        let late = Tok::new("late", false);
+        // SAFETY: `a` outlives the call.
+        #[allow(unsafe_code)]
+        let refused = unsafe { VarCell::append_one(&a, Access::Read, late, &mut |_| ()) };
+        assert!(refused.is_err_and(|e| e.is_var_deleted()), "a sealed inbox refuses");
+        for access in [Access::Write, Access::Read, Access::Write, Access::Read, Access::Write] {
+            a.complete(access, None, &mut |op| ready.push(op));
+        }
+        assert_eq!(names(&ready), ["r1", "both", "r2", "del"]);
+        let late = Tok::new("late", false);
+        // SAFETY: as above.
+        #[allow(unsafe_code)]
+        let refused = unsafe { VarCell::append_one(&a, Access::Read, late, &mut |_| ()) };
+        assert!(refused.is_err_and(|e| e.is_var_deleted()), "an idle deleted var refuses under the lock");
+    }
+
     #[test]
     fn append_all_is_all_or_nothing_on_deleted_var() {
         let a = VarCell::new(1);
         let b = VarCell::new(2);
-        assert!(a.append_delete(Tok::new("del", false)).unwrap());
+        assert!(a.append_delete(Tok::new("del", false), &mut |_| ()).unwrap());
         let t = Tok::new("t", false);
-        let err = append_all([(&a, Access::Read), (&b, Access::Write)].into_iter(), &t).unwrap_err();
+        let err =
+            append_all([(&a, Access::Read), (&b, Access::Write)].into_iter(), &t, &mut |_| ()).unwrap_err();
         assert!(err.is_var_deleted());
         assert!(b.lock().gate.is_idle(), "nothing appended to b");
-        assert!(a.append_delete(Tok::new("again", false)).unwrap_err().is_var_deleted());
+        assert!(a.append_delete(Tok::new("again", false), &mut |_| ()).unwrap_err().is_var_deleted());
     }
 
     #[test]
@@ -242,10 +463,16 @@ mod tests {
         let a = VarCell::new(1);
         let b = VarCell::new(2);
         let t1 = Tok::new("t1", false);
-        assert_eq!(append_all([(&a, Access::Write), (&b, Access::Read)].into_iter(), &t1).unwrap(), 2);
+        assert_eq!(
+            append_all([(&a, Access::Write), (&b, Access::Read)].into_iter(), &t1, &mut |_| ()).unwrap(),
+            2
+        );
         let t2 = Tok::new("t2", false);
         // a is written by t1: queued; b is only read: granted.
-        assert_eq!(append_all([(&a, Access::Read), (&b, Access::Read)].into_iter(), &t2).unwrap(), 1);
+        assert_eq!(
+            append_all([(&a, Access::Read), (&b, Access::Read)].into_iter(), &t2, &mut |_| ()).unwrap(),
+            1
+        );
     }
 }
 

@@ -63,6 +63,11 @@ impl<T> Gate<T> {
         self.queue.iter()
     }
 
+    /// Whether no op is queued.
+    pub(crate) fn nothing_queued(&self) -> bool {
+        self.queue.is_empty()
+    }
+
     /// True when nothing is running or queued.
     #[cfg(test)]
     pub(crate) fn is_idle(&self) -> bool {

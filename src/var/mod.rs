@@ -5,6 +5,7 @@ pub(crate) mod cell;
 mod data;
 pub(crate) mod gate;
 mod guard;
+pub(crate) mod inbox;
 
 use std::fmt;
 use std::sync::Arc;

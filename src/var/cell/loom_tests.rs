@@ -14,6 +14,7 @@ use crate::loom::lock;
 use crate::loom::sync::Mutex;
 use crate::op::countdown::Countdown;
 use crate::var::gate::Access;
+use crate::var::inbox::{Link, Linked};
 
 const WRITER: usize = usize::MAX;
 
@@ -21,6 +22,7 @@ struct Op {
     name: &'static str,
     deps: Vec<(usize, Access)>,
     pending: Countdown,
+    link: Link<Tok>,
 }
 
 #[derive(Clone)]
@@ -28,6 +30,16 @@ struct Tok(Arc<Op>);
 
 impl Grant for Tok {
     fn on_grant(&self, _error: &mut Option<Error>) {}
+}
+
+impl Linked for Tok {
+    fn link(&self) -> &Link<Self> {
+        &self.0.link
+    }
+
+    fn sole_access(&self) -> Access {
+        self.0.deps[0].1
+    }
 }
 
 struct World {
@@ -47,13 +59,29 @@ impl World {
         })
     }
 
+    /// Pushes as `op::submit` does: a one-var op through the var's inbox.
     fn push(&self, name: &'static str, mut deps: Vec<(usize, Access)>) {
         deps.sort_by_key(|d| d.0);
-        let pending = Countdown::new(deps.len() + 1);
-        let tok = Tok(Arc::new(Op { name, deps, pending }));
-        let cells: Vec<_> = tok.0.deps.iter().map(|(v, a)| (&self.vars[*v], *a)).collect();
-        let granted = append_all(cells.iter().copied(), &tok).unwrap();
-        if tok.0.pending.release(granted + 1) {
+        let pending = Countdown::new(deps.len());
+        let tok = Tok(Arc::new(Op { name, deps, pending, link: Link::new() }));
+        let mut others = Vec::new();
+        let ready = if let [(v, access)] = tok.0.deps[..] {
+            // SAFETY: the world, and so the cell, outlives the push.
+            #[allow(unsafe_code)]
+            unsafe {
+                VarCell::append_one(&self.vars[v], access, tok, &mut |op| others.push(op)).unwrap()
+            }
+        } else {
+            let cells: Vec<_> = tok.0.deps.iter().map(|(v, a)| (&self.vars[*v], *a)).collect();
+            let granted = append_all(cells.iter().copied(), &tok, &mut |op| others.push(op)).unwrap();
+            (granted == tok.0.deps.len() || tok.0.pending.release(granted)).then_some(tok)
+        };
+        for op in others {
+            if op.0.pending.release(1) {
+                self.run(op);
+            }
+        }
+        if let Some(tok) = ready {
             self.run(tok);
         }
     }
@@ -139,5 +167,30 @@ fn loom_countdown_zero_once() {
         }
         t.join().unwrap();
         assert_eq!(hits.load(Ordering::SeqCst), 1);
+    });
+}
+
+/// Three one-var writes from three threads, each racing the completions
+/// of the others: a push to the inbox of a var that a completion opens at
+/// the same time is moved to the gate by one of the two, never lost, and
+/// the writes never overlap.
+#[test]
+fn loom_inbox_pushes_race_the_completion_that_opens_the_var() {
+    loom::model(|| {
+        let world = World::new(1);
+        let threads: Vec<_> = ["a", "b"]
+            .into_iter()
+            .map(|name| {
+                let w = world.clone();
+                thread::spawn(move || w.push(name, vec![(0, Access::Write)]))
+            })
+            .collect();
+        world.push("c", vec![(0, Access::Write)]);
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        let mut log = world.log(0);
+        log.sort_unstable();
+        assert_eq!(log, ["a", "b", "c"]);
+        let state = world.vars[0].lock();
+        assert!(!state.gate.write_running() && state.gate.queued().next().is_none());
     });
 }
