@@ -90,7 +90,7 @@ pub(crate) type DepList = crate::small::SmallList<Decl, 4>;
 /// it to its pool touch one or two cache lines of it instead of three.
 #[repr(C)]
 pub(crate) struct Header {
-    /// Deps not yet let through, plus one released at the end of push.
+    /// Deps not yet let through (see [`submit`]).
     pending: Countdown,
     /// One for the body until it stores its result, plus one per live guard.
     live: Countdown,
@@ -324,8 +324,8 @@ pub(crate) fn submit(task: TaskRef, shared: &Shared) -> Result<(), Error> {
                 let dep = header.deps.first().expect("a deletion has its var");
                 dep.var.cell().append_delete(task.clone(), &mut collect).map(usize::from)
             } else {
-                let deps = header.deps.iter().map(|d| (d.var.cell(), d.access));
-                crate::var::cell::append_all(deps, &task, &mut collect)
+                let cells = header.deps.iter().map(|d| (d.var.cell(), d.access));
+                crate::var::cell::append_all(cells, &task, &mut collect)
             }?;
             (granted == deps || header.pending.release(granted)).then_some(task)
         }

@@ -187,11 +187,21 @@ impl<T: Grant + Linked> VarCell<T> {
     /// Moves the inbox's ops to the gate, in push order; those let through
     /// go to `ready`.
     fn drain(&self, state: &mut VarState<T>, ready: &mut impl FnMut(T)) {
-        self.inbox.take(Then::Closed, |access, op| {
+        self.move_inbox(state, Then::Closed, ready);
+    }
+
+    /// Moves the inbox's ops to the gate, in push order, leaving the inbox
+    /// as `then` says; those let through go to `ready`. Returns whether
+    /// there were any.
+    fn move_inbox(&self, state: &mut VarState<T>, then: Then, ready: &mut impl FnMut(T)) -> bool {
+        let mut moved = false;
+        self.inbox.take(then, |access, op| {
+            moved = true;
             if let Some(op) = Self::append_locked(state, access, op) {
                 ready(op);
             }
         });
+        moved
     }
 
     /// Leaves the inbox as the gate now is, before the lock is released:
@@ -217,14 +227,7 @@ impl<T: Grant + Linked> VarCell<T> {
             } else {
                 Then::Open
             };
-            let mut moved = false;
-            self.inbox.take(then, |access, op| {
-                moved = true;
-                if let Some(op) = Self::append_locked(state, access, op) {
-                    ready(op);
-                }
-            });
-            if !moved {
+            if !self.move_inbox(state, then, ready) {
                 return;
             }
         }

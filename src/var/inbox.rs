@@ -81,7 +81,7 @@ pub(crate) enum Then {
 }
 
 /// A var's inbox. `top` is the last op pushed, or null (closed, nothing
-/// pushed since the last take), [`OPEN`] or [`SEALED`]. Pushes only ever
+/// pushed since the last take), `OPEN` or `SEALED` (see `open` and `sealed`). Pushes only ever
 /// change a null or op `top`; only the holder of the var's lock moves it to
 /// or from `OPEN` or `SEALED`.
 pub(crate) struct Inbox<T> {
@@ -112,7 +112,7 @@ impl<T: Linked> Inbox<T> {
     ///
     /// The compare-and-swap that queues the op also checks that the var is
     /// closed, so an op in the inbox is one that a later holder of the lock
-    /// moves to the gate (see [`settle`](Self::settle)): after it, the
+    /// moves to the gate (see `VarCell::settle`): after it, the
     /// pusher has nothing more to do, and does not touch the var again.
     pub(crate) fn push(&self, op: T) -> Pushed<T> {
         let mut top = self.top.load(Ordering::Relaxed);
