@@ -81,9 +81,9 @@ pub(crate) enum Then {
 }
 
 /// A var's inbox. `top` is the last op pushed, or null (closed, nothing
-/// pushed since the last take), `OPEN` or `SEALED` (see `open` and `sealed`). Pushes only ever
-/// change a null or op `top`; only the holder of the var's lock moves it to
-/// or from `OPEN` or `SEALED`.
+/// pushed since the last take), or a marker: open or sealed (see `open`
+/// and `sealed`). Pushes only ever change a null or op `top`; only the
+/// holder of the var's lock moves it to or from a marker.
 pub(crate) struct Inbox<T> {
     top: AtomicPtr<Link<T>>,
 }
