@@ -91,6 +91,7 @@ mod park;
 mod pool;
 mod prefetch;
 mod small;
+mod spin;
 mod var;
 
 /// The sealed traits that describe what an op declares.

@@ -22,6 +22,7 @@ use crate::error::{Error, Kind};
 use crate::loom::lock;
 use crate::loom::sync::Mutex;
 use crate::loom::sync::atomic::{AtomicUsize, Ordering, fence};
+use crate::spin::SpinLock;
 
 /// References the tracker takes at once for the pushes to come.
 const BATCH: usize = 32;
@@ -135,9 +136,10 @@ impl Drop for EpochRef {
 }
 
 /// The epochs, and `S`: what pushes keep beside them under the same lock
-/// (one lock per push for everything a push counts or takes).
+/// (one lock per push for everything a push counts or takes; a spin lock,
+/// whose release is a plain store, see `spin.rs`).
 pub(crate) struct Tracker<S = ()> {
-    state: Mutex<State<S>>,
+    state: SpinLock<State<S>>,
 }
 
 struct State<S> {
@@ -162,7 +164,7 @@ impl<S> Drop for State<S> {
 impl<S: Default> Tracker<S> {
     pub(crate) fn new() -> Self {
         let state = State { current: EpochRef::new(), reserved: 0, closed: false, side: S::default() };
-        Self { state: Mutex::new(state) }
+        Self { state: SpinLock::new(state) }
     }
 }
 
@@ -172,7 +174,7 @@ impl<S> Tracker<S> {
     /// holds the returned reference until it completes.
     #[allow(unsafe_code)]
     pub(crate) fn enter<R>(&self, f: impl FnOnce(&mut S) -> R) -> Result<(EpochRef, R), Error> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         if state.closed {
             return Err(Error::new(Kind::Shutdown));
         }
@@ -189,17 +191,18 @@ impl<S> Tracker<S> {
 
     /// Runs `f` on the side state.
     pub(crate) fn with_side<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
-        f(&mut lock(&self.state).side)
+        f(&mut self.state.lock().side)
     }
 
     /// Closes the current epoch (and, with `close`, the engine to new ops);
     /// returns the latch set once everything counted so far has completed.
     #[allow(unsafe_code)]
     pub(crate) fn rotate(&self, close: bool) -> Arc<Latch> {
+        // Allocated before taking the lock, which pushes spin on.
+        let new = EpochRef::new();
+        new.add(1);
         let (old, reserved) = {
-            let mut state = lock(&self.state);
-            let new = EpochRef::new();
-            new.add(1);
+            let mut state = self.state.lock();
             // SAFETY: counted just above, made once: the old epoch's
             // reference to the new one, held until the old one finishes.
             *lock(&state.current.node().next) = Some(unsafe { new.counted() });
@@ -215,7 +218,7 @@ impl<S> Tracker<S> {
     }
 
     pub(crate) fn is_closed(&self) -> bool {
-        lock(&self.state).closed
+        self.state.lock().closed
     }
 }
 

@@ -1,0 +1,164 @@
+//! A lock for a short critical section that every push enters (the epoch
+//! tracker's count and shell list, see `engine::epoch`).
+//!
+//! `std`'s `Mutex` releases with a read-modify-write (its unlock swaps the
+//! state to learn whether a thread sleeps on it, to wake it). On x86 that
+//! is a locked instruction, which waits for every earlier store of the
+//! thread to leave its store buffer. This lock never sleeps, so its
+//! release is a plain store; only taking it is a read-modify-write. A
+//! thread that finds it held spins briefly, then yields its core until the
+//! holder lets go.
+//!
+//! Only for sections of a few dozen instructions that run no user code and
+//! take no other lock: a thread preempted while holding it makes the others
+//! yield until it runs again. Var locks stay `std` mutexes: a pushing
+//! thread holds them across a multi-var append, and when it is preempted
+//! there (three threads on two cores), workers that yield in a loop instead
+//! of sleeping made `w3_fan` slower.
+
+#[cfg(not(depengine_loom))]
+mod imp {
+    use std::ops::{Deref, DerefMut};
+
+    use std::cell::UnsafeCell;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Spin-loop hints before a waiting thread starts yielding its core.
+    const SPINS: u32 = 64;
+
+    pub(crate) struct SpinLock<T> {
+        locked: AtomicBool,
+        value: UnsafeCell<T>,
+    }
+
+    // SAFETY: the lock hands out access to `value` to one thread at a time
+    // (see `lock`), so sharing the lock only ever moves `T` between threads.
+    #[allow(unsafe_code)]
+    unsafe impl<T: Send> Sync for SpinLock<T> {}
+
+    impl<T> SpinLock<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self { locked: AtomicBool::new(false), value: UnsafeCell::new(value) }
+        }
+
+        /// Takes the lock, waiting while another thread holds it.
+        pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
+            // Acquire: the previous holder's writes, released by its unlock,
+            // are visible to this one.
+            while self.locked.swap(true, Ordering::Acquire) {
+                let mut spins = 0u32;
+                // Wait for it to look free before trying again, without writing
+                // its line meanwhile.
+                while self.locked.load(Ordering::Relaxed) {
+                    if spins < SPINS {
+                        spins += 1;
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+            SpinGuard::new(self)
+        }
+    }
+
+    /// Access to a [`SpinLock`]'s value; releases the lock when dropped.
+    pub(crate) struct SpinGuard<'a, T> {
+        lock: &'a SpinLock<T>,
+    }
+
+    impl<'a, T> SpinGuard<'a, T> {
+        fn new(lock: &'a SpinLock<T>) -> Self {
+            Self { lock }
+        }
+    }
+
+    #[allow(unsafe_code)]
+    impl<T> Deref for SpinGuard<'_, T> {
+        type Target = T;
+
+        fn deref(&self) -> &T {
+            // SAFETY: the guard holds the lock: no other thread accesses the
+            // value until it is dropped, and this thread only through it.
+            unsafe { &*self.lock.value.get() }
+        }
+    }
+
+    #[allow(unsafe_code)]
+    impl<T> DerefMut for SpinGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            // SAFETY: as for `deref`; `&mut self` makes this the only access
+            // through the guard.
+            unsafe { &mut *self.lock.value.get() }
+        }
+    }
+
+    impl<T> Drop for SpinGuard<'_, T> {
+        fn drop(&mut self) {
+            // Release: this holder's writes are visible to the next one, whose
+            // swap acquires them.
+            self.lock.locked.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Under loom, the lock is loom's mutex: the models check what the lock
+/// protects (the tracker's epochs), and loom cannot bound a spin lock's
+/// wait.
+#[cfg(depengine_loom)]
+mod imp {
+    pub(crate) struct SpinLock<T>(loom::sync::Mutex<T>);
+
+    pub(crate) type SpinGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+
+    impl<T> SpinLock<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(loom::sync::Mutex::new(value))
+        }
+
+        pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
+            crate::loom::lock(&self.0)
+        }
+    }
+}
+
+pub(crate) use imp::SpinLock;
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Threads incrementing a plain counter under the lock, all starting
+    /// at once, lose no update and never find another holder inside.
+    #[test]
+    fn holders_exclude_each_other() {
+        const THREADS: usize = 4;
+        const ROUNDS: usize = 50_000;
+        let lock = Arc::new(SpinLock::new((0usize, false)));
+        let start = Arc::new(std::sync::Barrier::new(THREADS));
+        let threads: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let (lock, start) = (lock.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    for _ in 0..ROUNDS {
+                        let mut state = lock.lock();
+                        assert!(!state.1, "two holders at once");
+                        state.1 = true;
+                        // Read, wait a little, write: an update made by
+                        // another holder meanwhile would be lost.
+                        let seen = std::hint::black_box(state.0);
+                        for _ in 0..8 {
+                            std::hint::spin_loop();
+                        }
+                        state.0 = seen + 1;
+                        state.1 = false;
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(lock.lock().0, THREADS * ROUNDS);
+    }
+}
