@@ -10,17 +10,17 @@
 //! holder lets go.
 //!
 //! Only for sections of a few dozen instructions that run no user code and
-//! take no other lock: a thread preempted while holding it makes the others
-//! yield until it runs again. Var locks stay `std` mutexes: a pushing
+//! take other locks only as briefly held (the tracker takes an epoch's link
+//! and, once in a while, the graveyard's list): a thread preempted while
+//! holding it makes the others yield until it runs again. Var locks stay `std` mutexes: a pushing
 //! thread holds them across a multi-var append, and when it is preempted
 //! there (three threads on two cores), workers that yield in a loop instead
 //! of sleeping made `w3_fan` slower.
 
 #[cfg(not(depengine_loom))]
 mod imp {
-    use std::ops::{Deref, DerefMut};
-
     use std::cell::UnsafeCell;
+    use std::ops::{Deref, DerefMut};
     use std::sync::atomic::{AtomicBool, Ordering};
 
     /// Spin-loop hints before a waiting thread starts yielding its core.
