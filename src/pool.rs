@@ -279,22 +279,14 @@ impl PoolShared {
             }
         }
         self.feeds.refresh(view);
-        // The injector is source `n`, after the feeds. A look starts at the
-        // source the last op came from (looking at an empty queue is not
-        // free), or at the next one after SOURCE_STREAK ops in a row.
-        let n = view.feeds.len();
-        let start = if view.streak < SOURCE_STREAK { view.turn } else { view.turn + 1 };
-        for k in 0..=n {
-            let source = (start + k) % (n + 1);
-            let taken = match view.feeds.get(source) {
-                Some(feed) => feed.take(),
-                None => self.take_injected(),
-            };
-            if taken.is_some() {
-                view.streak = if source == view.turn { view.streak + 1 } else { 1 };
-                view.turn = source;
-                return taken;
-            }
+        // The injector is source `n`, after the feeds.
+        let FeedView { feeds, turns, .. } = view;
+        let taken = turns.look(feeds.len() + 1, |source| match feeds.get(source) {
+            Some(feed) => feed.take(),
+            None => self.take_injected(),
+        });
+        if taken.is_some() {
+            return taken;
         }
         if self.in_heap.load(Ordering::Relaxed) > 0 {
             return self.pop_heap(|_| true);
@@ -405,10 +397,45 @@ struct Feeds {
 struct FeedView {
     version: usize,
     feeds: Vec<Arc<FeedShared<TaskRef>>>,
-    /// The source the last op came from (`feeds.len()`: the injector)…
+    turns: Turns,
+}
+
+/// Which queue a worker looks at first: sources take turns, at most
+/// [`SOURCE_STREAK`] ops in a row from one while another holds ops.
+#[derive(Default)]
+struct Turns {
+    /// The source the last op came from…
     turn: usize,
     /// …and how many ops in a row came from it.
     streak: u32,
+}
+
+impl Turns {
+    /// Takes an op from one of `sources` sources (`take(k)`, an op from
+    /// source `k`, or none). The look starts at the source the last op came
+    /// from (looking at an empty queue is not free), or at the next one
+    /// after [`SOURCE_STREAK`] ops in a row from it.
+    fn look<T>(&mut self, sources: usize, mut take: impl FnMut(usize) -> Option<T>) -> Option<T> {
+        // (`turn` is past the end if sources left since the last look.)
+        let turn = if self.turn >= sources { 0 } else { self.turn };
+        let stay = self.streak < SOURCE_STREAK;
+        let start = match (stay, turn + 1 == sources) {
+            (true, _) => turn,
+            (false, false) => turn + 1,
+            (false, true) => 0,
+        };
+        for k in 0..sources {
+            let source = if start + k >= sources { start + k - sources } else { start + k };
+            if let Some(op) = take(source) {
+                // A streak goes on only where the look started: back at
+                // `turn` after the others were found empty, it starts over.
+                self.streak = if source == turn && stay { self.streak + 1 } else { 1 };
+                self.turn = source;
+                return Some(op);
+            }
+        }
+        None
+    }
 }
 
 impl Feeds {
@@ -483,6 +510,44 @@ impl Drop for OwnFeed {
 #[cfg(all(test, not(depengine_loom)))]
 mod tests {
     use super::*;
+
+    /// Sources with ops: the one looked at first, and every other looked
+    /// at, for each op taken.
+    fn takes(turns: &mut Turns, has_ops: &[bool], ops: usize) -> (Vec<usize>, usize) {
+        let mut taken = Vec::new();
+        let mut looks = 0;
+        for _ in 0..ops {
+            let op = turns.look(has_ops.len(), |k| {
+                looks += 1;
+                has_ops[k].then_some(k)
+            });
+            taken.push(op.expect("a source holds ops"));
+        }
+        (taken, looks)
+    }
+
+    /// With ops in every source, each gives SOURCE_STREAK in a row, in turn.
+    #[test]
+    fn sources_take_turns_while_all_hold_ops() {
+        let streak = SOURCE_STREAK as usize;
+        let (taken, _) = takes(&mut Turns::default(), &[true, true, true], 6 * streak);
+        let runs: Vec<(usize, usize)> =
+            taken.chunk_by(|a, b| a == b).map(|run| (run[0], run.len())).collect();
+        assert_eq!(runs, [(0, streak), (1, streak), (2, streak), (0, streak), (1, streak), (2, streak)]);
+    }
+
+    /// With ops in one source only, a worker looks at the empty ones once
+    /// per SOURCE_STREAK ops, not before every op once a streak is over.
+    #[test]
+    fn a_streak_starts_over_when_the_others_are_empty() {
+        let ops = 10 * SOURCE_STREAK as usize;
+        let (taken, looks) = takes(&mut Turns::default(), &[true, false], ops);
+        assert!(taken.iter().all(|&k| k == 0));
+        assert_eq!(looks - ops, ops / SOURCE_STREAK as usize - 1, "looks at the empty source");
+        // A source list that shrank leaves no turn past its end.
+        let mut turns = Turns { turn: 5, streak: 3 };
+        assert_eq!(takes(&mut turns, &[false, true], 1).0, [1]);
+    }
     use crate::{Engine, ShutdownMode};
 
     /// A thread that pushed to many engines, one after the other, keeps a
