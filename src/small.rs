@@ -6,6 +6,18 @@
 /// Up to `N` items inline, more on the heap.
 pub(crate) type SmallList<T, const N: usize> = smallvec::SmallVec<[T; N]>;
 
+/// Drops `list`, without a call when it holds nothing (neither items nor
+/// heap memory): the list's own drop is an out-of-line call even then, and
+/// hot paths drop lists that are almost always empty.
+#[inline]
+pub(crate) fn discard<T, const N: usize>(list: SmallList<T, N>) {
+    if list.is_empty() && !list.spilled() {
+        std::mem::forget(list);
+    } else {
+        drop(list);
+    }
+}
+
 #[cfg(all(test, not(depengine_loom), target_pointer_width = "64"))]
 mod tests {
     use super::SmallList;

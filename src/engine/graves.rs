@@ -73,7 +73,8 @@ impl Graveyard {
     /// [`MAX_SHELLS`] wait, so that the graveyard drains when it fills
     /// faster than pushes take (never in a steady stream of pushes).
     pub(crate) fn take(&self, ready: &mut Vec<Shell>) -> (Option<Shell>, Option<Shell>) {
-        if ready.is_empty() {
+        let refilled = ready.is_empty();
+        if refilled {
             if self.len.load(Ordering::Relaxed) == 0 {
                 return (None, None);
             }
@@ -82,8 +83,9 @@ impl Graveyard {
             self.len.store(0, Ordering::Relaxed);
         }
         let shell = ready.pop();
-        // This shell's lines all at once, and the next push's ahead.
-        shell.iter().chain(ready.last()).for_each(Shell::prefetch);
+        // The next push's shell's lines all at once, ahead; this one's were
+        // asked for by the push before, unless the list was just refilled.
+        shell.iter().filter(|_| refilled).chain(ready.last()).for_each(Shell::prefetch);
         let extra = if ready.len() > MAX_SHELLS / 2 { ready.pop() } else { None };
         (shell, extra)
     }

@@ -494,7 +494,7 @@ impl Shared {
         detached: bool,
     ) -> Result<Arc<OpCell<J>>, Error> {
         let exec = self.placement(&opts, starts_inline)?;
-        let deps = self.normalize(decls, &opts.name)?;
+        let deps = if decls.is_empty() { decls } else { self.normalize(decls, &opts.name)? };
         // The op's count in its epoch, and a shell to build its record in,
         // or to free just before allocating it: then it is what this
         // thread's allocator hands out.
@@ -551,9 +551,6 @@ impl Shared {
     /// that declares one var twice with a write is refused: it would receive
     /// two guards on the var, one of them exclusive.
     fn normalize(self: &Arc<Self>, mut decls: DepList, name: &str) -> Result<DepList, Error> {
-        if decls.is_empty() {
-            return Ok(decls);
-        }
         if let Some(d) = decls.iter().find(|d| !Arc::ptr_eq(d.var.shared(), self)) {
             return Err(Error::invalid(format!("op `{name}` uses var #{} of another engine", d.var.id())));
         }

@@ -249,11 +249,11 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
 
 /// Maps a body's outcome, panics included, to the op's result.
 fn op_result<R>(name: &Header, caught: std::thread::Result<Result<R, BoxError>>) -> Result<R, Error> {
-    let op = name.meta.name.clone();
+    let op = || name.meta.name.clone();
     match caught {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(source)) => Err(Error::new(Kind::Failed { op, source })),
-        Err(payload) => Err(Error::new(Kind::Panicked { op, message: panic_message(&*payload) })),
+        Ok(Err(source)) => Err(Error::new(Kind::Failed { op: op(), source })),
+        Err(payload) => Err(Error::new(Kind::Panicked { op: op(), message: panic_message(&*payload) })),
     }
 }
 

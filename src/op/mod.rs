@@ -150,16 +150,27 @@ impl Header {
         self.pending = Countdown::new(deps.len());
         self.live = Countdown::new(1);
         self.has_errors = AtomicBool::new(false);
-        self.span = op_span(&meta);
         self.meta = meta;
-        self.deps = deps;
+        // The stripped fields hold nothing: what they are replaced with is
+        // not dropped (a drop call each, for nothing, on every push).
+        let span = std::mem::replace(&mut self.span, op_span(&self.meta));
+        std::mem::forget(span);
+        crate::small::discard(std::mem::replace(&mut self.deps, deps));
     }
 
     /// Drops the var references, span and errors (see [`Task::strip`]).
+    /// Fields that hold nothing are left alone.
     pub(crate) fn strip(&mut self) {
-        self.deps = DepList::new();
-        self.span = None;
-        *self.errors.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner) = OpErrors::default();
+        if !self.deps.is_empty() {
+            self.deps = DepList::new();
+        }
+        if let Some(span) = self.span.take() {
+            drop(span);
+        }
+        // Errors are stored only with `has_errors` set.
+        if self.has_errors.load(Ordering::Relaxed) {
+            *self.errors.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner) = OpErrors::default();
+        }
     }
 
     /// The op's span, if a subscriber wants it.
@@ -302,12 +313,15 @@ pub(crate) fn submit(task: TaskRef, shared: &Shared) -> Result<(), Error> {
     let header = task.header();
     debug_assert!(std::ptr::eq(shared, &*header.shared), "an op is submitted to its own engine");
     header.in_span(|| tracing::debug!(target: "depengine::op", "pushed"));
+    let deps = header.deps.len();
+    if deps == 0 {
+        shared.dispatch_pushed(task);
+        return Ok(());
+    }
     // Ops of earlier pushes that this one let through, found in an inbox.
     let mut others: crate::small::SmallList<TaskRef, 4> = crate::small::SmallList::new();
     let mut collect = |op| others.push(op);
-    let deps = header.deps.len();
     let ready = match deps {
-        0 => Some(task),
         1 if !header.meta.deletes => {
             let dep = &header.deps[0];
             let (cell, access): (*const _, _) = (dep.var.cell(), dep.access);
@@ -330,9 +344,13 @@ pub(crate) fn submit(task: TaskRef, shared: &Shared) -> Result<(), Error> {
             (granted == deps || header.pending.release(granted)).then_some(task)
         }
     };
-    for op in others {
-        if op.header().pending.release(1) {
-            shared.dispatch_pushed(op);
+    if others.is_empty() {
+        crate::small::discard(others);
+    } else {
+        for op in others {
+            if op.header().pending.release(1) {
+                shared.dispatch_pushed(op);
+            }
         }
     }
     if let Some(task) = ready {
