@@ -494,7 +494,10 @@ impl Shared {
         detached: bool,
     ) -> Result<Arc<OpCell<J>>, Error> {
         let exec = self.placement(&opts, starts_inline)?;
-        let deps = if decls.is_empty() { decls } else { self.normalize(decls, &opts.name)? };
+        let mut deps = decls;
+        if !deps.is_empty() {
+            self.normalize(&mut deps, &opts.name)?;
+        }
         // The op's count in its epoch, and a shell to build its record in,
         // or to free just before allocating it: then it is what this
         // thread's allocator hands out.
@@ -546,19 +549,21 @@ impl Shared {
         }
     }
 
-    /// Sorts an op's declarations by var id and merges duplicates: repeated
-    /// reads become one read, a read and a write become a write. A typed op
-    /// that declares one var twice with a write is refused: it would receive
-    /// two guards on the var, one of them exclusive.
-    fn normalize(self: &Arc<Self>, mut decls: DepList, name: &str) -> Result<DepList, Error> {
+    /// Sorts an op's declarations by var id, in place, and merges
+    /// duplicates: repeated reads become one read, a read and a write
+    /// become a write. A typed op that declares one var twice with a write
+    /// is refused: it would receive two guards on the var, one of them
+    /// exclusive.
+    fn normalize(self: &Arc<Self>, decls: &mut DepList, name: &str) -> Result<(), Error> {
         if let Some(d) = decls.iter().find(|d| !Arc::ptr_eq(d.var.shared(), self)) {
             return Err(Error::invalid(format!("op `{name}` uses var #{} of another engine", d.var.id())));
         }
-        if decls.len() > 1 {
-            decls.sort_by_key(|d| d.var.id());
+        if decls.len() == 1 {
+            return Ok(());
         }
+        decls.sort_by_key(|d| d.var.id());
         if !decls.windows(2).any(|w| w[0].var.id() == w[1].var.id()) {
-            return Ok(decls);
+            return Ok(());
         }
         let mut deps = DepList::new();
         let mut typed = (0usize, false); // typed declarations of the current var, any a write
@@ -586,7 +591,8 @@ impl Shared {
                 }
             }
         }
-        Ok(deps)
+        *decls = deps;
+        Ok(())
     }
 }
 

@@ -402,6 +402,7 @@ fn finalize(task: &TaskRef) {
         }
         let runnable = ready.drain(..).filter(|next| next.header().pending.release(1));
         header.shared.dispatch_successors(runnable);
+        crate::small::discard(ready);
     }
     header.in_span(|| tracing::debug!(target: "depengine::op", ok = carry.is_none(), "finished"));
     task.publish();
