@@ -510,9 +510,11 @@ impl Drop for OwnFeed {
 #[cfg(all(test, not(depengine_loom)))]
 mod tests {
     use super::*;
+    use crate::{Engine, ShutdownMode};
 
-    /// Sources with ops: the one looked at first, and every other looked
-    /// at, for each op taken.
+    /// Takes `ops` ops from sources that always (or never) hold ops, as
+    /// `has_ops` says: the source of each op taken, and how many looks at
+    /// a source that took.
     fn takes(turns: &mut Turns, has_ops: &[bool], ops: usize) -> (Vec<usize>, usize) {
         let mut taken = Vec::new();
         let mut looks = 0;
@@ -548,7 +550,6 @@ mod tests {
         let mut turns = Turns { turn: 5, streak: 3 };
         assert_eq!(takes(&mut turns, &[false, true], 1).0, [1]);
     }
-    use crate::{Engine, ShutdownMode};
 
     /// A thread that pushed to many engines, one after the other, keeps a
     /// feed only for pools that still exist.
