@@ -419,11 +419,7 @@ impl Turns {
         // (`turn` is past the end if sources left since the last look.)
         let turn = if self.turn >= sources { 0 } else { self.turn };
         let stay = self.streak < SOURCE_STREAK;
-        let start = match (stay, turn + 1 == sources) {
-            (true, _) => turn,
-            (false, false) => turn + 1,
-            (false, true) => 0,
-        };
+        let start = if stay { turn } else { (turn + 1) % sources };
         for k in 0..sources {
             let source = if start + k >= sources { start + k - sources } else { start + k };
             if let Some(op) = take(source) {

@@ -83,9 +83,14 @@ impl Graveyard {
             self.len.store(0, Ordering::Relaxed);
         }
         let shell = ready.pop();
-        // The next push's shell's lines all at once, ahead; this one's were
-        // asked for by the push before, unless the list was just refilled.
-        shell.iter().filter(|_| refilled).chain(ready.last()).for_each(Shell::prefetch);
+        // This shell's lines were asked for by the push before, unless the
+        // list was just refilled; the next push's, all at once, ahead.
+        if let (true, Some(shell)) = (refilled, &shell) {
+            shell.prefetch();
+        }
+        if let Some(next) = ready.last() {
+            next.prefetch();
+        }
         let extra = if ready.len() > MAX_SHELLS / 2 { ready.pop() } else { None };
         (shell, extra)
     }

@@ -488,13 +488,12 @@ impl Shared {
         self: &Arc<Self>,
         opts: OpOptions,
         role: Role,
-        decls: DepList,
+        mut deps: DepList,
         job: J,
         starts_inline: bool,
         detached: bool,
     ) -> Result<Arc<OpCell<J>>, Error> {
         let exec = self.placement(&opts, starts_inline)?;
-        let mut deps = decls;
         if !deps.is_empty() {
             self.normalize(&mut deps, &opts.name)?;
         }
