@@ -69,6 +69,11 @@ impl Parking {
         }
     }
 
+    /// Workers parked or about to park.
+    pub(crate) fn sleepers(&self) -> usize {
+        self.sleepers.load(Ordering::Relaxed)
+    }
+
     /// Wakes every parked worker; called after the pool was told to stop
     /// (so that `park`'s `stop` check sees it).
     pub(crate) fn notify_all(&self) {

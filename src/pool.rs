@@ -85,6 +85,16 @@ pub(crate) fn in_body<R>(body: impl FnOnce() -> R) -> R {
     body()
 }
 
+/// Ops an engine holds back from its pools (a bulk segment not yet
+/// pushed), which idle workers ask it to push before they park.
+pub(crate) trait Held: Send + Sync {
+    /// Whether ops are held back. Read by a worker announced as parking,
+    /// after a full fence (see [`Pool::all_parked`]).
+    fn any(&self) -> bool;
+    /// Pushes them.
+    fn release(&self);
+}
+
 pub(crate) struct Pool {
     shared: Arc<PoolShared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -105,6 +115,8 @@ struct PoolShared {
     urgent: AtomicUsize,
     parking: Parking,
     stopping: AtomicBool,
+    workers: usize,
+    held: Option<Arc<dyn Held>>,
 }
 
 #[derive(Default)]
@@ -144,8 +156,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Pool {
-    /// Starts `workers` threads named `{name}-{k}`.
-    pub(crate) fn start(name: &str, workers: usize) -> std::io::Result<Self> {
+    /// Starts `workers` threads named `{name}-{k}`; before they park, they
+    /// release what `held` holds back.
+    pub(crate) fn start(name: &str, workers: usize, held: Option<Arc<dyn Held>>) -> std::io::Result<Self> {
+        let workers = workers.max(1);
         let shared = Arc::new(PoolShared {
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
             fifo: Injector::new(),
@@ -155,8 +169,10 @@ impl Pool {
             urgent: AtomicUsize::new(0),
             parking: Parking::default(),
             stopping: AtomicBool::new(false),
+            workers,
+            held,
         });
-        let threads = (0..workers.max(1))
+        let threads = (0..workers)
             .map(|k| {
                 let shared = shared.clone();
                 std::thread::Builder::new().name(format!("{name}-{k}")).spawn(move || shared.work())
@@ -224,6 +240,15 @@ impl Pool {
         if let Some(task) = queued {
             self.submit(task);
         }
+    }
+
+    /// Whether every worker is parked or about to park, so that none will
+    /// look at the engine's held-back ops unless woken. The caller makes
+    /// them visible to [`Held::any`] first, then issues a full fence: then
+    /// either this sees every worker parking, or the last one to park sees
+    /// the ops (the handshake of `park.rs`).
+    pub(crate) fn all_parked(&self) -> bool {
+        self.shared.parking.sleepers() >= self.shared.workers
     }
 
     /// Tells the workers to exit once the queue is empty.
@@ -352,7 +377,13 @@ impl PoolShared {
                         None => {
                             crate::engine::bury(&mut shells);
                             match self.wait(&mut view) {
-                                Some(task) => task,
+                                Some(Some(task)) => task,
+                                Some(None) => {
+                                    if let Some(held) = &self.held {
+                                        held.release();
+                                    }
+                                    continue;
+                                }
                                 None => return,
                             }
                         }
@@ -363,9 +394,10 @@ impl PoolShared {
         }
     }
 
-    /// Waits for an op: spins a while, then parks. `None` once stopping and
+    /// Waits for an op: spins a while, then parks. `Some(None)` if the
+    /// engine holds ops back and no op is queued; `None` once stopping and
     /// drained.
-    fn wait(&self, view: &mut FeedView) -> Option<TaskRef> {
+    fn wait(&self, view: &mut FeedView) -> Option<Option<TaskRef>> {
         let start = Instant::now();
         let mut spins = 0u32;
         while !self.has_work(view) && !self.stopping.load(Ordering::Acquire) {
@@ -378,7 +410,11 @@ impl PoolShared {
                 break;
             }
         }
-        self.parking.park(|| self.try_pop(view), || self.stopping.load(Ordering::Acquire))
+        let held = || self.held.as_ref().is_some_and(|held| held.any());
+        self.parking.park(
+            || self.try_pop(view).map(Some).or_else(|| held().then_some(None)),
+            || self.stopping.load(Ordering::Acquire),
+        )
     }
 }
 

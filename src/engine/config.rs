@@ -23,6 +23,7 @@ pub enum EngineKind {
 pub(crate) const ENV_TYPE: &str = "DEPENGINE_TYPE";
 pub(crate) const ENV_CPU_WORKERS: &str = "DEPENGINE_CPU_WORKERS";
 pub(crate) const ENV_PRIORITY_WORKERS: &str = "DEPENGINE_CPU_PRIORITY_WORKERS";
+pub(crate) const ENV_BULK_SIZE: &str = "DEPENGINE_BULK_SIZE";
 
 /// Settled configuration.
 #[derive(Clone, Debug)]
@@ -31,6 +32,8 @@ pub(crate) struct Config {
     pub(crate) cpu_workers: usize,
     pub(crate) priority_workers: usize,
     pub(crate) cpu_devices: usize,
+    /// The most ops fused into one bulk segment; 1: no bulk execution.
+    pub(crate) bulk_size: usize,
     pub(crate) thread_name: String,
 }
 
@@ -55,6 +58,7 @@ pub struct EngineBuilder {
     cpu_workers: Option<usize>,
     priority_workers: Option<usize>,
     cpu_devices: Option<usize>,
+    bulk_size: Option<usize>,
     thread_name: Option<String>,
     runtime: Option<tokio::runtime::Handle>,
 }
@@ -87,6 +91,24 @@ impl EngineBuilder {
         self
     }
 
+    /// Bulk execution: up to `n` consecutive sync ops for one CPU device
+    /// (same priority, normal lane) are fused into one engine op, with
+    /// their var lists merged, and run one after the other, in push order,
+    /// on one worker. Each op keeps its own handle, result and errors. A
+    /// segment is flushed when it is full, when an op that cannot join it
+    /// is pushed, on any wait (`wait_for_var`, `wait_for_all`, polling the
+    /// handle of an op in it), on [`Engine::flush`](crate::Engine::flush),
+    /// at shutdown, and whenever every worker of its pool is idle.
+    /// Environment: `DEPENGINE_BULK_SIZE`. Default: 1 (no bulk execution).
+    ///
+    /// Fusing trades parallelism for overhead: ops of one segment never run
+    /// at the same time, and the segment waits for every var any of them
+    /// uses. While bulk execution is on, pushes take one engine-wide lock.
+    pub fn bulk_size(mut self, n: usize) -> Self {
+        self.bulk_size = Some(n);
+        self
+    }
+
     /// The prefix of worker thread names: `{prefix}-cpu{i}-{k}` for CPU
     /// device `i`, `{prefix}-prio-{k}` for the prioritized pool. Default:
     /// `depengine`.
@@ -116,6 +138,7 @@ impl EngineBuilder {
             cpu_workers: setting("cpu_workers", self.cpu_workers, ENV_CPU_WORKERS, default_workers)?,
             priority_workers: setting("priority_workers", self.priority_workers, ENV_PRIORITY_WORKERS, 1)?,
             cpu_devices: setting("cpu_devices", self.cpu_devices, "", 1)?,
+            bulk_size: setting("bulk_size", self.bulk_size, ENV_BULK_SIZE, 1)?,
             thread_name: self.thread_name.unwrap_or_else(|| "depengine".to_owned()),
         };
         let runtime = self.runtime.or_else(|| tokio::runtime::Handle::try_current().ok());

@@ -10,7 +10,7 @@ use super::config::{Config, EngineKind};
 use super::graves;
 use crate::device::{Device, Lane};
 use crate::op::{Exec, Shell, TaskRef};
-use crate::pool::Pool;
+use crate::pool::{Held, Pool};
 use crate::small::SmallList;
 
 pub(crate) struct Dispatcher {
@@ -22,10 +22,12 @@ pub(crate) struct Dispatcher {
     cpu: Vec<OnceLock<Pool>>,
     /// The shared pool of prioritized CPU ops.
     priority: OnceLock<Pool>,
+    /// The engine's open bulk segment, for idle CPU workers to push.
+    held: Option<Arc<dyn Held>>,
 }
 
 impl Dispatcher {
-    pub(crate) fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Config, held: Option<Arc<dyn Held>>) -> Self {
         Self {
             naive: config.kind == EngineKind::Naive,
             cpu_workers: config.cpu_workers,
@@ -33,6 +35,7 @@ impl Dispatcher {
             thread_name: config.thread_name.clone(),
             cpu: (0..config.cpu_devices).map(|_| OnceLock::new()).collect(),
             priority: OnceLock::new(),
+            held,
         }
     }
 
@@ -92,13 +95,20 @@ impl Dispatcher {
         };
         cell.get_or_init(|| {
             let prefix = &self.thread_name;
-            let (name, workers) = match (device, lane) {
-                (_, Lane::Prioritized) => (format!("{prefix}-prio"), self.priority_workers),
-                (Device::Cpu(i), _) => (format!("{prefix}-cpu{i}"), self.cpu_workers),
+            let (name, workers, held) = match (device, lane) {
+                (_, Lane::Prioritized) => (format!("{prefix}-prio"), self.priority_workers, None),
+                (Device::Cpu(i), _) => (format!("{prefix}-cpu{i}"), self.cpu_workers, self.held.clone()),
                 (Device::Gpu(_), _) => unreachable!("gpu placement is refused at push"),
             };
-            Pool::start(&name, workers).unwrap_or_else(|e| panic!("cannot start {name} worker threads: {e}"))
+            Pool::start(&name, workers, held)
+                .unwrap_or_else(|e| panic!("cannot start {name} worker threads: {e}"))
         })
+    }
+
+    /// Whether every worker of `device`'s normal pool is parking (see
+    /// [`Pool::all_parked`]); starts the pool if it has not started.
+    pub(crate) fn all_parked(&self, device: Device) -> bool {
+        self.pool(device, Lane::Normal).all_parked()
     }
 
     fn pools(&self) -> impl Iterator<Item = &Pool> {

@@ -1,5 +1,6 @@
 //! The engine: the public handle, the push path and the waits.
 
+mod bulk;
 mod config;
 mod dispatch;
 mod epoch;
@@ -101,6 +102,10 @@ enum Role {
     User,
     WaitForVar,
     Delete,
+    /// A user op joined to a bulk segment.
+    Member,
+    /// A bulk segment.
+    Segment,
 }
 
 pub(crate) struct Shared {
@@ -113,6 +118,7 @@ pub(crate) struct Shared {
     cancelling: AtomicBool,
     /// Shells of op records, freed by pushes.
     graves: Padded<Graveyard>,
+    bulk: bulk::Bulk,
 }
 
 impl Engine {
@@ -132,15 +138,22 @@ impl Engine {
     }
 
     fn from_config(config: config::Config, runtime: Option<tokio::runtime::Handle>) -> Self {
-        let dispatcher = Dispatcher::new(&config);
-        let shared = Arc::new(Shared {
-            config,
-            tracker: Padded(Tracker::new()),
-            dispatcher,
-            runtime,
-            first_error: Mutex::new(None),
-            cancelling: AtomicBool::new(false),
-            graves: Padded(Graveyard::new()),
+        let bulk_size = if config.kind == EngineKind::Naive { 1 } else { config.bulk_size };
+        let bulk = bulk::Bulk::new(bulk_size);
+        let shared = Arc::new_cyclic(|weak| {
+            let held = bulk
+                .is_on()
+                .then(|| Arc::new(bulk::Held::new(&bulk, weak.clone())) as Arc<dyn crate::pool::Held>);
+            Shared {
+                dispatcher: Dispatcher::new(&config, held),
+                config,
+                tracker: Padded(Tracker::new()),
+                runtime,
+                first_error: Mutex::new(None),
+                cancelling: AtomicBool::new(false),
+                graves: Padded(Graveyard::new()),
+                bulk,
+            }
         });
         Self { handle: Arc::new(EngineHandle { shared }) }
     }
@@ -178,6 +191,19 @@ impl Engine {
     /// A new bare tag, for state kept outside the engine (MXNet's `NewVariable`).
     pub fn new_var(&self) -> Var<()> {
         self.var(())
+    }
+
+    /// Most ops fused into one bulk segment (1: bulk execution is off); see
+    /// [`EngineBuilder::bulk_size`].
+    pub fn bulk_size(&self) -> usize {
+        let shared = self.shared();
+        if shared.bulk.is_on() { shared.config.bulk_size } else { 1 }
+    }
+
+    /// Pushes the open bulk segment now, if there is one, instead of when it
+    /// is full or a wait needs it (see [`EngineBuilder::bulk_size`]).
+    pub fn flush(&self) {
+        self.shared().flush();
     }
 
     /// Starts building an op named `name`.
@@ -262,6 +288,7 @@ impl Engine {
     ///
     /// The first op failure recorded since the previous `wait_for_all`.
     pub fn wait_for_all(&self) -> WaitForAll {
+        self.shared().flush();
         let latch = self.shared().tracker.rotate(false);
         WaitForAll { wait: latch.wait(), shared: self.shared().clone() }
     }
@@ -425,11 +452,15 @@ impl Shared {
         self.dispatcher.dispatch_successors(tasks);
     }
 
-    fn close(&self, mode: ShutdownMode) -> Arc<Latch> {
+    fn close(self: &Arc<Self>, mode: ShutdownMode) -> Arc<Latch> {
         if mode == ShutdownMode::Cancel {
             self.cancelling.store(true, Ordering::Release);
         }
+        // The open segment is pushed, and no op joins another, before the
+        // engine stops taking work.
+        let open = self.bulk.is_on().then(|| self.bulk_lock());
         let latch = self.tracker.rotate(true);
+        drop(open);
         // No push takes a shell once the tracker is closed.
         let shells = self.tracker.with_side(|intake| std::mem::take(&mut intake.shells));
         self.graves.close();
@@ -458,6 +489,9 @@ impl Shared {
         job: J,
         starts_inline: bool,
     ) -> Result<(), Error> {
+        if self.bulk.is_on() {
+            return self.push_in_bulk(opts, Role::User, decls, job, starts_inline, true).map(drop);
+        }
         let record = self.build(opts, Role::User, decls, job, starts_inline, true)?;
         self.submit_built(record)
     }
@@ -471,6 +505,9 @@ impl Shared {
         job: J,
         starts_inline: bool,
     ) -> Result<SlotRef<J::Output>, Error> {
+        if self.bulk.is_on() {
+            return Ok(self.push_in_bulk(opts, role, decls, job, starts_inline, false)?);
+        }
         let record = self.build(opts, role, decls, job, starts_inline, false)?;
         self.submit_built(record.clone())?;
         Ok(record)
@@ -511,11 +548,13 @@ impl Shared {
             lane: opts.lane,
             exec,
             priority: opts.priority,
-            no_skip: opts.no_skip || role == Role::Delete,
+            no_skip: opts.no_skip || role == Role::Delete || role == Role::Segment,
             clears_error: role == Role::WaitForVar,
-            cancellable: role == Role::User,
+            cancellable: role == Role::User || role == Role::Member,
             deletes: role == Role::Delete,
             detached,
+            member: role == Role::Member,
+            segment: role == Role::Segment,
         };
         Ok(OpCell::new(shell, self, meta, deps, job, epoch))
     }

@@ -23,6 +23,10 @@ use crate::loom::cell::UnsafeCell;
 pub(crate) trait Job: Send + 'static {
     type Output: Send + 'static;
 
+    /// A small sync body, run to completion by `start`: it may join a bulk
+    /// segment.
+    const FUSES: bool = false;
+
     /// Starts the body. It must lead to exactly one store of its result:
     /// [`Running::store`] before returning, or [`OpSlot::store_owned`] on
     /// [`Running::to_owned`] from a [`Completion`] or a spawned task.
@@ -195,6 +199,17 @@ impl<J: Job> Task for OpCell<J> {
         drop(epoch);
     }
 
+    fn abandon(&self, this: &TaskRef, err: Error) {
+        // SAFETY: the start is claimed once; only its claimer reads `job`.
+        let job = self.slot.start().then(|| self.job.with_mut(|job| unsafe { (*job).take() }));
+        let Some(Some(job)) = job else {
+            debug_assert!(false, "op abandoned after it started");
+            return;
+        };
+        let _ = catch_unwind(AssertUnwindSafe(|| job.vetoed(&err)));
+        self.store(this, Err(err));
+    }
+
     fn strip(&mut self) {
         self.header.strip();
         self.slot.clear();
@@ -272,6 +287,8 @@ where
     R: Send + 'static,
 {
     type Output = R;
+
+    const FUSES: bool = true;
 
     fn start(self, op: Running<'_, R>) {
         let Self { reads, writes, body } = self;

@@ -93,6 +93,9 @@ impl<R: Send + 'static> OpHandle<R> {
     /// from inside a Tokio runtime, where blocking could deadlock.
     pub fn blocking_wait(self) -> Result<R, Error> {
         refuse_in_runtime("OpHandle::blocking_wait")?;
+        if let Inner::Pushed(slot) = &self.inner {
+            slot.header().shared.flush();
+        }
         // Small ops finish within microseconds: watch for that briefly
         // before paying for parking the thread and waking it again.
         let start = std::time::Instant::now();
@@ -110,7 +113,14 @@ impl<R: Send + 'static> Future for OpHandle<R> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match &mut self.get_mut().inner {
-            Inner::Pushed(slot) => slot.poll_result(cx),
+            Inner::Pushed(slot) => {
+                let result = slot.poll_result(cx);
+                if result.is_pending() {
+                    // A wait: the op may be in the open bulk segment.
+                    slot.header().shared.flush();
+                }
+                result
+            }
             Inner::Refused(err) => {
                 Poll::Ready(Err(err.take().expect("op handle polled after it returned its result")))
             }

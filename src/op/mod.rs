@@ -74,6 +74,11 @@ pub(crate) struct Meta {
     pub(crate) deletes: bool,
     /// Pushed without a handle: nobody will read its result.
     pub(crate) detached: bool,
+    /// A member of a bulk segment (see `engine::bulk`): run by its segment,
+    /// which holds its vars, so it completes none itself.
+    pub(crate) member: bool,
+    /// A bulk segment: its vars may carry different errors.
+    pub(crate) segment: bool,
     pub(crate) name: Cow<'static, str>,
 }
 
@@ -234,11 +239,15 @@ impl Header {
 }
 
 impl Grant for TaskRef {
-    fn on_grant(&self, error: &mut Option<Error>) {
+    fn on_grant(&self, var: u64, error: &mut Option<Error>) {
         let header = self.header();
         let seen = if header.meta.clears_error { error.take() } else { error.clone() };
         if let Some(err) = seen {
-            lock(&header.errors).seen.get_or_insert(err);
+            let mut errors = lock(&header.errors);
+            if header.meta.segment {
+                errors.bulk().seen_on.push((var, err.clone()));
+            }
+            errors.seen.get_or_insert(err);
             header.has_errors.store(true, Ordering::Release);
         }
     }
@@ -277,6 +286,91 @@ fn op_span(meta: &Meta) -> Option<Box<tracing::Span>> {
 struct OpErrors {
     seen: Option<Error>,
     carry: Option<Error>,
+    /// What only bulk segments and their members use.
+    bulk: Option<Box<BulkState>>,
+}
+
+impl OpErrors {
+    fn bulk(&mut self) -> &mut BulkState {
+        self.bulk.get_or_insert_with(Box::default)
+    }
+}
+
+/// A continuation of a bulk segment, run once its member completes.
+pub(crate) type Resume = Box<dyn FnOnce() + Send>;
+
+/// The error state of bulk segments and their members.
+#[derive(Default)]
+struct BulkState {
+    /// Of a segment: each var's error when it was let through.
+    seen_on: Vec<(u64, Error)>,
+    /// Of a segment: the error each var it writes is left with.
+    carry_on: Vec<(u64, Error)>,
+    /// Of a member whose guards outlived its body: whether it completed,
+    /// and what its segment does next if it had not yet.
+    finished: bool,
+    then: Option<Resume>,
+}
+
+impl Header {
+    /// Of a segment: the errors its vars carried when let through.
+    pub(crate) fn seen_on_vars(&self) -> Vec<(u64, Error)> {
+        if !self.has_errors.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        lock(&self.errors).bulk.as_ref().map(|b| b.seen_on.clone()).unwrap_or_default()
+    }
+
+    /// Of a segment: the error each var it writes is left with (set before
+    /// its result is stored).
+    pub(crate) fn carry_on_vars(&self, carry: Vec<(u64, Error)>) {
+        if carry.is_empty() {
+            return;
+        }
+        lock(&self.errors).bulk().carry_on = carry;
+        self.has_errors.store(true, Ordering::Release);
+    }
+
+    /// Of a member: an error a var it uses carried, as if its segment had
+    /// let it through with it.
+    pub(crate) fn see(&self, err: Error) {
+        lock(&self.errors).seen.get_or_insert(err);
+        self.has_errors.store(true, Ordering::Release);
+    }
+
+    /// The error this op passes on to the vars it writes.
+    pub(crate) fn carried(&self) -> Option<Error> {
+        self.carry()
+    }
+
+    /// Of a member whose body has stored its result: whether it has
+    /// completed (no guard outlived the body, or the last one is gone).
+    pub(crate) fn member_done(&self) -> bool {
+        self.live.get() == 0
+    }
+
+    /// Of a member that had not completed when its body returned: runs
+    /// `then` once it has, on the thread that completes it (here if it has
+    /// meanwhile).
+    pub(crate) fn member_then(&self, then: Resume) {
+        let mut errors = lock(&self.errors);
+        let bulk = errors.bulk();
+        if !bulk.finished {
+            bulk.then = Some(then);
+            return;
+        }
+        drop(errors);
+        then();
+    }
+
+    /// Of a member completing after its guards: marks it completed and
+    /// takes what its segment does next, if it waits for it.
+    fn member_finished(&self) -> Option<Resume> {
+        let mut errors = lock(&self.errors);
+        let bulk = errors.bulk();
+        bulk.finished = true;
+        bulk.then.take()
+    }
 }
 
 /// The typed side of an op, as the engine sees it.
@@ -298,6 +392,11 @@ pub(crate) trait Task: std::any::Any + Send + Sync {
     /// references, the result, the span, errors), leaving a shell whose
     /// drop only frees memory. Called by the holder of the last reference.
     fn strip(&mut self);
+
+    /// Completes an op that will not run with `err`, instead of
+    /// [`execute`](Self::execute): a bulk member whose segment could not be
+    /// pushed.
+    fn abandon(&self, this: &TaskRef, err: Error);
 }
 
 /// Submits a built op: appends it to all its vars at once, then dispatches
@@ -384,20 +483,42 @@ pub(crate) fn release_body(task: &TaskRef) {
         // just above by `Arc::into_raw`): it is still this call's to drop.
         #[allow(unsafe_code)]
         drop(unsafe { Arc::from_raw(passed) });
+        finalize(task, true);
     } else {
         live.release_sole();
+        finalize(task, false);
     }
-    finalize(task);
 }
 
 /// Completes an op whose body has finished and whose guards are gone.
-fn finalize(task: &TaskRef) {
+/// `after_guards`: a guard outlived the body (so a bulk segment may be
+/// waiting for this member).
+fn finalize(task: &TaskRef, after_guards: bool) {
     let header = task.header();
+    if header.meta.member {
+        // Published by its segment, once the segment's vars are released.
+        header
+            .in_span(|| tracing::debug!(target: "depengine::op", ok = header.carry().is_none(), "finished"));
+        if let Some(then) = after_guards.then(|| header.member_finished()).flatten() {
+            then();
+        }
+        return;
+    }
     let carry = header.carry();
     let carry = carry.as_ref();
     if !header.deps.is_empty() {
         let mut ready: crate::small::SmallList<TaskRef, 4> = crate::small::SmallList::new();
+        // A segment's vars each carry the error of the members that wrote them.
+        let each = if header.meta.segment && header.has_errors.load(Ordering::Acquire) {
+            lock(&header.errors).bulk.as_ref().map(|b| b.carry_on.clone())
+        } else {
+            None
+        };
         for dep in header.deps.iter() {
+            let carry = match &each {
+                Some(each) => each.iter().find(|(var, _)| *var == dep.var.id()).map(|(_, err)| err),
+                None => carry,
+            };
             dep.var.cell().complete(dep.access, carry, &mut |op| ready.push(op));
         }
         let runnable = ready.drain(..).filter(|next| next.header().pending.release(1));
@@ -534,7 +655,7 @@ impl Drop for LiveRef {
             // pointer `Arc::as_ptr` gave this `LiveRef`), and only the
             // release that reaches zero takes it back.
             let task = unsafe { Arc::from_raw(self.0.as_ptr().cast_const()) };
-            finalize(&task);
+            finalize(&task, true);
         }
     }
 }

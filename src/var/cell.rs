@@ -8,6 +8,7 @@ use super::gate::{Access, Gate};
 use super::inbox::{Inbox, Linked, Pushed, Then};
 use crate::error::{Error, Kind};
 use crate::loom::lock;
+use crate::loom::sync::atomic::{AtomicBool, Ordering};
 use crate::loom::sync::{Mutex, MutexGuard};
 use crate::small::{Padded, SmallList};
 
@@ -17,7 +18,7 @@ pub(crate) trait Grant {
     /// Called once per let-through with the var's error slot. Ordinary ops
     /// note the error (to be skipped); a `wait_for_var` takes it (clearing
     /// the var, in push order with the var's other ops).
-    fn on_grant(&self, error: &mut Option<Error>);
+    fn on_grant(&self, var: u64, error: &mut Option<Error>);
 
     /// Called, with the var's lock held, on the op that heads the var's
     /// queue after a completion let others through: it is the next one
@@ -45,6 +46,8 @@ pub(crate) struct VarCell<T> {
     state: Padded<Mutex<VarState<T>>>,
     /// Unique, ascending in creation order: the global lock order.
     id: u64,
+    /// `state.deleted`, readable without the lock (set under it).
+    deleted: AtomicBool,
 }
 
 impl<T> std::fmt::Debug for VarCell<T> {
@@ -59,7 +62,22 @@ impl<T: Grant + Linked> VarCell<T> {
             id,
             inbox: Padded(Inbox::new()),
             state: Padded(Mutex::new(VarState { gate: Gate::new(), error: None, deleted: false })),
+            deleted: AtomicBool::new(false),
         }
+    }
+
+    /// Whether a deletion was pushed on the var. Exact for a caller that
+    /// no deletion push can run beside (a bulk push holds the engine's
+    /// push lock, which deletions take too).
+    pub(crate) fn is_deleted(&self) -> bool {
+        self.deleted.load(Ordering::Relaxed)
+    }
+
+    /// Adds `n` completed writes to the version: those of the ops of a bulk
+    /// segment beyond the one its own completion counts. Called while the
+    /// segment holds the var's write.
+    pub(crate) fn add_writes(&self, n: u64) {
+        lock(&self.state).gate.add_writes(n);
     }
 
     pub(crate) fn id(&self) -> u64 {
@@ -125,7 +143,7 @@ impl<T: Grant + Linked> VarCell<T> {
             return Err(err);
         }
         cell.drain(&mut state, ready);
-        let granted = Self::append_locked(&mut state, access, op);
+        let granted = Self::append_locked(cell.id, &mut state, access, op);
         cell.settle(&mut state, ready);
         Ok(granted)
     }
@@ -135,6 +153,7 @@ impl<T: Grant + Linked> VarCell<T> {
     /// through are appended to `ready`, in queue order.
     pub(crate) fn complete(&self, access: Access, carry: Option<&Error>, ready: &mut impl FnMut(T)) {
         let mut state = lock(&self.state);
+        let id = self.id;
         if access == Access::Write {
             if let Some(err) = carry {
                 state.error = Some(err.clone());
@@ -148,7 +167,7 @@ impl<T: Grant + Linked> VarCell<T> {
         {
             let VarState { gate, error, .. } = &mut *state;
             gate.complete(access, &mut |op: T| {
-                op.on_grant(error);
+                op.on_grant(id, error);
                 pass(op);
             });
         }
@@ -172,15 +191,16 @@ impl<T: Grant + Linked> VarCell<T> {
             return Err(Error::new(Kind::VarDeleted { var: self.id }));
         }
         state.deleted = true;
+        self.deleted.store(true, Ordering::Relaxed);
         self.settle(&mut state, ready);
-        let granted = Self::append_locked(&mut state, Access::Write, op).is_some();
+        let granted = Self::append_locked(self.id, &mut state, Access::Write, op).is_some();
         Ok(granted)
     }
 
     /// Appends `op` to the gate; returns it if it was let through.
-    fn append_locked(state: &mut VarState<T>, access: Access, op: T) -> Option<T> {
+    fn append_locked(id: u64, state: &mut VarState<T>, access: Access, op: T) -> Option<T> {
         let op = state.gate.append(access, op)?;
-        op.on_grant(&mut state.error);
+        op.on_grant(id, &mut state.error);
         Some(op)
     }
 
@@ -197,7 +217,7 @@ impl<T: Grant + Linked> VarCell<T> {
         let mut moved = false;
         self.inbox.take(then, |access, op| {
             moved = true;
-            if let Some(op) = Self::append_locked(state, access, op) {
+            if let Some(op) = Self::append_locked(self.id, state, access, op) {
                 ready(op);
             }
         });
@@ -260,7 +280,7 @@ where
     let mut granted = 0;
     for (mut state, (cell, access)) in guards.drain(..).zip(deps) {
         cell.drain(&mut state, ready);
-        granted += usize::from(VarCell::append_locked(&mut state, access, op.clone()).is_some());
+        granted += usize::from(VarCell::append_locked(cell.id, &mut state, access, op.clone()).is_some());
         cell.settle(&mut state, ready);
     }
     Ok(granted)
@@ -311,7 +331,7 @@ mod tests {
     }
 
     impl Grant for Tok {
-        fn on_grant(&self, error: &mut Option<Error>) {
+        fn on_grant(&self, _var: u64, error: &mut Option<Error>) {
             let e = if self.clears { error.take() } else { error.clone() };
             *self.seen.lock().unwrap() = e;
         }

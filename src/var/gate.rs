@@ -48,6 +48,12 @@ impl<T> Gate<T> {
         self.version
     }
 
+    /// Counts `n` more completed writes (see `VarCell::add_writes`).
+    pub(crate) fn add_writes(&mut self, n: u64) {
+        debug_assert!(self.write_running, "gate: writes added while no write runs");
+        self.version += n;
+    }
+
     /// Reads currently let through.
     pub(crate) fn running_reads(&self) -> usize {
         self.running_reads

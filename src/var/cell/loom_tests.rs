@@ -29,7 +29,7 @@ struct Op {
 struct Tok(Arc<Op>);
 
 impl Grant for Tok {
-    fn on_grant(&self, _error: &mut Option<Error>) {}
+    fn on_grant(&self, _var: u64, _error: &mut Option<Error>) {}
 }
 
 impl Linked for Tok {
