@@ -38,7 +38,8 @@ use crate::loom::sync::atomic::{AtomicBool, Ordering, fence};
 use crate::op::access::Decl;
 use crate::op::builder::OpOptions;
 use crate::op::cell::{Job, OpCell, Running, SlotRef};
-use crate::op::{DepList, Exec, Header, Meta, Task, TaskRef};
+use crate::op::{DepList, Exec, Header, Meta, Shell, Task, TaskRef};
+use crate::small::SmallList;
 use crate::var::Access;
 
 /// The open segment, and the lock every push takes while bulk execution is
@@ -51,9 +52,13 @@ pub(super) struct Bulk {
     any: Arc<AtomicBool>,
 }
 
+/// A segment's members: inline up to 16, so that a segment needs no
+/// allocation of its own (its record is reused like any op's).
+type Members = SmallList<TaskRef, 16>;
+
 #[derive(Default)]
 pub(super) struct Open {
-    members: Vec<TaskRef>,
+    members: Members,
     /// The members' vars, one entry per var, a write if any member writes it.
     deps: DepList,
     /// The members' device and priority.
@@ -197,7 +202,7 @@ impl Shared {
 
 /// The body of a segment: its members, in push order.
 struct Segment {
-    members: Vec<TaskRef>,
+    members: Members,
 }
 
 impl Job for Segment {
@@ -206,9 +211,15 @@ impl Job for Segment {
     fn start(mut self, op: Running<'_, ()>) {
         let members = std::mem::take(&mut self.members);
         let errors = op.header().seen_on_vars();
-        let done = Vec::with_capacity(members.len());
-        Run { rest: members.into_iter(), done, errors, writes: Vec::new(), segment: Some(op.to_owned()) }
-            .go();
+        let done = Members::new();
+        Run {
+            rest: members.into_iter(),
+            done,
+            errors,
+            writes: SmallList::new(),
+            segment: Some(op.to_owned()),
+        }
+        .go();
     }
 }
 
@@ -230,15 +241,15 @@ fn abandon(member: &TaskRef) {
 
 /// A segment running its members.
 struct Run {
-    rest: std::vec::IntoIter<TaskRef>,
+    rest: smallvec::IntoIter<[TaskRef; 16]>,
     /// Members run, published once the segment has released its vars: a
     /// member's handle resolves once its effects on its vars (version,
     /// error) are visible, as any op's does.
-    done: Vec<TaskRef>,
+    done: Members,
     /// The error each var carries at this point of the segment.
     errors: Vec<(u64, Error)>,
     /// Writes of each var by the members run so far.
-    writes: Vec<(u64, u64)>,
+    writes: SmallList<(u64, u64), 4>,
     /// The segment, until it has stored its result.
     segment: Option<SlotRef<()>>,
 }
@@ -325,9 +336,10 @@ impl Run {
         // The segment has no guards of its own: storing its result
         // completes it here, its vars first.
         segment.store_owned(Ok(()));
-        for member in self.done.drain(..) {
+        for member in &self.done {
             member.publish();
         }
+        recycle(&mut self.done);
     }
 }
 
@@ -344,6 +356,40 @@ impl Drop for Run {
             self.finish();
         }
     }
+}
+
+thread_local! {
+    /// Shells of members, on their way to their engine's graveyard.
+    static SHELLS: std::cell::RefCell<Vec<Shell>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Strips the records of published members that nothing else references
+/// and buries them, for pushes to rebuild (as workers do with the records
+/// of the ops they run): records freed here would be freed away from the
+/// thread that allocated them.
+fn recycle(members: &mut Members) {
+    let Some(shared) = members.first().map(|m| m.header().shared.clone()) else { return };
+    SHELLS.with(|shells| {
+        let mut shells = shells.borrow_mut();
+        for member in members.drain(..) {
+            match Shell::strip(member) {
+                Ok(shell) => shells.push(shell),
+                Err((record, payload)) => {
+                    if let Some(payload) = payload {
+                        tracing::error!(
+                            target: "depengine",
+                            "a panic escaped a destructor run when an op finished: {}",
+                            crate::error::panic_message(&*payload)
+                        );
+                    }
+                    // Not the last reference, or its strip panicked: a
+                    // panic in its drop is contained too.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(record)));
+                }
+            }
+        }
+        shared.graves.bury(&mut shells);
+    });
 }
 
 fn error_of(errors: &[(u64, Error)], var: u64) -> Option<&Error> {
