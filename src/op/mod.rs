@@ -172,9 +172,11 @@ impl Header {
         if let Some(span) = self.span.take() {
             drop(span);
         }
-        // Errors are stored only with `has_errors` set.
-        if self.has_errors.load(Ordering::Relaxed) {
-            *self.errors.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner) = OpErrors::default();
+        // Errors are stored only with `has_errors` set; a bulk member's
+        // handoff state without it.
+        let errors = self.errors.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.has_errors.load(Ordering::Relaxed) || errors.bulk.is_some() {
+            *errors = OpErrors::default();
         }
     }
 
