@@ -6,6 +6,10 @@
 //! lanes with random priorities, duplicate and overlapping declarations,
 //! failing and panicking bodies, dropped completions and no-skip ops. Set
 //! `DEPENGINE_DIFF_SEEDS` to run more seeds.
+//!
+//! With bulk execution on, programs are mostly sync ops on the normal lane
+//! (the ops that fuse), some of which hand their guards to another thread
+//! that drops them after the body has returned.
 
 use std::collections::BTreeSet;
 use std::sync::Once;
@@ -53,6 +57,8 @@ fn mix(a: u64, b: u64) -> u64 {
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Body {
     Sync,
+    /// A sync body whose guards are dropped by another thread, later.
+    SyncEscape,
     Async,
     Future,
 }
@@ -86,7 +92,8 @@ enum Step {
     WaitAll,
 }
 
-fn program(seed: u64, nvars: usize, steps: usize) -> Vec<Step> {
+/// A random program; `fusing`: mostly sync ops on the normal lane.
+fn program(seed: u64, nvars: usize, steps: usize, fusing: bool) -> Vec<Step> {
     let mut rng = Rng(seed);
     (0..steps)
         .map(|id| match rng.below(100) {
@@ -99,9 +106,10 @@ fn program(seed: u64, nvars: usize, steps: usize) -> Vec<Step> {
                 let reads =
                     (0..rng.below(4)).map(|_| rng.below(nvars)).filter(|v| !writes.contains(v)).collect();
                 let extra_reads = writes.iter().copied().filter(|_| rng.chance(20)).collect();
-                let body = match rng.below(10) {
-                    0..=6 => Body::Sync,
-                    7 | 8 => Body::Async,
+                let body = match (fusing, rng.below(10)) {
+                    (true, 0..=6) | (false, 0..=6) => Body::Sync,
+                    (true, 7) => Body::SyncEscape,
+                    (_, 7 | 8) => Body::Async,
                     _ => Body::Future,
                 };
                 let fail = match rng.below(100) {
@@ -111,7 +119,9 @@ fn program(seed: u64, nvars: usize, steps: usize) -> Vec<Step> {
                     _ => Fail::No,
                 };
                 let lane = [Lane::Normal, Lane::Normal, Lane::Prioritized, Lane::Inline][rng.below(4)];
+                let lane = if fusing && rng.chance(80) { Lane::Normal } else { lane };
                 let priority = rng.below(3) as i32 - 1;
+                let priority = if fusing && rng.chance(80) { 0 } else { priority };
                 let no_skip = rng.chance(5);
                 Step::Op(OpSpec { id, reads, writes, extra_reads, body, fail, lane, priority, no_skip })
             }
@@ -140,6 +150,8 @@ enum Expect {
 
 struct Model {
     vals: Vec<u64>,
+    /// Completed writes of each var.
+    versions: Vec<u64>,
     errs: Vec<Option<BTreeSet<usize>>>,
     failed_since_wait_all: bool,
 }
@@ -160,6 +172,9 @@ impl Model {
             }
             (Expect::Ok(x), seen)
         };
+        for w in &op.writes {
+            self.versions[*w] += 1;
+        }
         if let Some(carry) = carry {
             for w in &op.writes {
                 self.errs[*w] = Some(carry.clone());
@@ -225,6 +240,16 @@ fn push(engine: &Engine, vars: &[Var<u64>], op: &OpSpec) -> OpHandle<u64> {
             let mut writes: Vec<&mut u64> = ws.iter_mut().map(|g| &mut **g).collect();
             finish(&spec, &reads, &mut writes)
         }),
+        Body::SyncEscape => b.run(move |(rs,), (mut ws,)| {
+            let reads: Vec<u64> = rs.iter().map(|g| **g).collect();
+            let mut writes: Vec<&mut u64> = ws.iter_mut().map(|g| &mut **g).collect();
+            let result = finish(&spec, &reads, &mut writes);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_micros(200));
+                drop((rs, ws));
+            });
+            result
+        }),
         Body::Async => b.run_async(move |(rs,), (mut ws,), done: Completion<u64>| {
             let on_thread = spec.id % 2 == 0;
             let work = move || {
@@ -256,7 +281,8 @@ fn push(engine: &Engine, vars: &[Var<u64>], op: &OpSpec) -> OpHandle<u64> {
 async fn run_program(engine: Engine, steps: &[Step], nvars: usize, label: &str) {
     let init: Vec<u64> = (0..nvars as u64).collect();
     let vars: Vec<Var<u64>> = init.iter().map(|v| engine.var(*v)).collect();
-    let mut model = Model { vals: init, errs: vec![None; nvars], failed_since_wait_all: false };
+    let mut model =
+        Model { vals: init, versions: vec![0; nvars], errs: vec![None; nvars], failed_since_wait_all: false };
     let mut handles = Vec::new();
     for step in steps {
         match step {
@@ -292,6 +318,7 @@ async fn run_program(engine: Engine, steps: &[Step], nvars: usize, label: &str) 
     for (i, var) in vars.iter().enumerate() {
         let got = engine.op("final").no_skip(true).read(var).run(|(v,), ()| Ok(*v)).await.unwrap();
         assert_eq!(got, model.vals[i], "{label}: var {i} value");
+        assert_eq!(var.version(), model.versions[i], "{label}: var {i} version");
         let err = engine.wait_for_var(var).await.err();
         match (&model.errs[i], err) {
             (None, None) => {}
@@ -305,16 +332,24 @@ fn seeds() -> u64 {
     std::env::var("DEPENGINE_DIFF_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(16)
 }
 
-fn run_all(kind: EngineKind, workers: usize) {
+/// Runs the seeds on engines of `kind` with `workers` per pool; with bulk
+/// execution on if `bulk`, at sizes 2, 3, 8 and 16 in turn.
+fn run_all(kind: EngineKind, workers: usize, bulk: bool) {
     quiet_planned_panics();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let _guard = rt.enter();
     for seed in 0..seeds() {
         let nvars = 4 + (seed as usize % 5) * 6;
-        let steps = program(seed, nvars, 300);
-        let engine =
-            Engine::builder().kind(kind).cpu_workers(workers).priority_workers(workers).build().unwrap();
-        let label = format!("{kind:?} workers={workers} seed={seed}");
+        let steps = program(seed, nvars, 300, bulk);
+        let bulk_size = if bulk { [2, 3, 8, 16][seed as usize % 4] } else { 1 };
+        let engine = Engine::builder()
+            .kind(kind)
+            .cpu_workers(workers)
+            .priority_workers(workers)
+            .bulk_size(bulk_size)
+            .build()
+            .unwrap();
+        let label = format!("{kind:?} workers={workers} bulk={bulk_size} seed={seed}");
         rt.block_on(async {
             tokio::time::timeout(Duration::from_secs(60), run_program(engine, &steps, nvars, &label))
                 .await
@@ -325,27 +360,42 @@ fn run_all(kind: EngineKind, workers: usize) {
 
 #[test]
 fn random_programs_threaded_1_worker() {
-    run_all(EngineKind::Threaded, 1);
+    run_all(EngineKind::Threaded, 1, false);
 }
 
 #[test]
 fn random_programs_threaded_2_workers() {
-    run_all(EngineKind::Threaded, 2);
+    run_all(EngineKind::Threaded, 2, false);
 }
 
 #[test]
 fn random_programs_threaded_4_workers() {
-    run_all(EngineKind::Threaded, 4);
+    run_all(EngineKind::Threaded, 4, false);
 }
 
 #[test]
 fn random_programs_threaded_8_workers() {
-    run_all(EngineKind::Threaded, 8);
+    run_all(EngineKind::Threaded, 8, false);
 }
 
 #[test]
 fn random_programs_naive() {
-    run_all(EngineKind::Naive, 1);
+    run_all(EngineKind::Naive, 1, false);
+}
+
+#[test]
+fn random_programs_bulk_1_worker() {
+    run_all(EngineKind::Threaded, 1, true);
+}
+
+#[test]
+fn random_programs_bulk_2_workers() {
+    run_all(EngineKind::Threaded, 2, true);
+}
+
+#[test]
+fn random_programs_bulk_4_workers() {
+    run_all(EngineKind::Threaded, 4, true);
 }
 
 /// The model itself must be able to fail: a program whose ops conflict
@@ -364,7 +414,8 @@ fn model_detects_reordering() {
         no_skip: false,
     };
     let run = |order: &[usize]| {
-        let mut m = Model { vals: vec![0], errs: vec![None], failed_since_wait_all: false };
+        let mut m =
+            Model { vals: vec![0], versions: vec![0], errs: vec![None], failed_since_wait_all: false };
         for id in order {
             m.op(&op(*id, 0));
         }
