@@ -18,6 +18,7 @@ pub(crate) mod builder;
 pub(crate) mod cell;
 pub(crate) mod countdown;
 pub(crate) mod handle;
+pub(crate) mod handoff;
 pub(crate) mod slot;
 
 use std::borrow::Cow;
@@ -298,8 +299,7 @@ impl OpErrors {
     }
 }
 
-/// A continuation of a bulk segment, run once its member completes.
-pub(crate) type Resume = Box<dyn FnOnce() + Send>;
+pub(crate) use handoff::Resume;
 
 /// The error state of bulk segments and their members.
 #[derive(Default)]
@@ -308,10 +308,9 @@ struct BulkState {
     seen_on: Vec<(u64, Error)>,
     /// Of a segment: the error each var it writes is left with.
     carry_on: Vec<(u64, Error)>,
-    /// Of a member whose guards outlived its body: whether it completed,
-    /// and what its segment does next if it had not yet.
-    finished: bool,
-    then: Option<Resume>,
+    /// Of a member whose guards outlived its body: its handoff with its
+    /// segment.
+    handoff: handoff::Handoff,
 }
 
 impl Header {
@@ -355,23 +354,16 @@ impl Header {
     /// `then` once it has, on the thread that completes it (here if it has
     /// meanwhile).
     pub(crate) fn member_then(&self, then: Resume) {
-        let mut errors = lock(&self.errors);
-        let bulk = errors.bulk();
-        if !bulk.finished {
-            bulk.then = Some(then);
-            return;
+        let back = lock(&self.errors).bulk().handoff.then(then);
+        if let Some(then) = back {
+            then();
         }
-        drop(errors);
-        then();
     }
 
     /// Of a member completing after its guards: marks it completed and
     /// takes what its segment does next, if it waits for it.
     fn member_finished(&self) -> Option<Resume> {
-        let mut errors = lock(&self.errors);
-        let bulk = errors.bulk();
-        bulk.finished = true;
-        bulk.then.take()
+        lock(&self.errors).bulk().handoff.finish()
     }
 }
 
