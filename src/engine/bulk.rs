@@ -17,7 +17,8 @@
 //! worker of its pool is idle: either the push that opened it finds them
 //! all parking, or the last worker to park finds it open (a store-buffering
 //! handshake, see `pool.rs` and `park.rs`). So no op waits in a segment
-//! while the engine has nothing else to do.
+//! while the engine has nothing else to do; and an op pushed while every
+//! worker is parked opens no segment at all: it is pushed on its own.
 //!
 //! The segment runs its members one after the other, in push order, on one
 //! worker, with the var gate's rules applied between them: a member that
@@ -116,7 +117,8 @@ impl Shared {
     }
 
     /// Pushes an op while bulk execution is on: joins it to the open
-    /// segment if it may, else pushes the segment, then the op.
+    /// segment if it may, else pushes the segment, then the op. Returns
+    /// its record, for its handle, unless it is `detached`.
     pub(super) fn push_in_bulk<J: Job>(
         self: &Arc<Self>,
         opts: OpOptions,
@@ -125,18 +127,22 @@ impl Shared {
         job: J,
         starts_inline: bool,
         detached: bool,
-    ) -> Result<Arc<OpCell<J>>, Error> {
+    ) -> Result<Option<Arc<OpCell<J>>>, Error> {
         let mut open = lock(&self.bulk.open);
         let joins = J::FUSES
             && role == Role::User
             && opts.lane == Lane::Normal
             && !starts_inline
-            && matches!(opts.device, Device::Cpu(_));
+            && matches!(opts.device, Device::Cpu(_))
+            // With every worker parked, a new segment would be pushed at
+            // once (below): the op goes on its own, without a segment.
+            && !(open.members.is_empty() && self.dispatcher.all_parked(opts.device));
         if !joins {
             self.flush_open(&mut open);
             let record = self.build(opts, role, deps, job, starts_inline, detached)?;
-            self.submit_built(record.clone())?;
-            return Ok(record);
+            let handle = (!detached).then(|| record.clone());
+            self.submit_built(record)?;
+            return Ok(handle);
         }
         let key = (opts.device, opts.priority);
         if open.key.is_some_and(|k| k != key) {
@@ -159,7 +165,8 @@ impl Shared {
         }
         let opened = open.members.is_empty();
         open.key = Some(key);
-        open.members.push(record.clone());
+        let handle = (!detached).then(|| record.clone());
+        open.members.push(record);
         if open.members.len() >= self.bulk.size {
             self.flush_open(&mut open);
         } else if opened {
@@ -171,7 +178,7 @@ impl Shared {
                 self.flush_open(&mut open);
             }
         }
-        Ok(record)
+        Ok(handle)
     }
 
     /// Pushes the open segment, if it holds members.

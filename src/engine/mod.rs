@@ -506,7 +506,8 @@ impl Shared {
         starts_inline: bool,
     ) -> Result<SlotRef<J::Output>, Error> {
         if self.bulk.is_on() {
-            return Ok(self.push_in_bulk(opts, role, decls, job, starts_inline, false)?);
+            let record = self.push_in_bulk(opts, role, decls, job, starts_inline, false)?;
+            return Ok(record.expect("a record for the handle of an op pushed with one"));
         }
         let record = self.build(opts, role, decls, job, starts_inline, false)?;
         self.submit_built(record.clone())?;
