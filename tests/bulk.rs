@@ -234,3 +234,20 @@ fn a_deleted_var_refuses_ops_that_would_join_a_segment() {
     before.blocking_wait().unwrap();
     assert_eq!(deleted.blocking_wait().unwrap(), 2);
 }
+
+/// Placement is checked at push with bulk execution on too: an op for a
+/// device the engine lacks is refused, whether the workers are busy or not.
+#[test]
+fn a_bad_placement_is_refused_at_push() {
+    let engine = engine(16);
+    let refused = |engine: &Engine| {
+        let err = engine.op("c").device(depengine::Device::Cpu(3)).try_run(|(), ()| Ok(())).unwrap_err();
+        assert!(err.is_invalid_argument() && err.to_string().contains("cpu(3)"), "{err}");
+    };
+    refused(&engine);
+    let release = hold_worker(&engine);
+    let member = engine.op("member").run(|(), ()| Ok(1));
+    refused(&engine);
+    release.send(()).unwrap();
+    assert_eq!(member.blocking_wait().unwrap(), 1);
+}

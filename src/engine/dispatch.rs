@@ -107,8 +107,12 @@ impl Dispatcher {
 
     /// Whether every worker of `device`'s normal pool is parking (see
     /// [`Pool::all_parked`]); starts the pool if it has not started.
+    /// `false` for a device the engine does not have (its push is refused).
     pub(crate) fn all_parked(&self, device: Device) -> bool {
-        self.pool(device, Lane::Normal).all_parked()
+        match device {
+            Device::Cpu(i) if i < self.cpu.len() => self.pool(device, Lane::Normal).all_parked(),
+            _ => false,
+        }
     }
 
     fn pools(&self) -> impl Iterator<Item = &Pool> {
