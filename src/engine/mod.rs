@@ -177,7 +177,8 @@ impl Engine {
         self.shared().tracker.is_closed()
     }
 
-    /// Ops pushed so far (internal waits and acquires included).
+    /// Ops pushed so far (internal waits and acquires included, and each
+    /// bulk segment as one more op besides its ops).
     pub fn pushed_ops(&self) -> u64 {
         self.shared().tracker.with_side(|intake| intake.pushed)
     }
