@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use depengine::{Engine, ShutdownMode};
+use depengine::{BoxError, Engine, ShutdownMode};
 
 fn engine(bulk: usize) -> Engine {
     Engine::builder().cpu_workers(1).bulk_size(bulk).build().unwrap()
@@ -29,6 +29,24 @@ fn hold_worker(engine: &Engine) -> mpsc::Sender<()> {
     engine.flush();
     inside.recv_timeout(Duration::from_secs(10)).expect("the worker never started the holding op");
     release
+}
+
+/// Releases the held worker from another thread a little later (while
+/// this one blocks in a shutdown).
+fn release_later(release: mpsc::Sender<()>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        release.send(()).unwrap();
+    })
+}
+
+/// A body that counts its runs in `ran`.
+fn bump(ran: &Arc<AtomicUsize>) -> impl FnOnce((), ()) -> Result<(), BoxError> + Send + 'static {
+    let ran = ran.clone();
+    move |(), ()| {
+        ran.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
 }
 
 fn eventually(what: &str, done: impl Fn() -> bool) {
@@ -80,13 +98,6 @@ fn ops_fuse_while_the_workers_are_busy() {
 fn an_open_segment_runs_once_the_workers_are_idle() {
     let engine = engine(16);
     let ran = Arc::new(AtomicUsize::new(0));
-    let bump = |ran: &Arc<AtomicUsize>| {
-        let ran = ran.clone();
-        move |(), ()| {
-            ran.fetch_add(1, Ordering::SeqCst);
-            Ok(())
-        }
-    };
     let release = hold_worker(&engine);
     for _ in 0..3 {
         engine.op("bump").run_detached(bump(&ran)).unwrap();
@@ -183,19 +194,9 @@ fn shutdown_drains_or_cancels_an_open_segment() {
     let ran = Arc::new(AtomicUsize::new(0));
     let release = hold_worker(&engine);
     for _ in 0..5 {
-        let ran = ran.clone();
-        engine
-            .op("bump")
-            .run_detached(move |(), ()| {
-                ran.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            })
-            .unwrap();
+        engine.op("bump").run_detached(bump(&ran)).unwrap();
     }
-    let releaser = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(20));
-        release.send(()).unwrap();
-    });
+    let releaser = release_later(release);
     engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
     releaser.join().unwrap();
     assert_eq!(ran.load(Ordering::SeqCst), 5);
@@ -203,10 +204,7 @@ fn shutdown_drains_or_cancels_an_open_segment() {
     let engine = self::engine(16);
     let release = hold_worker(&engine);
     let handles: Vec<_> = (0..3).map(|i| engine.op("late").run(move |(), ()| Ok(i))).collect();
-    let releaser = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(20));
-        release.send(()).unwrap();
-    });
+    let releaser = release_later(release);
     // It reports the first failure: a cancelled op.
     let first = engine.blocking_shutdown(ShutdownMode::Cancel).unwrap_err();
     assert!(first.is_cancelled(), "{first}");

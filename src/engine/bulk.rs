@@ -39,7 +39,7 @@ use crate::loom::sync::atomic::{AtomicBool, Ordering, fence};
 use crate::op::access::Decl;
 use crate::op::builder::OpOptions;
 use crate::op::cell::{Job, OpCell, Running, SlotRef};
-use crate::op::{DepList, Exec, Header, Meta, Shell, Task, TaskRef};
+use crate::op::{DepList, Header, Meta, Shell, Task, TaskRef};
 use crate::small::SmallList;
 use crate::var::Access;
 
@@ -73,6 +73,10 @@ impl Bulk {
 
     pub(super) fn is_on(&self) -> bool {
         self.size > 1
+    }
+
+    pub(super) fn size(&self) -> usize {
+        self.size
     }
 }
 
@@ -217,7 +221,7 @@ impl Job for Segment {
 
     fn start(mut self, op: Running<'_, ()>) {
         let members = std::mem::take(&mut self.members);
-        let errors = op.header().seen_on_vars();
+        let errors = op.header().take_seen_on_vars();
         let done = Members::new();
         Run {
             rest: members.into_iter(),
@@ -288,7 +292,7 @@ impl Run {
 
     /// Takes in what a member that stored its result leaves on its vars.
     fn absorb(&mut self, member: &Header) {
-        let carry = member.carried();
+        let carry = member.carry();
         for dep in member.deps.iter().filter(|d| d.access == Access::Write) {
             let id = dep.var.id();
             match self.writes.iter_mut().find(|(var, _)| *var == id) {
@@ -309,20 +313,8 @@ impl Run {
         let Some(segment) = &self.segment else { return };
         let header = segment.header();
         let shared = header.shared.clone();
-        let meta = Meta {
-            name: header.meta.name.clone(),
-            device: header.meta.device,
-            priority: header.meta.priority,
-            lane: header.meta.lane,
-            exec: Exec::Pool,
-            no_skip: true,
-            clears_error: false,
-            cancellable: false,
-            deletes: false,
-            detached: true,
-            member: false,
-            segment: false,
-        };
+        // The segment's placement; it is run, never completed, as a task.
+        let meta = Meta { segment: false, ..header.meta.clone() };
         let task: TaskRef = Arc::new(ResumeTask {
             header: Header::new(meta, DepList::new(), shared.clone()),
             run: std::sync::Mutex::new(Some(self)),
@@ -375,27 +367,12 @@ thread_local! {
 /// of the ops they run): records freed here would be freed away from the
 /// thread that allocated them.
 fn recycle(members: &mut Members) {
-    let Some(shared) = members.first().map(|m| m.header().shared.clone()) else { return };
     SHELLS.with(|shells| {
         let mut shells = shells.borrow_mut();
         for member in members.drain(..) {
-            match Shell::strip(member) {
-                Ok(shell) => shells.push(shell),
-                Err((record, payload)) => {
-                    if let Some(payload) = payload {
-                        tracing::error!(
-                            target: "depengine",
-                            "a panic escaped a destructor run when an op finished: {}",
-                            crate::error::panic_message(&*payload)
-                        );
-                    }
-                    // Not the last reference, or its strip panicked: a
-                    // panic in its drop is contained too.
-                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(record)));
-                }
-            }
+            super::dispatch::keep_shell(member, &mut shells);
         }
-        shared.graves.bury(&mut shells);
+        super::bury(&mut shells);
     });
 }
 

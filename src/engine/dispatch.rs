@@ -183,18 +183,25 @@ pub(crate) fn run_on_worker(task: TaskRef, shells: &mut Vec<Shell>) {
     // On the worker's reference: if it is the last one, the record is
     // reused below.
     run_first(|| run(&task));
-    // Dropping what the record holds may run a user destructor (a result
-    // nobody took): contained like the op itself.
+    keep_shell(task, shells);
+    if shells.len() >= graves::BATCH {
+        bury(shells);
+    }
+}
+
+/// Strips a finished op's record and adds its shell to `shells` if `task`
+/// is its last reference; else drops the reference. Dropping what the
+/// record holds may run a user destructor (a result nobody took):
+/// contained like the op itself.
+#[inline]
+pub(crate) fn keep_shell(task: TaskRef, shells: &mut Vec<Shell>) {
     match Shell::strip(task) {
         Ok(shell) => {
             debug_assert!(
                 shells.first().is_none_or(|s| Arc::ptr_eq(&s.header().shared, &shell.header().shared)),
-                "a worker runs the ops of one engine"
+                "shells of one engine"
             );
             shells.push(shell);
-            if shells.len() >= graves::BATCH {
-                bury(shells);
-            }
         }
         // Not the last reference: its holder frees the record.
         Err((_, None)) => {}

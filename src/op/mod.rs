@@ -58,7 +58,7 @@ pub(crate) struct PackedDevice {
 
 /// What the engine knows of an op, whatever its body. The name, read only
 /// for messages, comes last (see [`Header`] for the layout).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 #[repr(C)]
 pub(crate) struct Meta {
     pub(crate) device: PackedDevice,
@@ -217,11 +217,24 @@ impl Header {
     }
 
     /// The error this op passes on to the vars it writes.
-    fn carry(&self) -> Option<Error> {
+    pub(crate) fn carry(&self) -> Option<Error> {
         if !self.has_errors.load(Ordering::Acquire) {
             return None;
         }
         lock(&self.errors).carry.clone()
+    }
+
+    /// [`carry`](Self::carry), and, of a bulk segment, the error each var
+    /// it writes is left with, which then decides (the members that wrote
+    /// a var decide its error).
+    #[allow(clippy::type_complexity)]
+    fn carries(&self) -> (Option<Error>, Option<Vec<(u64, Error)>>) {
+        if !self.has_errors.load(Ordering::Acquire) {
+            return (None, None);
+        }
+        let errors = lock(&self.errors);
+        let each = if self.meta.segment { errors.bulk.as_ref().map(|b| b.carry_on.clone()) } else { None };
+        (errors.carry.clone(), each)
     }
 
     /// Records the op's outcome for propagation: the error it passes to the
@@ -314,12 +327,12 @@ struct BulkState {
 }
 
 impl Header {
-    /// Of a segment: the errors its vars carried when let through.
-    pub(crate) fn seen_on_vars(&self) -> Vec<(u64, Error)> {
+    /// Of a segment: takes the errors its vars carried when let through.
+    pub(crate) fn take_seen_on_vars(&self) -> Vec<(u64, Error)> {
         if !self.has_errors.load(Ordering::Acquire) {
             return Vec::new();
         }
-        lock(&self.errors).bulk.as_ref().map(|b| b.seen_on.clone()).unwrap_or_default()
+        lock(&self.errors).bulk.as_mut().map(|b| std::mem::take(&mut b.seen_on)).unwrap_or_default()
     }
 
     /// Of a segment: the error each var it writes is left with (set before
@@ -337,11 +350,6 @@ impl Header {
     pub(crate) fn see(&self, err: Error) {
         lock(&self.errors).seen.get_or_insert(err);
         self.has_errors.store(true, Ordering::Release);
-    }
-
-    /// The error this op passes on to the vars it writes.
-    pub(crate) fn carried(&self) -> Option<Error> {
-        self.carry()
     }
 
     /// Of a member whose body has stored its result: whether it has
@@ -498,16 +506,10 @@ fn finalize(task: &TaskRef, after_guards: bool) {
         }
         return;
     }
-    let carry = header.carry();
+    let (carry, each) = header.carries();
     let carry = carry.as_ref();
     if !header.deps.is_empty() {
         let mut ready: crate::small::SmallList<TaskRef, 4> = crate::small::SmallList::new();
-        // A segment's vars each carry the error of the members that wrote them.
-        let each = if header.meta.segment && header.has_errors.load(Ordering::Acquire) {
-            lock(&header.errors).bulk.as_ref().map(|b| b.carry_on.clone())
-        } else {
-            None
-        };
         for dep in header.deps.iter() {
             let carry = match &each {
                 Some(each) => each.iter().find(|(var, _)| *var == dep.var.id()).map(|(_, err)| err),
