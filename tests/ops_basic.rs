@@ -707,3 +707,30 @@ fn guards_racing_the_body_s_return_complete_each_op_once() {
         assert_eq!(dropped.load(Ordering::SeqCst), OPS, "{kind:?}: each result dropped once");
     }
 }
+
+/// A var's data lives as long as any handle to it, typed or untyped, on
+/// whatever thread the last one is dropped, and is dropped exactly once:
+/// both kinds of handle share one reference count.
+#[test]
+fn a_var_s_data_is_dropped_once_with_its_last_handle_of_either_kind() {
+    let engine = Engine::builder().cpu_workers(2).build().unwrap();
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let v = engine.var(Counted(dropped.clone()));
+    let tags: Vec<depengine::AnyVar> = (0..3).map(|_| v.any()).collect();
+    let tag = tags[0].clone();
+    // Ops declaring the var both ways hold references of both kinds.
+    engine.op("typed").read(&v).run_detached(|(_r,), ()| Ok(())).unwrap();
+    drop(engine.push_sync("untyped", std::slice::from_ref(&tag), &[], || Ok(())).unwrap());
+    engine.blocking_wait_for_all().unwrap();
+    drop(v);
+    drop(tags);
+    assert_eq!(dropped.load(Ordering::SeqCst), 0, "an untyped handle still holds the var");
+    assert_eq!(tag.version(), 0);
+    let other = tag.clone();
+    std::thread::spawn(move || drop(other)).join().unwrap();
+    assert_eq!(dropped.load(Ordering::SeqCst), 0);
+    std::thread::spawn(move || drop(tag)).join().unwrap();
+    assert_eq!(dropped.load(Ordering::SeqCst), 1, "the last handle drops the data, once");
+    engine.blocking_shutdown(depengine::ShutdownMode::Drain).unwrap();
+    assert_eq!(dropped.load(Ordering::SeqCst), 1);
+}

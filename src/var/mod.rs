@@ -1,5 +1,7 @@
 //! Vars: the data an engine orders access to, and the guards that reach it.
 
+#![allow(unsafe_code)]
+
 mod acquire;
 pub(crate) mod cell;
 mod data;
@@ -8,6 +10,7 @@ mod guard;
 pub(crate) mod inbox;
 
 use std::fmt;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use crate::engine::Shared;
@@ -20,17 +23,64 @@ pub use acquire::{Acquire, AcquireBuilder};
 pub(crate) use gate::Access;
 pub use guard::{ReadGuard, WriteGuard};
 
-/// The engine-side state of a var, whatever its data type.
+/// The engine-side state of a var, whatever its data type. It lives at the
+/// start of its var's [`VarInner`], so that a typed handle and an untyped
+/// one share one reference count: an op that declares a typed var clones
+/// the handle for its guard and the var for its declaration, and the second
+/// clone then finds the count's line in the pushing core's cache (as the
+/// second drop does on the worker), where two counts cost two lines per op
+/// that cross between the cores.
 pub(crate) struct VarCore {
     cell: VarCell<TaskRef>,
     shared: Arc<Shared>,
+    /// How an untyped handle reaches the count of the `VarInner<T>` this
+    /// core begins.
+    count: &'static Count,
+}
+
+/// A var's reference count, reached without its data type.
+struct Count {
+    /// Adds a reference.
+    clone: unsafe fn(NonNull<VarCore>),
+    /// Drops a reference, freeing the var with the last one.
+    release: unsafe fn(NonNull<VarCore>),
+}
+
+impl Count {
+    const fn of<T: Send + Sync + 'static>() -> &'static Self {
+        &Count { clone: clone_inner::<T>, release: release_inner::<T> }
+    }
+}
+
+/// # Safety
+///
+/// `core` points to the `core` field of a live `VarInner<T>` in an `Arc`,
+/// on which the caller holds a reference.
+unsafe fn clone_inner<T>(core: NonNull<VarCore>) {
+    // SAFETY: `VarInner` is `repr(C)` with `core` first, so the pointer is
+    // the one `Arc::as_ptr` gives for the var, whose count the caller's
+    // reference keeps above zero (this function's contract).
+    unsafe { Arc::increment_strong_count(core.cast::<VarInner<T>>().as_ptr()) }
+}
+
+/// # Safety
+///
+/// As for [`clone_inner`]; the caller's reference is given up.
+unsafe fn release_inner<T>(core: NonNull<VarCore>) {
+    // SAFETY: as in `clone_inner`; the reference dropped here is the
+    // caller's, which it no longer uses.
+    unsafe { Arc::decrement_strong_count(core.cast::<VarInner<T>>().as_ptr()) }
 }
 
 /// A var's engine-side state and its data: what `Var` handles and guards
 /// hold (a guard takes the handle its op declared, so running an op clones
-/// no reference).
+/// no reference). `repr(C)`, `core` first: a pointer to a `VarInner<T>` is a
+/// pointer to its [`VarCore`] (what [`AnyVar`] holds). The data comes after
+/// the core's lines, so that the workers' writes to the data's borrow flag do
+/// not touch a line the pushing thread reads.
+#[repr(C)]
 struct VarInner<T> {
-    core: Arc<VarCore>,
+    core: VarCore,
     /// The data. The gate guarantees that no two guards conflict; the cell
     /// checks it.
     data: DataCell<T>,
@@ -67,14 +117,18 @@ impl<T> Clone for Var<T> {
 
 impl<T: Send + Sync + 'static> Var<T> {
     pub(crate) fn new(shared: Arc<Shared>, id: u64, value: T) -> Self {
-        let core = Arc::new(VarCore { cell: VarCell::new(id), shared });
+        let core = VarCore { cell: VarCell::new(id), shared, count: Count::of::<T>() };
         Self { inner: Arc::new(VarInner { core, data: DataCell::new(value) }) }
     }
 
     /// This var as an untyped handle, for low-level pushes that declare it
     /// without reaching its data.
     pub fn any(&self) -> AnyVar {
-        AnyVar(self.inner.core.clone())
+        // The clone's reference becomes the new handle's.
+        let core = Arc::into_raw(self.inner.clone()).cast::<VarCore>().cast_mut();
+        // SAFETY: `Arc::into_raw` never gives a null pointer. (`VarInner` is
+        // `repr(C)` with `core` first, so the pointer is also the core's.)
+        AnyVar(unsafe { NonNull::new_unchecked(core) })
     }
 
     /// The var's unique id (also the order in which vars are locked).
@@ -148,16 +202,33 @@ impl<T> fmt::Debug for Var<T> {
 
 /// An untyped handle to a var: enough to declare it in an op, not to reach
 /// its data.
-#[derive(Clone)]
-pub struct AnyVar(Arc<VarCore>);
+pub struct AnyVar(
+    /// The `core` of a `VarInner<T>` in an `Arc`, of which this handle holds
+    /// one reference.
+    NonNull<VarCore>,
+);
+
+// SAFETY: an `AnyVar` is a reference to a `VarInner<T>` that reaches only its
+// `VarCore` (`Send + Sync`) and, with the last reference, drops it:
+// `Var::new` requires `T: Send + Sync`, so the `VarInner<T>` may be shared
+// and dropped on any thread, as through an `Arc<VarInner<T>>`.
+unsafe impl Send for AnyVar {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for AnyVar {}
 
 impl AnyVar {
+    fn core(&self) -> &VarCore {
+        // SAFETY: the handle's reference keeps the `VarInner` that the
+        // pointer points into alive while `self` is borrowed.
+        unsafe { self.0.as_ref() }
+    }
+
     pub(crate) fn cell(&self) -> &VarCell<TaskRef> {
-        &self.0.cell
+        &self.core().cell
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.0.shared
+        &self.core().shared
     }
 
     /// The var's unique id.
@@ -191,6 +262,23 @@ impl AnyVar {
             error: state.error.as_ref().map(ToString::to_string),
             deleted: state.deleted,
         }
+    }
+}
+
+impl Clone for AnyVar {
+    fn clone(&self) -> Self {
+        // SAFETY: `self.0` is the core of a live `VarInner<T>` in an `Arc`,
+        // with the `Count` of that `T`, and `self` holds a reference to it.
+        unsafe { (self.core().count.clone)(self.0) };
+        AnyVar(self.0)
+    }
+}
+
+impl Drop for AnyVar {
+    fn drop(&mut self) {
+        // SAFETY: as in `clone`; the reference given up is this handle's,
+        // not used after.
+        unsafe { (self.core().count.release)(self.0) }
     }
 }
 
