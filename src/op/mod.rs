@@ -176,7 +176,7 @@ impl Header {
         // Errors are stored only with `has_errors` set; a bulk member's
         // handoff state without it.
         let errors = self.errors.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if self.has_errors.load(Ordering::Relaxed) || errors.bulk.is_some() {
+        if self.has_errors.load(Ordering::Relaxed) || errors.more.is_some() {
             *errors = OpErrors::default();
         }
     }
@@ -221,7 +221,7 @@ impl Header {
         if !self.has_errors.load(Ordering::Acquire) {
             return None;
         }
-        lock(&self.errors).carry.clone()
+        lock(&self.errors).more.as_ref().and_then(|more| more.carry.clone())
     }
 
     /// [`carry`](Self::carry), and, of a bulk segment, the error each var
@@ -233,8 +233,9 @@ impl Header {
             return (None, None);
         }
         let errors = lock(&self.errors);
-        let each = if self.meta.segment { errors.bulk.as_ref().map(|b| b.carry_on.clone()) } else { None };
-        (errors.carry.clone(), each)
+        let Some(more) = &errors.more else { return (None, None) };
+        let each = if self.meta.segment { Some(more.carry_on.clone()) } else { None };
+        (more.carry.clone(), each)
     }
 
     /// Records the op's outcome for propagation: the error it passes to the
@@ -249,7 +250,7 @@ impl Header {
             (_, Err(own)) => own.clone(),
             _ => return,
         };
-        errors.carry.get_or_insert(carry);
+        errors.more().carry.get_or_insert(carry);
         self.has_errors.store(true, Ordering::Release);
     }
 }
@@ -261,7 +262,7 @@ impl Grant for TaskRef {
         if let Some(err) = seen {
             let mut errors = lock(&header.errors);
             if header.meta.segment {
-                errors.bulk().seen_on.push((var, err.clone()));
+                errors.more().seen_on.push((var, err.clone()));
             }
             errors.seen.get_or_insert(err);
             header.has_errors.store(true, Ordering::Release);
@@ -297,26 +298,28 @@ fn op_span(meta: &Meta) -> Option<Box<tracing::Span>> {
     if span.is_disabled() { None } else { Some(Box::new(span)) }
 }
 
-/// An op's errors: the one it saw on a var, the one it passes on.
+/// An op's errors: the one it saw on a var, and, boxed, the rest. The box
+/// keeps the header small (the per-op memory budget: see `size_tests`); only
+/// ops that fail or see an error, bulk segments and their members fill it.
 #[derive(Default)]
 struct OpErrors {
     seen: Option<Error>,
-    carry: Option<Error>,
-    /// What only bulk segments and their members use.
-    bulk: Option<Box<BulkState>>,
+    more: Option<Box<MoreErrors>>,
 }
 
 impl OpErrors {
-    fn bulk(&mut self) -> &mut BulkState {
-        self.bulk.get_or_insert_with(Box::default)
+    fn more(&mut self) -> &mut MoreErrors {
+        self.more.get_or_insert_with(Box::default)
     }
 }
 
 pub(crate) use handoff::Resume;
 
-/// The error state of bulk segments and their members.
+/// The rarely used part of an op's error state.
 #[derive(Default)]
-struct BulkState {
+struct MoreErrors {
+    /// The error the op passes on to the vars it writes.
+    carry: Option<Error>,
     /// Of a segment: each var's error when it was let through.
     seen_on: Vec<(u64, Error)>,
     /// Of a segment: the error each var it writes is left with.
@@ -332,7 +335,7 @@ impl Header {
         if !self.has_errors.load(Ordering::Acquire) {
             return Vec::new();
         }
-        lock(&self.errors).bulk.as_mut().map(|b| std::mem::take(&mut b.seen_on)).unwrap_or_default()
+        lock(&self.errors).more.as_mut().map(|more| std::mem::take(&mut more.seen_on)).unwrap_or_default()
     }
 
     /// Of a segment: the error each var it writes is left with (set before
@@ -341,7 +344,7 @@ impl Header {
         if carry.is_empty() {
             return;
         }
-        lock(&self.errors).bulk().carry_on = carry;
+        lock(&self.errors).more().carry_on = carry;
         self.has_errors.store(true, Ordering::Release);
     }
 
@@ -362,7 +365,7 @@ impl Header {
     /// `then` once it has, on the thread that completes it (here if it has
     /// meanwhile).
     pub(crate) fn member_then(&self, then: Resume) {
-        let back = lock(&self.errors).bulk().handoff.then(then);
+        let back = lock(&self.errors).more().handoff.then(then);
         if let Some(then) = back {
             then();
         }
@@ -371,7 +374,7 @@ impl Header {
     /// Of a member completing after its guards: marks it completed and
     /// takes what its segment does next, if it waits for it.
     fn member_finished(&self) -> Option<Resume> {
-        lock(&self.errors).bulk().handoff.finish()
+        lock(&self.errors).more().handoff.finish()
     }
 }
 
