@@ -31,7 +31,9 @@
 //! worker is parking at the very moment of its push.
 //!
 //! Under loom, which has no notion of time, the submitter keeps the full
-//! fence and the models check the fenced handshake.
+//! fence and the models check the fenced handshake. So it does under Miri:
+//! the language's memory model, unlike the hardware, bounds the time to no
+//! store's visibility, so the second look may miss the op too.
 
 use std::time::Duration;
 
@@ -56,9 +58,9 @@ impl Parking {
     pub(crate) fn notify(&self, n: usize) {
         // Only keeps the compiler from reading `sleepers` before queuing:
         // see the module docs for why no fence is needed here.
-        #[cfg(not(depengine_loom))]
+        #[cfg(not(any(depengine_loom, miri)))]
         std::sync::atomic::compiler_fence(Ordering::SeqCst);
-        #[cfg(depengine_loom)]
+        #[cfg(any(depengine_loom, miri))]
         fence(Ordering::SeqCst);
         if n == 0 || self.sleepers.load(Ordering::Relaxed) == 0 {
             return;
