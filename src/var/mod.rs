@@ -1,7 +1,5 @@
 //! Vars: the data an engine orders access to, and the guards that reach it.
 
-#![allow(unsafe_code)]
-
 mod acquire;
 pub(crate) mod cell;
 mod data;
@@ -56,16 +54,18 @@ impl Count {
 ///
 /// `core` points to the `core` field of a live `VarInner<T>` in an `Arc`,
 /// on which the caller holds a reference.
+#[allow(unsafe_code)]
 unsafe fn clone_inner<T>(core: NonNull<VarCore>) {
     // SAFETY: `VarInner` is `repr(C)` with `core` first, so the pointer is
-    // the one `Arc::as_ptr` gives for the var, whose count the caller's
-    // reference keeps above zero (this function's contract).
+    // the one `Arc::into_raw` gave for the var (`Var::any`), whose count the
+    // caller's reference keeps above zero (this function's contract).
     unsafe { Arc::increment_strong_count(core.cast::<VarInner<T>>().as_ptr()) }
 }
 
 /// # Safety
 ///
 /// As for [`clone_inner`]; the caller's reference is given up.
+#[allow(unsafe_code)]
 unsafe fn release_inner<T>(core: NonNull<VarCore>) {
     // SAFETY: as in `clone_inner`; the reference dropped here is the
     // caller's, which it no longer uses.
@@ -123,6 +123,7 @@ impl<T: Send + Sync + 'static> Var<T> {
 
     /// This var as an untyped handle, for low-level pushes that declare it
     /// without reaching its data.
+    #[allow(unsafe_code)]
     pub fn any(&self) -> AnyVar {
         // The clone's reference becomes the new handle's.
         let core = Arc::into_raw(self.inner.clone()).cast::<VarCore>().cast_mut();
@@ -212,11 +213,14 @@ pub struct AnyVar(
 // `VarCore` (`Send + Sync`) and, with the last reference, drops it:
 // `Var::new` requires `T: Send + Sync`, so the `VarInner<T>` may be shared
 // and dropped on any thread, as through an `Arc<VarInner<T>>`.
+#[allow(unsafe_code)]
 unsafe impl Send for AnyVar {}
 // SAFETY: as for `Send`.
+#[allow(unsafe_code)]
 unsafe impl Sync for AnyVar {}
 
 impl AnyVar {
+    #[allow(unsafe_code)]
     fn core(&self) -> &VarCore {
         // SAFETY: the handle's reference keeps the `VarInner` that the
         // pointer points into alive while `self` is borrowed.
@@ -266,6 +270,7 @@ impl AnyVar {
 }
 
 impl Clone for AnyVar {
+    #[allow(unsafe_code)]
     fn clone(&self) -> Self {
         // SAFETY: `self.0` is the core of a live `VarInner<T>` in an `Arc`,
         // with the `Count` of that `T`, and `self` holds a reference to it.
@@ -275,6 +280,7 @@ impl Clone for AnyVar {
 }
 
 impl Drop for AnyVar {
+    #[allow(unsafe_code)]
     fn drop(&mut self) {
         // SAFETY: as in `clone`; the reference given up is this handle's,
         // not used after.
