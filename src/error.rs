@@ -189,6 +189,14 @@ impl std::error::Error for Error {
     }
 }
 
+/// Refuses a blocking wait inside a Tokio runtime, where it could deadlock.
+pub(crate) fn refuse_in_runtime(what: &'static str) -> Result<(), Error> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => Err(Error::new(Kind::BlockingInRuntime { what })),
+        Err(_) => Ok(()),
+    }
+}
+
 /// Text of a caught panic payload.
 pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {

@@ -81,17 +81,14 @@
 #![deny(unreachable_pub)]
 #![warn(missing_docs, missing_debug_implementations)]
 
+// The layers, lowest first; a module imports only from those above it in
+// this list (`tests/architecture.rs` checks it).
 mod device;
 mod engine;
 mod error;
-mod feed;
-mod loom;
+mod exec;
 mod op;
-mod park;
-mod pool;
-mod prefetch;
-mod small;
-mod spin;
+mod sync;
 mod var;
 
 /// The sealed traits that describe what an op declares.
@@ -107,8 +104,9 @@ pub mod access {
 struct ReadmeDoctests;
 
 pub use device::{Device, Lane};
-pub use engine::{Engine, EngineBuilder, EngineKind, ShutdownMode, WaitForAll};
+pub use engine::{
+    Acquire, AcquireBuilder, Engine, EngineBuilder, EngineKind, OpBuilder, ShutdownMode, WaitForAll,
+};
 pub use error::{BoxError, Error, Result};
-pub use op::builder::OpBuilder;
 pub use op::handle::{Completion, OpHandle};
-pub use var::{Acquire, AcquireBuilder, AnyVar, ReadGuard, Var, VarDebug, WriteGuard};
+pub use var::{AnyVar, ReadGuard, Var, VarDebug, WriteGuard};

@@ -5,7 +5,10 @@
 //! The traits are sealed: their methods take crate-private tokens, so only
 //! this crate implements or calls them.
 
-use crate::op::{DepList, LiveRef, TaskRef};
+use std::sync::Arc;
+
+use super::{DepList, LiveRef, TaskRef};
+use crate::error::Error;
 use crate::var::{Access, AnyVar, ReadGuard, Var, WriteGuard};
 
 /// One declared access, before normalisation.
@@ -184,3 +187,49 @@ tuple_append!(A B C D E F G H);
 tuple_append!(A B C D E F G H I);
 tuple_append!(A B C D E F G H I J);
 tuple_append!(A B C D E F G H I J K);
+
+/// Sorts an op's declarations by var id, in place, and merges duplicates:
+/// repeated reads become one read, a read and a write become a write. Vars
+/// of another engine than `owner` are refused, and so is a typed op that
+/// declares one var twice with a write: it would receive two guards on the
+/// var, one of them exclusive.
+pub(crate) fn normalize(decls: &mut DepList, name: &str, owner: *const ()) -> Result<(), Error> {
+    if let Some(d) = decls.iter().find(|d| !std::ptr::addr_eq(Arc::as_ptr(d.var.owner()), owner)) {
+        return Err(Error::invalid(format!("op `{name}` uses var #{} of another engine", d.var.id())));
+    }
+    if decls.len() == 1 {
+        return Ok(());
+    }
+    decls.sort_by_key(|d| d.var.id());
+    if !decls.windows(2).any(|w| w[0].var.id() == w[1].var.id()) {
+        return Ok(());
+    }
+    let mut deps = DepList::new();
+    let mut typed = (0usize, false); // typed declarations of the current var, any a write
+    for d in decls.drain(..) {
+        let is_write = d.access == Access::Write;
+        match deps.last_mut() {
+            Some(last) if last.var.id() == d.var.id() => {
+                if d.typed {
+                    typed = (typed.0 + 1, typed.1 || is_write);
+                }
+                if typed.0 >= 2 && typed.1 {
+                    return Err(Error::invalid(format!(
+                        "op `{name}` declares var #{} more than once with a write; \
+                         a typed op gets one guard per declaration, so declare it once",
+                        d.var.id()
+                    )));
+                }
+                if is_write {
+                    last.access = Access::Write;
+                }
+            }
+            _ => {
+                typed = (usize::from(d.typed), d.typed && is_write);
+                deps.push(d);
+            }
+        }
+    }
+    *decls = deps;
+    Ok(())
+}

@@ -1,44 +1,21 @@
 //! The typed op record: one allocation holding the header, the body until it
 //! runs, and the result until the handle takes it.
 
+#![allow(unsafe_code)]
+
 use std::any::Any;
-use std::future::Future;
-use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::FutureExt;
-
-use super::access::{Item, OpToken};
-use super::handle::Completion;
+use super::host::Host;
+use super::job::{Job, Running};
+use super::life::release_body;
+use super::record::{DepList, Header, Meta, Task, TaskRef};
 use super::slot::{Published, ResultSlot};
-use super::{DepList, Meta};
-use super::{Header, Shell, Task, TaskRef, release_body};
-use crate::engine::{EpochRef, Shared};
-use crate::error::{BoxError, Error, Kind, panic_message};
-use crate::loom::cell::UnsafeCell;
-
-/// An op's body, typed.
-pub(crate) trait Job: Send + 'static {
-    type Output: Send + 'static;
-
-    /// A small sync body, run to completion by `start`: it may join a bulk
-    /// segment.
-    const FUSES: bool = false;
-
-    /// Starts the body. It must lead to exactly one store of its result:
-    /// [`Running::store`] before returning, or [`OpSlot::store_owned`] on
-    /// [`Running::to_owned`] from a [`Completion`] or a spawned task.
-    fn start(self, op: Running<'_, Self::Output>);
-
-    /// The op will not run (`err` says why); called instead of `start`.
-    fn vetoed(self, _err: &Error)
-    where
-        Self: Sized,
-    {
-    }
-}
+use crate::error::Error;
+use crate::sync::cell::UnsafeCell;
+use crate::sync::epoch::EpochRef;
 
 /// The handle-facing side of a typed op.
 pub(crate) trait OpSlot<R>: Task {
@@ -63,37 +40,6 @@ pub(crate) trait OpSlot<R>: Task {
 
 pub(crate) type SlotRef<R> = Arc<dyn OpSlot<R>>;
 
-/// A running op, as its body's [`Job::start`] sees it: borrowed from the
-/// thread that runs it, which holds a reference for the call.
-pub(crate) struct Running<'a, R> {
-    /// A reference to the record (guards are made of it).
-    pub(crate) task: &'a TaskRef,
-    slot: &'a dyn OpSlot<R>,
-}
-
-impl<R: 'static> Running<'_, R> {
-    pub(crate) fn header(&self) -> &Header {
-        self.task.header()
-    }
-
-    /// Stores the body's result (see [`OpSlot::store`]).
-    pub(crate) fn store(&self, result: Result<R, Error>) {
-        self.slot.store(self.task, result);
-    }
-
-    /// An owned reference, for a body that stores its result after
-    /// `start` returns.
-    pub(crate) fn to_owned(&self) -> SlotRef<R> {
-        self.slot.to_owned(self.task)
-    }
-}
-
-#[cfg(all(test, not(depengine_loom)))]
-thread_local! {
-    /// Ops this thread built in a shell.
-    pub(crate) static REBUILT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
 /// The header first (`repr(C)`): its hot prefix must follow the record's
 /// reference counts (see [`Header`]).
 #[repr(C)]
@@ -111,45 +57,37 @@ pub(crate) struct OpCell<J: Job> {
 // between threads gives access to `job` only to the `execute` that claimed
 // the slot's start, and to `epoch` only to the `publish` that published
 // first; `strip` has `&mut self`. So only `Send` values move across.
-#[allow(unsafe_code)]
 unsafe impl<J: Job> Sync for OpCell<J> {}
 
 impl<J: Job> OpCell<J> {
-    /// A new op record of the engine `shared`; built in `shell` (a
-    /// stripped record of that engine nobody else holds) if that is a
-    /// record of this type, else freshly allocated, after `shell` is freed.
-    pub(crate) fn new(
-        shell: Option<Shell>,
-        shared: &Arc<Shared>,
+    /// A new op record of the engine `host`, freshly allocated (see
+    /// `recycle.rs` for records rebuilt in place).
+    pub(crate) fn new<H: Host>(
+        host: &Arc<H>,
         meta: Meta,
         deps: DepList,
         job: J,
         epoch: EpochRef,
     ) -> Arc<Self> {
-        // A shell of another type is freed here, before `Arc::new` allocates.
-        if let Some(mut record) = shell.and_then(Shell::downcast::<Self>) {
-            let place = record.get_mut();
-            debug_assert!(Arc::ptr_eq(&place.header.shared, shared), "a shell of another engine");
-            // Field by field: the engine reference stays, and nothing is
-            // built on the stack to be copied in.
-            place.header.rebuild(meta, deps);
-            place.slot = ResultSlot::new();
-            place.job = UnsafeCell::new(Some(job));
-            place.epoch = UnsafeCell::new(Some(epoch));
-            #[cfg(all(test, not(depengine_loom)))]
-            REBUILT.with(|n| n.set(n.get() + 1));
-            return record.into_arc();
-        }
         Arc::new(Self {
-            header: Header::new(meta, deps, shared.clone()),
+            header: Header::new(meta, deps, host.clone()),
             slot: ResultSlot::new(),
             job: UnsafeCell::new(Some(job)),
             epoch: UnsafeCell::new(Some(epoch)),
         })
     }
+
+    /// Makes this stripped record (see `recycle.rs`) the record of a new op
+    /// of the same engine, field by field: the engine reference stays, and
+    /// nothing is built on the stack to be copied in.
+    pub(super) fn rebuild(&mut self, meta: Meta, deps: DepList, job: J, epoch: EpochRef) {
+        self.header.rebuild(meta, deps);
+        self.slot = ResultSlot::new();
+        self.job = UnsafeCell::new(Some(job));
+        self.epoch = UnsafeCell::new(Some(epoch));
+    }
 }
 
-#[allow(unsafe_code)]
 impl<J: Job> Task for OpCell<J> {
     fn header(&self) -> &Header {
         &self.header
@@ -236,7 +174,7 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
         self.header.record_outcome(outcome.as_ref().map(|_| ()));
         if let Err(err) = outcome {
             if !self.header.meta.clears_error {
-                self.header.shared.note_error(err);
+                self.header.host.note_error(&err);
             }
         }
         release_body(this);
@@ -262,139 +200,6 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
     }
 }
 
-/// Maps a body's outcome, panics included, to the op's result.
-fn op_result<R>(name: &Header, caught: std::thread::Result<Result<R, BoxError>>) -> Result<R, Error> {
-    let op = || name.meta.name.clone();
-    match caught {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(source)) => Err(Error::new(Kind::Failed { op: op(), source })),
-        Err(payload) => Err(Error::new(Kind::Panicked { op: op(), message: panic_message(&*payload) })),
-    }
-}
-
-/// A closure run to completion on a worker.
-pub(crate) struct SyncJob<Rd, Wr, F> {
-    pub(crate) reads: Rd,
-    pub(crate) writes: Wr,
-    pub(crate) body: F,
-}
-
-impl<Rd, Wr, F, R> Job for SyncJob<Rd, Wr, F>
-where
-    Rd: Item,
-    Wr: Item,
-    F: FnOnce(Rd::Guard, Wr::Guard) -> Result<R, BoxError> + Send + 'static,
-    R: Send + 'static,
-{
-    type Output = R;
-
-    const FUSES: bool = true;
-
-    fn start(self, op: Running<'_, R>) {
-        let Self { reads, writes, body } = self;
-        let caught = catch_unwind(AssertUnwindSafe(|| {
-            let reads = reads.guard(OpToken(op.task));
-            let writes = writes.guard(OpToken(op.task));
-            crate::pool::in_body(|| body(reads, writes))
-        }));
-        let result = op_result(op.header(), caught);
-        op.store(result);
-    }
-}
-
-/// A closure that receives a [`Completion`] to signal, now or later.
-pub(crate) struct AsyncJob<Rd, Wr, F, R> {
-    pub(crate) reads: Rd,
-    pub(crate) writes: Wr,
-    pub(crate) body: F,
-    pub(crate) output: PhantomData<fn(R)>,
-}
-
-impl<Rd, Wr, F, R> Job for AsyncJob<Rd, Wr, F, R>
-where
-    Rd: Item,
-    Wr: Item,
-    F: FnOnce(Rd::Guard, Wr::Guard, Completion<R>) + Send + 'static,
-    R: Send + 'static,
-{
-    type Output = R;
-
-    fn start(self, op: Running<'_, R>) {
-        let done = Completion::new(op.to_owned());
-        let Self { reads, writes, body, .. } = self;
-        let caught = catch_unwind(AssertUnwindSafe(|| {
-            let reads = reads.guard(OpToken(op.task));
-            let writes = writes.guard(OpToken(op.task));
-            crate::pool::in_body(|| body(reads, writes, done));
-        }));
-        if let Err(payload) = caught {
-            // If the token was dropped by the unwinding, it has already
-            // stored a panic error; this store is then ignored.
-            let name = op.header().meta.name.clone();
-            op.store(Err(Error::new(Kind::Panicked { op: name, message: panic_message(&*payload) })));
-        }
-    }
-}
-
-/// A future run on the engine's Tokio runtime.
-pub(crate) struct FutureJob<Rd, Wr, F> {
-    pub(crate) reads: Rd,
-    pub(crate) writes: Wr,
-    pub(crate) body: F,
-    pub(crate) runtime: tokio::runtime::Handle,
-}
-
-impl<Rd, Wr, F, Fut, R> Job for FutureJob<Rd, Wr, F>
-where
-    Rd: Item,
-    Wr: Item,
-    F: FnOnce(Rd::Guard, Wr::Guard) -> Fut + Send + 'static,
-    Fut: Future<Output = Result<R, BoxError>> + Send + 'static,
-    R: Send + 'static,
-{
-    type Output = R;
-
-    fn start(self, op: Running<'_, R>) {
-        let Self { reads, writes, body, runtime } = self;
-        let caught = catch_unwind(AssertUnwindSafe(|| {
-            (reads.guard(OpToken(op.task)), writes.guard(OpToken(op.task)))
-        }));
-        let (reads, writes) = match caught {
-            Ok(guards) => guards,
-            Err(payload) => return op.store(op_result(op.header(), Err(payload))),
-        };
-        let on_drop = StoreOnDrop(Some(op.to_owned()));
-        runtime.spawn(async move {
-            let on_drop = on_drop;
-            let caught = AssertUnwindSafe(async move { body(reads, writes).await }).catch_unwind().await;
-            if let Some(slot) = on_drop.disarm() {
-                let result = op_result(slot.header(), caught);
-                slot.store_owned(result);
-            }
-        });
-    }
-}
-
-/// Stores an error if a future op's task is dropped unfinished (its runtime
-/// shut down), so that the op still completes.
-struct StoreOnDrop<R: 'static>(Option<SlotRef<R>>);
-
-impl<R: 'static> StoreOnDrop<R> {
-    fn disarm(mut self) -> Option<SlotRef<R>> {
-        self.0.take()
-    }
-}
-
-impl<R: 'static> Drop for StoreOnDrop<R> {
-    fn drop(&mut self) {
-        if let Some(slot) = self.0.take() {
-            let op = slot.header().meta.name.clone();
-            let reason = "its tokio runtime shut down before it finished";
-            slot.store_owned(Err(Error::new(Kind::Cancelled { op, reason })));
-        }
-    }
-}
-
 #[cfg(all(test, not(depengine_loom), target_pointer_width = "64"))]
 mod size_tests {
     /// The per-op memory budget (README, performance): the erased header of
@@ -403,8 +208,12 @@ mod size_tests {
     /// declarations of up to four vars are inline.
     #[test]
     fn op_header_stays_small() {
-        assert!(std::mem::size_of::<super::Header>() <= 200, "{}", std::mem::size_of::<super::Header>());
-        assert!(std::mem::size_of::<super::super::DepList>() <= 72);
+        assert!(
+            std::mem::size_of::<crate::op::Header>() <= 200,
+            "{}",
+            std::mem::size_of::<crate::op::Header>()
+        );
+        assert!(std::mem::size_of::<crate::op::DepList>() <= 72);
     }
 
     /// The record of `workloads memory`'s op (one typed write, a body that
@@ -413,9 +222,10 @@ mod size_tests {
     /// more and each pending op takes 16 more.
     #[test]
     fn a_one_var_write_record_fits_its_allocator_chunk() {
-        use super::{OpCell, SyncJob};
+        use super::OpCell;
         use crate::BoxError;
         use crate::access::Writing;
+        use crate::op::job::SyncJob;
 
         fn record_size<F>(_: &F) -> usize
         where

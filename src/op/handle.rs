@@ -7,8 +7,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use super::cell::SlotRef;
-use crate::engine::refuse_in_runtime;
-use crate::error::{BoxError, Error, Kind};
+use super::record::Header;
+use crate::error::{BoxError, Error, Kind, refuse_in_runtime};
 
 /// How long a blocking wait watches for completion before parking.
 const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
@@ -94,7 +94,7 @@ impl<R: Send + 'static> OpHandle<R> {
     pub fn blocking_wait(self) -> Result<R, Error> {
         refuse_in_runtime("OpHandle::blocking_wait")?;
         if let Inner::Pushed(slot) = &self.inner {
-            slot.header().shared.flush();
+            release_held(slot.header());
         }
         // Small ops finish within microseconds: watch for that briefly
         // before paying for parking the thread and waking it again.
@@ -116,8 +116,7 @@ impl<R: Send + 'static> Future for OpHandle<R> {
             Inner::Pushed(slot) => {
                 let result = slot.poll_result(cx);
                 if result.is_pending() {
-                    // A wait: the op may be in the open bulk segment.
-                    slot.header().shared.flush();
+                    release_held(slot.header());
                 }
                 result
             }
@@ -125,6 +124,13 @@ impl<R: Send + 'static> Future for OpHandle<R> {
                 Poll::Ready(Err(err.take().expect("op handle polled after it returned its result")))
             }
         }
+    }
+}
+
+/// A wait on a nested op: its parent may be held back (see `nest.rs`).
+fn release_held(header: &Header) {
+    if header.meta.nested {
+        header.host.release_held();
     }
 }
 

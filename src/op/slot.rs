@@ -17,10 +17,12 @@
 //! A completing op thus pays one atomic read-modify-write to store, one to
 //! publish, and none for a waker nobody registered.
 
+#![allow(unsafe_code)]
+
 use std::task::{Context, Poll, Waker};
 
-use crate::loom::cell::UnsafeCell;
-use crate::loom::sync::atomic::{AtomicU8, Ordering};
+use crate::sync::atomic::{AtomicU8, Ordering};
+use crate::sync::cell::UnsafeCell;
 
 const STARTED: u8 = 1;
 const STORED: u8 = 1 << 1;
@@ -43,7 +45,6 @@ pub(crate) struct ResultSlot<T> {
 // saw `WAKER` without `REGISTERING` (after which no poll touches it). So
 // sharing a slot only moves a `T` (and wakers, which are `Send`) between
 // threads.
-#[allow(unsafe_code)]
 unsafe impl<T: Send> Sync for ResultSlot<T> {}
 
 /// What [`ResultSlot::publish`] found.
@@ -54,7 +55,6 @@ pub(crate) enum Published {
     Again,
 }
 
-#[allow(unsafe_code)]
 impl<T> ResultSlot<T> {
     pub(crate) fn new() -> Self {
         Self { state: AtomicU8::new(0), value: UnsafeCell::new(None), waker: UnsafeCell::new(None) }
@@ -162,7 +162,7 @@ impl<T> ResultSlot<T> {
 /// (loom's under `--cfg depengine_loom`).
 #[cfg(test)]
 mod counting {
-    use crate::loom::sync::atomic::{AtomicUsize, Ordering};
+    use crate::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     use std::task::{Wake, Waker};
 

@@ -4,13 +4,15 @@
 //! model checked (under `--cfg depengine_loom`) without the rest of the
 //! engine.
 
+#![allow(unsafe_code)]
+
 use super::gate::{Access, Gate};
 use super::inbox::{Inbox, Linked, Pushed, Then};
 use crate::error::{Error, Kind};
-use crate::loom::lock;
-use crate::loom::sync::atomic::{AtomicBool, Ordering};
-use crate::loom::sync::{Mutex, MutexGuard};
-use crate::small::{Padded, SmallList};
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::lock;
+use crate::sync::small::{Padded, SmallList};
+use crate::sync::{Mutex, MutexGuard};
 
 /// What an op token does when one of its accesses is let through, while the
 /// var's lock is held. Must not run user code or touch another var.
@@ -25,6 +27,9 @@ pub(crate) trait Grant {
     /// this var lets through, so its memory can be fetched meanwhile. (Not
     /// called when the head stays the same: it was announced already.)
     fn next_in_line(&self) {}
+
+    /// The op's name, for a var's debug view.
+    fn name(&self) -> &str;
 }
 
 /// A var's state under its lock.
@@ -67,15 +72,16 @@ impl<T: Grant + Linked> VarCell<T> {
     }
 
     /// Whether a deletion was pushed on the var. Exact for a caller that
-    /// no deletion push can run beside (a bulk push holds the engine's
-    /// push lock, which deletions take too).
+    /// no deletion push can run beside.
     pub(crate) fn is_deleted(&self) -> bool {
         self.deleted.load(Ordering::Relaxed)
     }
 
-    /// Adds `n` completed writes to the version: those of the ops of a bulk
-    /// segment beyond the one its own completion counts. Called while the
-    /// segment holds the var's write.
+    /// Adds `n` completed writes to the version: those of the ops a parent
+    /// op ran beyond the one its own completion counts. Called while the
+    /// parent holds the var's write. The one hook of bulk execution in this
+    /// layer (a segment's members each count as a write, see
+    /// `engine::bulk`).
     pub(crate) fn add_writes(&self, n: u64) {
         lock(&self.state).gate.add_writes(n);
     }
@@ -107,7 +113,6 @@ impl<T: Grant + Linked> VarCell<T> {
     /// threads, and its var freed, before this call returns: so the cell is
     /// reached through a raw pointer, and after the push that leaves the op
     /// in the inbox, nothing of it is read or written again.
-    #[allow(unsafe_code)]
     pub(crate) unsafe fn append_one(
         this: *const Self,
         access: Access,
@@ -339,6 +344,10 @@ mod tests {
         fn next_in_line(&self) {
             self.announced.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+
+        fn name(&self) -> &str {
+            self.name
+        }
     }
 
     impl Linked for Tok {
@@ -404,7 +413,6 @@ mod tests {
     /// Pushes `t` alone on `cell`; true if it was let through at once.
     fn push_one(cell: &VarCell<Tok>, t: &Tok, ready: &mut Vec<Tok>) -> bool {
         // SAFETY: `cell` outlives the call.
-        #[allow(unsafe_code)]
         let granted = unsafe { VarCell::append_one(cell, t.access, t.clone(), &mut |op| ready.push(op)) };
         granted.unwrap().is_some()
     }
@@ -454,7 +462,6 @@ mod tests {
         assert_eq!(queued, ["r1", "both", "r2", "del"]);
         let late = Tok::new("late", false);
         // SAFETY: `a` outlives the call.
-        #[allow(unsafe_code)]
         let refused = unsafe { VarCell::append_one(&a, Access::Read, late, &mut |_| ()) };
         assert!(refused.is_err_and(|e| e.is_var_deleted()), "a sealed inbox refuses");
         for access in [Access::Write, Access::Read, Access::Write, Access::Read, Access::Write] {
@@ -463,7 +470,6 @@ mod tests {
         assert_eq!(names(&ready), ["r1", "both", "r2", "del"]);
         let late = Tok::new("late", false);
         // SAFETY: as above.
-        #[allow(unsafe_code)]
         let refused = unsafe { VarCell::append_one(&a, Access::Read, late, &mut |_| ()) };
         assert!(refused.is_err_and(|e| e.is_var_deleted()), "an idle deleted var refuses under the lock");
     }

@@ -7,7 +7,7 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use super::VarInner;
+use super::handle::VarInner;
 use crate::op::LiveRef;
 
 const DELETED: &str = "depengine bug: a deleted var's data was reached";

@@ -19,8 +19,8 @@
 use std::ptr;
 
 use super::gate::Access;
-use crate::loom::cell::UnsafeCell;
-use crate::loom::sync::atomic::{AtomicPtr, Ordering};
+use crate::sync::atomic::{AtomicPtr, Ordering};
+use crate::sync::cell::UnsafeCell;
 
 /// The link a record carries for the inbox it is in (one at a time: only
 /// ops with one var go through an inbox).

@@ -10,9 +10,9 @@ use loom::thread;
 
 use super::{Grant, VarCell, append_all};
 use crate::error::Error;
-use crate::loom::lock;
-use crate::loom::sync::Mutex;
-use crate::op::countdown::Countdown;
+use crate::sync::Mutex;
+use crate::sync::countdown::Countdown;
+use crate::sync::lock;
 use crate::var::gate::Access;
 use crate::var::inbox::{Link, Linked};
 
@@ -30,6 +30,10 @@ struct Tok(Arc<Op>);
 
 impl Grant for Tok {
     fn on_grant(&self, _var: u64, _error: &mut Option<Error>) {}
+
+    fn name(&self) -> &str {
+        self.0.name
+    }
 }
 
 impl Linked for Tok {

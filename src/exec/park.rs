@@ -37,9 +37,9 @@
 
 use std::time::Duration;
 
-use crate::loom::lock;
-use crate::loom::sync::atomic::{AtomicUsize, Ordering, fence};
-use crate::loom::sync::{Condvar, Mutex};
+use crate::sync::atomic::{AtomicUsize, Ordering, fence};
+use crate::sync::lock;
+use crate::sync::{Condvar, Mutex};
 
 /// How long a worker that parked waits before its second look at its
 /// queues (see the module docs), unless notified first.

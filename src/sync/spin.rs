@@ -17,6 +17,8 @@
 //! there (three threads on two cores), workers that yield in a loop instead
 //! of sleeping made `w3_fan` slower.
 
+#![allow(unsafe_code)]
+
 #[cfg(not(depengine_loom))]
 mod imp {
     use std::cell::UnsafeCell;
@@ -33,7 +35,6 @@ mod imp {
 
     // SAFETY: the lock hands out access to `value` to one thread at a time
     // (see `lock`), so sharing the lock only ever moves `T` between threads.
-    #[allow(unsafe_code)]
     unsafe impl<T: Send> Sync for SpinLock<T> {}
 
     impl<T> SpinLock<T> {
@@ -73,7 +74,6 @@ mod imp {
         }
     }
 
-    #[allow(unsafe_code)]
     impl<T> Deref for SpinGuard<'_, T> {
         type Target = T;
 
@@ -84,7 +84,6 @@ mod imp {
         }
     }
 
-    #[allow(unsafe_code)]
     impl<T> DerefMut for SpinGuard<'_, T> {
         fn deref_mut(&mut self) -> &mut T {
             // SAFETY: as for `deref`; `&mut self` makes this the only access
@@ -117,7 +116,7 @@ mod imp {
         }
 
         pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
-            crate::loom::lock(&self.0)
+            crate::sync::lock(&self.0)
         }
     }
 }

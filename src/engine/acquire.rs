@@ -11,15 +11,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+use super::shared::{Body, OpOptions, Shared};
 use crate::device::Lane;
-use crate::engine::{Shared, refuse_in_runtime};
-use crate::error::{Error, Kind, panic_message};
-use crate::loom::lock;
-use crate::loom::sync::Mutex;
+use crate::error::{Error, Kind, panic_message, refuse_in_runtime};
 use crate::op::access::{Append, Decls, Item, OpToken, Reading, Writing};
-use crate::op::builder::OpOptions;
-use crate::op::cell::{Job, Running};
-use crate::var::Var;
+use crate::op::job::{Job, Running};
+use crate::sync::{Mutex, lock};
+use crate::var::{ReadGuard, Var, WriteGuard};
 
 /// Builds a multi-var acquire: `engine.acquire().read(&x).write(&y).push()`.
 ///
@@ -102,15 +100,55 @@ impl<L: Item> AcquireBuilder<'_, L> {
     }
 }
 
+impl<T: Send + Sync + 'static> Var<T> {
+    /// Waits, in push order, for shared access: resolves once every write
+    /// pushed before this call has completed.
+    ///
+    /// The read is appended to the var when `read` is called, not when the
+    /// future is first polled. Dropping the future gives up the access.
+    ///
+    /// # Errors
+    ///
+    /// The future resolves to an error if the var carries one from a failed
+    /// write ([`Error::is_skipped`](crate::Error::is_skipped)), was deleted, or
+    /// the engine is shut down.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future releases its place in the var's queue.
+    pub fn read(&self) -> Acquire<ReadGuard<T>> {
+        push(&owner(self), Reading(self.clone()))
+    }
+
+    /// Waits, in push order, for exclusive access: resolves once every op
+    /// pushed on this var before this call has completed. See [`read`](Var::read).
+    ///
+    /// # Errors
+    ///
+    /// As for [`read`](Var::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`read`](Var::read).
+    pub fn write(&self) -> Acquire<WriteGuard<T>> {
+        push(&owner(self), Writing(self.clone()))
+    }
+}
+
+/// The engine `var` belongs to.
+fn owner<T: Send + Sync + 'static>(var: &Var<T>) -> Arc<Shared> {
+    var.owner().clone().downcast().expect("a var's owner is its engine")
+}
+
 /// Pushes an acquire of `item`.
-pub(crate) fn push<I: Item>(shared: &Arc<Shared>, item: I) -> Acquire<I::Guard> {
+pub(super) fn push<I: Item>(shared: &Arc<Shared>, item: I) -> Acquire<I::Guard> {
     let slot = Arc::new(AcquireSlot { state: Mutex::new(Default::default()) });
     let mut decls = Decls(crate::op::DepList::new());
     item.declare(&mut decls);
     let mut opts = OpOptions::new("acquire".into());
     opts.lane = Lane::Inline;
     let job = AcquireJob { item, slot: slot.clone() };
-    match shared.push_detached(opts, decls.0, job, true) {
+    match shared.push_detached(opts, decls.0, job, Body::Hands) {
         Ok(()) => Acquire { slot: Some(slot), refused: None },
         Err(err) => Acquire { slot: None, refused: Some(err) },
     }

@@ -6,8 +6,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use crate::loom::lock;
-use crate::loom::sync::Mutex;
+use crate::sync::Mutex;
+use crate::sync::lock;
 
 type Callback = Box<dyn FnOnce() + Send>;
 

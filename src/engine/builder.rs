@@ -5,30 +5,14 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::DepList;
-use super::access::{Append, Decl, Decls, Item, Reading, Writing};
-use super::cell::{AsyncJob, FutureJob, Job, SyncJob};
-use super::handle::{Completion, OpHandle};
+use super::shared::{Body, OpOptions, Shared};
 use crate::device::{Device, Lane};
-use crate::engine::Shared;
 use crate::error::{BoxError, Error, Kind};
+use crate::op::DepList;
+use crate::op::access::{Append, Decl, Decls, Item, Reading, Writing};
+use crate::op::handle::{Completion, OpHandle};
+use crate::op::job::{AsyncJob, FutureJob, Job, SyncJob};
 use crate::var::{Access, AnyVar, Var};
-
-/// Placement and policy of an op, as given to the builder.
-#[derive(Clone, Debug)]
-pub(crate) struct OpOptions {
-    pub(crate) name: Cow<'static, str>,
-    pub(crate) device: Device,
-    pub(crate) lane: Lane,
-    pub(crate) priority: i32,
-    pub(crate) no_skip: bool,
-}
-
-impl OpOptions {
-    pub(crate) fn new(name: Cow<'static, str>) -> Self {
-        Self { name, device: Device::Cpu(0), lane: Lane::Normal, priority: 0, no_skip: false }
-    }
-}
 
 /// Builds an op: what it reads and writes, where it runs, then its body.
 ///
@@ -186,7 +170,7 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
         F: FnOnce(Rd::Guard, Wr::Guard) -> Result<R, BoxError> + Send + 'static,
         R: Send + 'static,
     {
-        self.push(|reads, writes, _| Ok(SyncJob { reads, writes, body }), false)
+        self.push(|reads, writes, _| Ok(SyncJob { reads, writes, body }), Body::Sync)
     }
 
     /// Pushes the op with a body run to completion on a worker of its lane,
@@ -223,7 +207,7 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
         F: FnOnce(Rd::Guard, Wr::Guard) -> Result<(), BoxError> + Send + 'static,
     {
         let (shared, opts, decls, reads, writes) = self.declared();
-        shared.push_detached(opts, decls, SyncJob { reads, writes, body }, false)
+        shared.push_detached(opts, decls, SyncJob { reads, writes, body }, Body::Sync)
     }
 
     /// Pushes an async op: the body receives a [`Completion`] and the op
@@ -248,7 +232,7 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
         R: Send + 'static,
     {
         let output = PhantomData;
-        self.push(|reads, writes, _| Ok(AsyncJob { reads, writes, body, output }), false)
+        self.push(|reads, writes, _| Ok(AsyncJob { reads, writes, body, output }), Body::Async)
     }
 
     /// Pushes a future op: once its vars are free, `body` is called with the
@@ -280,18 +264,18 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
                 let runtime = shared.runtime().ok_or_else(|| Error::new(Kind::NoRuntime))?;
                 Ok(FutureJob { reads, writes, body, runtime })
             },
-            true,
+            Body::Hands,
         )
     }
 
     fn push<J: Job>(
         self,
         make: impl FnOnce(Rd, Wr, &Shared) -> Result<J, Error>,
-        starts_inline: bool,
+        body: Body,
     ) -> Result<OpHandle<J::Output>, Error> {
         let (shared, opts, decls, reads, writes) = self.declared();
         let job = make(reads, writes, shared)?;
-        let slot = shared.push_job(opts, decls, job, starts_inline)?;
+        let slot = shared.push_job(opts, decls, job, body)?;
         Ok(OpHandle::pushed(slot))
     }
 

@@ -2,23 +2,23 @@
 //! so that the var cells, op counters and worker parking can be model checked.
 
 #[cfg(not(depengine_loom))]
-pub(crate) mod sync {
-    pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
-    pub(crate) mod atomic {
-        pub(crate) use std::sync::atomic::{
-            AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicUsize, Ordering, fence,
-        };
-    }
+pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
+
+#[cfg(depengine_loom)]
+pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
+
+#[cfg(not(depengine_loom))]
+pub(crate) mod atomic {
+    pub(crate) use std::sync::atomic::{
+        AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicUsize, Ordering, fence,
+    };
 }
 
 #[cfg(depengine_loom)]
-pub(crate) mod sync {
-    pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
-    pub(crate) mod atomic {
-        pub(crate) use loom::sync::atomic::{
-            AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicUsize, Ordering, fence,
-        };
-    }
+pub(crate) mod atomic {
+    pub(crate) use loom::sync::atomic::{
+        AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicUsize, Ordering, fence,
+    };
 }
 
 /// A cell whose accesses the caller synchronizes; loom's checks them.
@@ -48,6 +48,6 @@ pub(crate) mod cell {
 
 /// Locks a mutex, ignoring poisoning: no engine code panics while holding a
 /// lock, and user code never runs under one.
-pub(crate) fn lock<T>(m: &sync::Mutex<T>) -> sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

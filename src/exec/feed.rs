@@ -18,14 +18,16 @@
 //! and is free for op `i + N` once the worker that took op `i` sets it to
 //! `i + N`.
 
+#![allow(unsafe_code)]
+
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use crossbeam_deque::{Steal, Stealer, Worker};
 
-use crate::loom::cell::UnsafeCell;
-use crate::loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use crate::small::Padded;
+use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::sync::cell::UnsafeCell;
+use crate::sync::small::Padded;
 
 /// Slots in a ring.
 #[cfg(not(depengine_loom))]
@@ -59,7 +61,6 @@ pub(crate) struct FeedShared<T> {
 // worker whose CAS on `head` claimed it, while the sequence says it is full
 // (the owner does not write it until that worker frees it). The tasks are
 // `Send`.
-#[allow(unsafe_code)]
 unsafe impl<T: Send> Sync for FeedShared<T> {}
 
 /// The owner's end of a feed.
@@ -113,7 +114,6 @@ impl<T> Feed<T> {
             self.spill.push(task);
             return;
         }
-        #[allow(unsafe_code)]
         // SAFETY: the slot is free (its sequence is `tail`): no worker reads
         // it until the store below, and only this thread writes slots.
         slot.task.with_mut(|cell| unsafe { (*cell).write(task) });
@@ -121,7 +121,7 @@ impl<T> Feed<T> {
         slot.seq.store(tail + 1, Ordering::Release);
         self.tail = tail + 1;
         let ahead = &self.shared.slots[(tail + AHEAD) % SLOTS];
-        crate::prefetch::for_write(std::ptr::from_ref(ahead).cast(), size_of::<Slot<T>>());
+        crate::sync::prefetch::for_write(std::ptr::from_ref(ahead).cast(), size_of::<Slot<T>>());
     }
 
     /// Takes back the oldest op (the owner is leaving).
@@ -158,7 +158,6 @@ impl<T> FeedShared<T> {
             if seq == head + 1 {
                 match self.head.compare_exchange_weak(head, head + 1, Ordering::Relaxed, Ordering::Relaxed) {
                     Ok(_) => {
-                        #[allow(unsafe_code)]
                         // SAFETY: the CAS claimed op `head`, whose slot is
                         // full (its sequence is `head + 1`): no other worker
                         // reads it, and the owner does not write it until

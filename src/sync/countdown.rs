@@ -9,7 +9,7 @@
 //! `add` is `Relaxed`: it is only called by a holder of an outstanding
 //! count, so the count cannot reach zero concurrently.
 
-use crate::loom::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::atomic::{AtomicU32, Ordering};
 
 #[derive(Debug)]
 pub(crate) struct Countdown(AtomicU32);

@@ -14,15 +14,17 @@
 //! one atomic add and hands them out one per push; at rotation it gives the
 //! ones it did not hand out back with one atomic subtract.
 
+#![allow(unsafe_code)]
+
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::latch::Latch;
 use crate::error::{Error, Kind};
-use crate::loom::lock;
-use crate::loom::sync::Mutex;
-use crate::loom::sync::atomic::{AtomicUsize, Ordering, fence};
-use crate::spin::SpinLock;
+use crate::sync::Mutex;
+use crate::sync::atomic::{AtomicUsize, Ordering, fence};
+use crate::sync::lock;
+use crate::sync::spin::SpinLock;
 
 /// References the tracker takes at once for the pushes to come.
 const BATCH: usize = 32;
@@ -42,13 +44,10 @@ pub(crate) struct EpochRef(NonNull<Node>);
 // SAFETY: an `EpochRef` gives shared access to a `Node`, whose fields are
 // all `Sync` (atomics, a mutex, an `Arc`), and its release is an atomic
 // count: it may move to and be used from any thread.
-#[allow(unsafe_code)]
 unsafe impl Send for EpochRef {}
 // SAFETY: as above; `&EpochRef` only reads through to the `Sync` node.
-#[allow(unsafe_code)]
 unsafe impl Sync for EpochRef {}
 
-#[allow(unsafe_code)]
 impl EpochRef {
     /// A new epoch, with this one reference to it.
     fn new() -> Self {
@@ -103,7 +102,6 @@ impl EpochRef {
 ///
 /// The caller owns `n` counted references to `node` and uses none of them
 /// after this call.
-#[allow(unsafe_code)]
 unsafe fn release(mut node: NonNull<Node>, mut n: usize) {
     loop {
         // SAFETY: `n` references to `node` are owned here, so it is alive.
@@ -128,7 +126,6 @@ unsafe fn release(mut node: NonNull<Node>, mut n: usize) {
 }
 
 impl Drop for EpochRef {
-    #[allow(unsafe_code)]
     fn drop(&mut self) {
         // SAFETY: `self` is one counted reference, not used after its drop.
         unsafe { release(self.0, 1) };
@@ -151,7 +148,6 @@ struct State<S> {
 }
 
 impl<S> Drop for State<S> {
-    #[allow(unsafe_code)]
     fn drop(&mut self) {
         if self.reserved > 0 {
             // SAFETY: the reserved references were counted and never made;
@@ -172,7 +168,6 @@ impl<S> Tracker<S> {
     /// Counts one more op in the current epoch, unless the engine is
     /// closed, and runs `f` on the side state under the same lock. The op
     /// holds the returned reference until it completes.
-    #[allow(unsafe_code)]
     pub(crate) fn enter<R>(&self, f: impl FnOnce(&mut S) -> R) -> Result<(EpochRef, R), Error> {
         let mut state = self.state.lock();
         if state.closed {
@@ -196,7 +191,6 @@ impl<S> Tracker<S> {
 
     /// Closes the current epoch (and, with `close`, the engine to new ops);
     /// returns the latch set once everything counted so far has completed.
-    #[allow(unsafe_code)]
     pub(crate) fn rotate(&self, close: bool) -> Arc<Latch> {
         // Allocated before taking the lock, which pushes spin on.
         let new = EpochRef::new();

@@ -5,6 +5,8 @@
 //! trip that the next atomic instruction waits for; asked for at once, and
 //! a push ahead, the lines travel while the pusher does other work.
 
+#![allow(unsafe_code)]
+
 /// Asks for the cache lines of `bytes` bytes at `ptr` in a writable state.
 /// A hint: it never faults and has no effect on what the program computes
 /// (none at all under Miri, which runs no inline assembly).
@@ -20,7 +22,6 @@ pub(crate) fn for_write(ptr: *const u8, bytes: usize) {
             // SAFETY: `prefetchw` only hints the cache: it does not fault on
             // any address, and changes no register, flag or memory contents
             // (on processors without it, the opcode is a no-op).
-            #[allow(unsafe_code)]
             unsafe {
                 core::arch::asm!("prefetchw [{0}]", in(reg) line, options(nostack, preserves_flags, readonly));
             }

@@ -1,0 +1,450 @@
+//! The engine's public face: [`Engine`], its waits and its shutdown.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
+
+use super::acquire::AcquireBuilder;
+use super::builder::OpBuilder;
+use super::config::{Config, EngineBuilder, EngineKind};
+use super::shared::{Body, DeleteJob, OpOptions, Role, Shared, WaitJob};
+use crate::error::{BoxError, Error, refuse_in_runtime};
+use crate::op::DepList;
+use crate::op::access::Decl;
+use crate::op::handle::{Completion, OpHandle};
+use crate::sync::latch::LatchWait;
+use crate::var::{Access, AnyVar, Owner, Var};
+
+/// Var ids are unique across engines: they order lock acquisition.
+static NEXT_VAR_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A dependency engine.
+///
+/// Cheap to clone: every clone is a handle to the same engine. When the
+/// last handle is dropped the engine stops taking work, lets what was pushed
+/// finish, then stops its threads; [`shutdown`](Engine::shutdown) does the
+/// same and waits for it.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> depengine::Result<()> {
+/// use depengine::Engine;
+///
+/// let engine = Engine::new();
+/// let x = engine.var(vec![1.0f32; 1024]);
+/// let s = engine.var(0.0f32);
+/// engine.op("sum").read(&x).write(&s).run(|(x,), (mut s,)| {
+///     *s = x.iter().sum();
+///     Ok(())
+/// });
+/// let total = engine.op("get").read(&s).run(|(s,), ()| Ok(*s)).await?;
+/// assert_eq!(total, 1024.0);
+/// engine.wait_for_all().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Engine {
+    handle: Arc<EngineHandle>,
+}
+
+/// Closes the engine when the last `Engine` clone goes.
+struct EngineHandle {
+    shared: Arc<Shared>,
+}
+
+/// How [`Engine::shutdown`] treats ops that have not started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ShutdownMode {
+    /// Run everything already pushed.
+    #[default]
+    Drain,
+    /// Resolve every op that has not started with
+    /// [`Error::is_cancelled`]; running ops finish, deletions still run.
+    Cancel,
+}
+
+impl Engine {
+    /// An engine configured from the machine and the environment.
+    ///
+    /// # Panics
+    ///
+    /// If an environment variable read by [`EngineBuilder`] is invalid; use
+    /// `Engine::builder().build()` to get that as an error.
+    pub fn new() -> Self {
+        Self::builder().build().expect("invalid depengine configuration in the environment")
+    }
+
+    /// A builder to configure an engine.
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::default()
+    }
+
+    pub(super) fn from_config(config: Config, runtime: Option<tokio::runtime::Handle>) -> Self {
+        Self { handle: Arc::new(EngineHandle { shared: Shared::new(config, runtime) }) }
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.handle.shared
+    }
+
+    /// The engine type.
+    pub fn kind(&self) -> EngineKind {
+        self.shared().config.kind
+    }
+
+    /// Worker threads per CPU device.
+    pub fn cpu_workers(&self) -> usize {
+        self.shared().config.cpu_workers
+    }
+
+    /// Whether the engine has stopped taking work.
+    pub fn is_closed(&self) -> bool {
+        self.shared().tracker.is_closed()
+    }
+
+    /// Ops pushed so far (internal waits and acquires included, and each
+    /// bulk segment as one more op besides its ops).
+    pub fn pushed_ops(&self) -> u64 {
+        self.shared().tracker.with_side(|intake| intake.pushed)
+    }
+
+    /// A new var owning `value`.
+    pub fn var<T: Send + Sync + 'static>(&self, value: T) -> Var<T> {
+        let id = NEXT_VAR_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let owner: Owner = self.shared().clone();
+        Var::new(owner, id, value)
+    }
+
+    /// A new bare tag, for state kept outside the engine (MXNet's `NewVariable`).
+    pub fn new_var(&self) -> Var<()> {
+        self.var(())
+    }
+
+    /// Most ops fused into one bulk segment (1: bulk execution is off); see
+    /// [`EngineBuilder::bulk_size`].
+    pub fn bulk_size(&self) -> usize {
+        self.shared().bulk.size()
+    }
+
+    /// Pushes the open bulk segment now, if there is one, instead of when it
+    /// is full or a wait needs it (see [`EngineBuilder::bulk_size`]).
+    pub fn flush(&self) {
+        self.shared().bulk.flush();
+    }
+
+    /// Starts building an op named `name`.
+    pub fn op(&self, name: impl Into<Cow<'static, str>>) -> OpBuilder<'_> {
+        OpBuilder::new(self.shared(), name.into())
+    }
+
+    /// Starts building a multi-var acquire.
+    pub fn acquire(&self) -> AcquireBuilder<'_> {
+        AcquireBuilder::new(self.shared())
+    }
+
+    /// Pushes a sync op over untyped vars (MXNet's `PushSync`), on `Cpu(0)`.
+    /// For placement and priority use [`op`](Engine::op) with
+    /// [`read_any`](OpBuilder::read_any) / [`write_any`](OpBuilder::write_any).
+    ///
+    /// # Errors
+    ///
+    /// As for [`OpBuilder::try_run`].
+    pub fn push_sync<F>(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        reads: &[AnyVar],
+        writes: &[AnyVar],
+        body: F,
+    ) -> Result<OpHandle<()>, Error>
+    where
+        F: FnOnce() -> Result<(), BoxError> + Send + 'static,
+    {
+        self.untyped(name, reads, writes).try_run(move |(), ()| body())
+    }
+
+    /// Pushes an async op over untyped vars (MXNet's `PushAsync`): it
+    /// completes when its [`Completion`] is signalled.
+    ///
+    /// # Errors
+    ///
+    /// As for [`OpBuilder::try_run`].
+    pub fn push_async<F>(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        reads: &[AnyVar],
+        writes: &[AnyVar],
+        body: F,
+    ) -> Result<OpHandle<()>, Error>
+    where
+        F: FnOnce(Completion<()>) + Send + 'static,
+    {
+        self.untyped(name, reads, writes).try_run_async(move |(), (), done| body(done))
+    }
+
+    fn untyped(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        reads: &[AnyVar],
+        writes: &[AnyVar],
+    ) -> OpBuilder<'_> {
+        let op = reads.iter().fold(self.op(name), OpBuilder::read_any);
+        writes.iter().fold(op, OpBuilder::write_any)
+    }
+
+    /// Resolves once every write pushed to `var` before this call has
+    /// completed. It is a read pushed on `var`, so it never blocks a thread.
+    ///
+    /// # Errors
+    ///
+    /// The error `var` carries from a failed write, which this wait clears
+    /// (as MXNet's `WaitForVar` does), so later ops use the var again; or a
+    /// refused push (deleted var, closed engine).
+    pub fn wait_for_var<T: Send + Sync + 'static>(&self, var: &Var<T>) -> OpHandle<()> {
+        let mut decls = DepList::new();
+        decls.push(Decl { var: var.any(), access: Access::Read, typed: false });
+        let opts = OpOptions::internal("wait_for_var");
+        let pushed = self.shared().push(opts, Role::WaitForVar, decls, WaitJob, Body::Hands);
+        pushed.map_or_else(OpHandle::refused, OpHandle::pushed)
+    }
+
+    /// Resolves once every op pushed before this call has completed (later
+    /// ops are not waited for).
+    ///
+    /// # Errors
+    ///
+    /// The first op failure recorded since the previous `wait_for_all`.
+    pub fn wait_for_all(&self) -> WaitForAll {
+        self.shared().bulk.flush();
+        let latch = self.shared().tracker.rotate(false);
+        WaitForAll { wait: latch.wait(), shared: self.shared().clone() }
+    }
+
+    /// Blocking [`wait_for_var`](Engine::wait_for_var), for non-async callers.
+    ///
+    /// # Errors
+    ///
+    /// As for `wait_for_var`, and [`Error::is_blocking_in_runtime`] inside a
+    /// Tokio runtime. In `spawn_blocking`, use `Handle::block_on` on the
+    /// async variant instead.
+    pub fn blocking_wait_for_var<T: Send + Sync + 'static>(&self, var: &Var<T>) -> Result<(), Error> {
+        refuse_in_runtime("Engine::blocking_wait_for_var")?;
+        futures::executor::block_on(self.wait_for_var(var))
+    }
+
+    /// Blocking [`wait_for_all`](Engine::wait_for_all), for non-async callers.
+    ///
+    /// # Errors
+    ///
+    /// As for `wait_for_all`, and [`Error::is_blocking_in_runtime`] inside a
+    /// Tokio runtime.
+    pub fn blocking_wait_for_all(&self) -> Result<(), Error> {
+        refuse_in_runtime("Engine::blocking_wait_for_all")?;
+        futures::executor::block_on(self.wait_for_all())
+    }
+
+    /// Deletes `var` once every op pushed on it so far has completed, and
+    /// returns its data. Any later push that uses the var is refused with
+    /// [`Error::is_var_deleted`]. The deletion runs whatever error the var
+    /// carries, and also under a cancelling shutdown.
+    pub fn delete_var<T: Send + Sync + 'static>(&self, var: &Var<T>) -> OpHandle<T> {
+        let mut decls = DepList::new();
+        decls.push(Decl { var: var.any(), access: Access::Write, typed: false });
+        let job = DeleteJob { var: var.clone() };
+        let pushed =
+            self.shared().push(OpOptions::internal("delete_var"), Role::Delete, decls, job, Body::Hands);
+        pushed.map_or_else(OpHandle::refused, OpHandle::pushed)
+    }
+
+    /// Stops taking work and waits until every pushed op has completed (or,
+    /// with [`ShutdownMode::Cancel`], been cancelled) and every worker thread
+    /// has exited. Later pushes are refused with [`Error::is_shutdown`].
+    ///
+    /// # Errors
+    ///
+    /// The first op failure recorded since the last `wait_for_all`.
+    pub fn shutdown(&self, mode: ShutdownMode) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        let latch = self.shared().close(mode == ShutdownMode::Cancel);
+        let shared = self.shared().clone();
+        async move {
+            latch.wait().await;
+            shared.dispatcher.stop_and_join();
+            shared.take_error()
+        }
+    }
+
+    /// Blocking [`shutdown`](Engine::shutdown).
+    ///
+    /// # Errors
+    ///
+    /// As for `shutdown`, and [`Error::is_blocking_in_runtime`] inside a
+    /// Tokio runtime.
+    pub fn blocking_shutdown(&self, mode: ShutdownMode) -> Result<(), Error> {
+        refuse_in_runtime("Engine::blocking_shutdown")?;
+        futures::executor::block_on(self.shutdown(mode))
+    }
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shared = self.shared();
+        f.debug_struct("Engine")
+            .field("kind", &shared.config.kind)
+            .field("cpu_workers", &shared.config.cpu_workers)
+            .field("closed", &shared.tracker.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for EngineHandle {
+    fn drop(&mut self) {
+        let latch = self.shared.close(false);
+        let weak: Weak<Shared> = Arc::downgrade(&self.shared);
+        latch.on_set(move || {
+            if let Some(shared) = weak.upgrade() {
+                shared.dispatcher.stop();
+            }
+        });
+    }
+}
+
+/// The future of [`Engine::wait_for_all`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct WaitForAll {
+    wait: LatchWait,
+    shared: Arc<Shared>,
+}
+
+impl Future for WaitForAll {
+    type Output = Result<(), Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match Pin::new(&mut self.wait).poll(cx) {
+            Poll::Ready(()) => Poll::Ready(self.shared.take_error()),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl fmt::Debug for WaitForAll {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WaitForAll").finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+    use crate::op::Host;
+
+    impl Shared {
+        /// Shells waiting, in the pushes' list and buried.
+        fn shells(&self) -> usize {
+            self.tracker.with_side(|intake| intake.shells.len() + self.graveyard().len())
+        }
+    }
+
+    /// Ops, and the shells their records leave, hold engine references:
+    /// dropping the last handle must still free the engine once the ops
+    /// are done.
+    #[test]
+    fn dropped_engine_is_freed_after_its_ops() {
+        let engine = Engine::builder().cpu_workers(2).build().unwrap();
+        let weak = Arc::downgrade(engine.shared());
+        for i in 0..100u64 {
+            drop(engine.op("noop").run(move |(), ()| Ok(i)));
+        }
+        drop(engine);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while weak.strong_count() > 0 {
+            assert!(std::time::Instant::now() < deadline, "engine still alive: {} refs", weak.strong_count());
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// A push builds its op in the last buried shell when that shell held
+    /// an op of the same type (and frees it otherwise); the rebuilt op runs
+    /// and returns its own result.
+    #[test]
+    fn push_builds_its_op_in_a_shell_of_its_type() {
+        let engine = Engine::builder().cpu_workers(1).build().unwrap();
+        let shared = engine.shared().clone();
+        let var = engine.var(0u64);
+        let add = |i: u64| {
+            engine.op("add").write(&var).run(move |(), (mut v,)| {
+                *v += i;
+                Ok(*v)
+            })
+        };
+        for i in 0..100 {
+            drop(add(i));
+        }
+        engine.blocking_wait_for_all().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while shared.shells() == 0 {
+            assert!(std::time::Instant::now() < deadline, "no shell buried");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let rebuilt = || crate::op::recycle::REBUILT.with(std::cell::Cell::get);
+        let shells = shared.tracker.with_side(|intake| shared.graveyard().addresses(&intake.shells));
+        let before = rebuilt();
+        let reused = add(1000);
+        assert_eq!(rebuilt(), before + 1, "the op was not built in a shell");
+        assert_eq!(reused.record(), shells.last().copied(), "the op was not built in the last shell");
+        assert_eq!(reused.blocking_wait().unwrap(), 4950 + 1000);
+
+        let before = rebuilt();
+        let other = engine.op("read").read(&var).run(|(v,), ()| Ok(format!("{}", *v)));
+        assert_eq!(rebuilt(), before, "a shell of another op type was reused");
+        assert_eq!(other.blocking_wait().unwrap(), "5950");
+    }
+
+    /// Records of detached ops go back to the pushing thread as shells that
+    /// hold nothing their ops used: a var whose handles are all dropped is
+    /// freed, and a result nobody took is dropped, as soon as the ops finish.
+    #[test]
+    fn shells_hold_nothing_their_ops_used() {
+        let engine = Engine::builder().cpu_workers(1).build().unwrap();
+        let shared = engine.shared().clone();
+        let data = Arc::new(());
+        let result = Arc::new(());
+        let var = engine.var(data.clone());
+        for _ in 0..100 {
+            let result = result.clone();
+            drop(engine.op("touch").write(&var).run(move |(), (v,)| {
+                drop(v);
+                Ok(result)
+            }));
+        }
+        drop(var);
+        engine.blocking_wait_for_all().unwrap();
+        // The worker buries its shells when it runs out of work.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while shared.shells() == 0 || Arc::strong_count(&data) > 1 || Arc::strong_count(&result) > 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "shells {}, var data refs {}, result refs {}",
+                shared.shells(),
+                Arc::strong_count(&data),
+                Arc::strong_count(&result)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // A push frees shells on the pushing thread; closing frees the rest.
+        let before = shared.shells();
+        drop(engine.op("noop").run(|(), ()| Ok(())));
+        assert!(shared.shells() < before, "{} shells before the push, {} after", before, shared.shells());
+        engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
+        assert_eq!(shared.shells(), 0);
+    }
+}

@@ -1,0 +1,222 @@
+//! Bulk execution: consecutive small sync ops for one device fused into one
+//! engine op, a *segment*, to cut the per-op cost of the var gate and the
+//! pools (SPEC §6, MXNet's bulk execution). Everything about it is in this
+//! folder, but for one documented hook in each layer below: nested ops in
+//! the op layer (`op::nest`: the members), [`Held`](crate::exec::Held) in
+//! the exec layer (idle workers push the open segment), and
+//! `VarCell::add_writes` in the var layer (each member's write counts).
+//!
+//! While bulk execution is on (`bulk_size` > 1), every push holds the
+//! engine's push lock ([`Bulk::open`]). A sync op for the normal lane of a
+//! CPU device joins the open segment: its record is built as for any push
+//! (its handle, its count in the `wait_for_all` epoch), as a nested op, but
+//! it is appended to no var; its vars are merged into the segment's. Any
+//! other push first pushes the open segment, so push order is still the
+//! order of effect: the segment takes its members' place in every var's
+//! queue, all at once.
+//!
+//! A segment is pushed (flushed) when it is full, when an op that cannot
+//! join it is pushed (another device or priority, any other kind of op, any
+//! wait), when the handle of one of its members is polled, on
+//! [`Engine::flush`](crate::Engine::flush), at shutdown, and when every
+//! worker of its pool is idle: either the push that opened it finds them
+//! all parking, or the last worker to park finds it open (the
+//! store-buffering handshake of `exec/README.md`). So no op waits in a
+//! segment while the engine has nothing else to do; and an op pushed while
+//! every worker is parked opens no segment at all: it is pushed on its own.
+//!
+//! The segment runs its members one after the other, in push order, on one
+//! worker, with the var gate's rules applied between them (`segment.rs`).
+
+mod segment;
+
+use std::sync::{Arc, Weak};
+
+use super::shared::{Body, OpOptions, Role, Shared};
+use crate::device::{Device, Lane};
+use crate::error::{Error, Kind};
+use crate::exec::Held;
+use crate::op::access::Decl;
+use crate::op::cell::OpCell;
+use crate::op::job::Job;
+use crate::op::{DepList, Task, TaskRef};
+use crate::sync::atomic::{AtomicBool, Ordering, fence};
+use crate::sync::latch::Latch;
+use crate::sync::small::SmallList;
+use crate::sync::{Mutex, lock};
+use crate::var::Access;
+use segment::Segment;
+
+/// A segment's members: inline up to 16, so that a segment needs no
+/// allocation of its own (its record is reused like any op's).
+type Members = SmallList<TaskRef, 16>;
+
+/// The open segment, and the lock every push takes while bulk execution is
+/// on.
+pub(super) struct Bulk {
+    /// Most members per segment; 1: bulk execution is off.
+    size: usize,
+    open: Mutex<Open>,
+    /// Whether `open` holds members; read without the lock by idle workers.
+    any: Arc<AtomicBool>,
+    shared: Weak<Shared>,
+}
+
+#[derive(Default)]
+struct Open {
+    members: Members,
+    /// The members' vars, one entry per var, a write if any member writes it.
+    deps: DepList,
+    /// The members' device and priority.
+    key: Option<(Device, i32)>,
+}
+
+impl Bulk {
+    pub(super) fn new(size: usize, shared: Weak<Shared>) -> Self {
+        Self { size, open: Mutex::new(Open::default()), any: Arc::new(AtomicBool::new(false)), shared }
+    }
+
+    pub(super) fn is_on(&self) -> bool {
+        self.size > 1
+    }
+
+    pub(super) fn size(&self) -> usize {
+        self.size
+    }
+
+    /// What the CPU pools' idle workers see of the open segment (nothing
+    /// while bulk execution is off).
+    pub(super) fn held(&self) -> Option<Arc<dyn Held>> {
+        let held = OpenSegment { any: self.any.clone(), shared: self.shared.clone() };
+        self.is_on().then(|| Arc::new(held) as Arc<dyn Held>)
+    }
+
+    /// Pushes the open segment, if it holds members.
+    pub(super) fn flush(&self) {
+        if self.any.load(Ordering::Relaxed) {
+            if let Some(shared) = self.shared.upgrade() {
+                shared.flush_open(&mut lock(&self.open));
+            }
+        }
+    }
+
+    /// Runs `close` (which closes the engine) with the open segment pushed
+    /// and the push lock held, so that no op joins a segment after it.
+    pub(super) fn closing(&self, close: impl FnOnce() -> Arc<Latch>) -> Arc<Latch> {
+        let Some(shared) = self.is_on().then(|| self.shared.upgrade()).flatten() else {
+            return close();
+        };
+        let mut open = lock(&self.open);
+        shared.flush_open(&mut open);
+        close()
+    }
+}
+
+/// What a pool's idle workers see of the engine's open segment.
+struct OpenSegment {
+    any: Arc<AtomicBool>,
+    shared: Weak<Shared>,
+}
+
+impl Held for OpenSegment {
+    fn any(&self) -> bool {
+        self.any.load(Ordering::Relaxed)
+    }
+
+    fn release(&self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.bulk.flush();
+        }
+    }
+}
+
+impl Shared {
+    /// Pushes an op while bulk execution is on: joins it to the open
+    /// segment if it may, else pushes the segment, then the op. Returns
+    /// its record, for its handle, unless it is `detached`.
+    pub(super) fn push_in_bulk<J: Job>(
+        self: &Arc<Self>,
+        opts: OpOptions,
+        role: Role,
+        deps: DepList,
+        job: J,
+        body: Body,
+        detached: bool,
+    ) -> Result<Option<Arc<OpCell<J>>>, Error> {
+        let mut open = lock(&self.bulk.open);
+        let joins = body == Body::Sync
+            && role == Role::User
+            && opts.lane == Lane::Normal
+            && matches!(opts.device, Device::Cpu(_))
+            // With every worker parked, a new segment would be pushed at
+            // once (below): the op goes on its own, without a segment.
+            && !(open.members.is_empty() && self.dispatcher.all_parked(opts.device));
+        if !joins {
+            self.flush_open(&mut open);
+            let record = self.build(opts, role, deps, job, body, detached)?;
+            let handle = (!detached).then(|| record.clone());
+            self.submit_built(record)?;
+            return Ok(handle);
+        }
+        let key = (opts.device, opts.priority);
+        if open.key.is_some_and(|k| k != key) {
+            self.flush_open(&mut open);
+        }
+        let record = self.build(opts, Role::Member, deps, job, body, detached)?;
+        let header = record.header();
+        // Deletions are pushed under this lock too: this is exact.
+        if let Some(dep) = header.deps.iter().find(|d| d.var.cell().is_deleted()) {
+            let err = Error::new(Kind::VarDeleted { var: dep.var.id() });
+            self.uncount();
+            return Err(err);
+        }
+        for dep in header.deps.iter() {
+            match open.deps.iter_mut().find(|d| d.var.id() == dep.var.id()) {
+                Some(merged) if dep.access == Access::Write => merged.access = Access::Write,
+                Some(_) => {}
+                None => open.deps.push(Decl { var: dep.var.clone(), access: dep.access, typed: false }),
+            }
+        }
+        let opened = open.members.is_empty();
+        open.key = Some(key);
+        let handle = (!detached).then(|| record.clone());
+        open.members.push(record);
+        if open.members.len() >= self.bulk.size {
+            self.flush_open(&mut open);
+        } else if opened {
+            // Seen by every worker that parks from now on; if all have
+            // parked already, none will look: push the segment now.
+            self.bulk.any.store(true, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            if self.dispatcher.all_parked(key.0) {
+                self.flush_open(&mut open);
+            }
+        }
+        Ok(handle)
+    }
+
+    /// Pushes the open segment, if it holds members.
+    fn flush_open(self: &Arc<Self>, open: &mut Open) {
+        let Some((device, priority)) = open.key.take() else {
+            return;
+        };
+        self.bulk.any.store(false, Ordering::Relaxed);
+        let members = std::mem::take(&mut open.members);
+        let mut deps = std::mem::take(&mut open.deps);
+        deps.sort_by_key(|d| d.var.id());
+        let mut opts = OpOptions::new("bulk".into());
+        opts.device = device;
+        opts.priority = priority;
+        // Its members' vars are of this engine and not deleted, its device
+        // was checked with theirs, and the engine closes only after pushing
+        // it: neither step fails. Should one, `Segment`'s drop completes
+        // the members with an error.
+        let pushed = self
+            .build(opts, Role::Segment, deps, Segment::new(members), Body::Async, true)
+            .and_then(|record| self.submit_built(record));
+        if let Err(err) = pushed {
+            debug_assert!(false, "a bulk segment was refused: {err}");
+            tracing::error!(target: "depengine", "a bulk segment was refused: {err}");
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! A segment running its members: one after the other, in push order, on
+//! one worker, with the var gate's rules applied between them. A member
+//! that uses a var whose error an earlier member (or an earlier op) left is
+//! skipped, and each var the segment writes is left with the error of the
+//! members that wrote it. A member whose guards outlive its body holds the
+//! segment back until they are dropped (the handoff of `op::nest`); the
+//! rest of the segment then runs on a worker again. Versions count every
+//! member's write.
+
+use std::sync::Arc;
+
+use super::Members;
+use crate::error::{Error, Kind};
+use crate::op::cell::SlotRef;
+use crate::op::job::{Job, Running};
+use crate::op::recycle::Returns;
+use crate::op::{DepList, Header, Meta, Task, TaskRef};
+use crate::sync::small::SmallList;
+use crate::var::Access;
+
+/// The body of a segment: its members, in push order.
+pub(super) struct Segment {
+    members: Members,
+}
+
+impl Segment {
+    pub(super) fn new(members: Members) -> Self {
+        Self { members }
+    }
+}
+
+impl Job for Segment {
+    type Output = ();
+
+    fn start(mut self, op: Running<'_, ()>) {
+        let members = std::mem::take(&mut self.members);
+        let errors = op.header().take_seen_on_vars();
+        let done = Members::new();
+        Run {
+            rest: members.into_iter(),
+            done,
+            errors,
+            writes: SmallList::new(),
+            segment: Some(op.to_owned()),
+        }
+        .go();
+    }
+}
+
+impl Drop for Segment {
+    /// Members of a segment that never ran complete with an error.
+    fn drop(&mut self) {
+        for member in self.members.drain(..) {
+            abandon(&member);
+            member.publish();
+        }
+    }
+}
+
+fn abandon(member: &TaskRef) {
+    let op = member.header().meta.name.clone();
+    let reason = "its bulk segment could not run";
+    member.abandon(member, Error::new(Kind::Cancelled { op, reason }));
+}
+
+/// A segment running its members.
+struct Run {
+    rest: smallvec::IntoIter<[TaskRef; 16]>,
+    /// Members run, published once the segment has released its vars: a
+    /// member's handle resolves once its effects on its vars (version,
+    /// error) are visible, as any op's does.
+    done: Members,
+    /// The error each var carries at this point of the segment.
+    errors: Vec<(u64, Error)>,
+    /// Writes of each var by the members run so far.
+    writes: SmallList<(u64, u64), 4>,
+    /// The segment, until it has stored its result.
+    segment: Option<SlotRef<()>>,
+}
+
+impl Run {
+    fn go(mut self) {
+        while let Some(member) = self.rest.next() {
+            let header = member.header();
+            if !self.errors.is_empty() {
+                let seen = header.deps.iter().find_map(|d| error_of(&self.errors, d.var.id()));
+                if let Some(err) = seen {
+                    header.see(err.clone());
+                }
+            }
+            member.execute(&member);
+            self.absorb(header);
+            let finished = header.nested_done();
+            self.done.push(member);
+            if !finished {
+                // A guard outlived the body: the rest runs once it is gone.
+                let member = self.done.last().expect("just pushed").clone();
+                let run = self;
+                member.header().nested_then(Box::new(move || run.resume()));
+                return;
+            }
+        }
+        self.finish();
+    }
+
+    /// Takes in what a member that stored its result leaves on its vars.
+    fn absorb(&mut self, member: &Header) {
+        let carry = member.carry();
+        for dep in member.deps.iter().filter(|d| d.access == Access::Write) {
+            let id = dep.var.id();
+            match self.writes.iter_mut().find(|(var, _)| *var == id) {
+                Some((_, n)) => *n += 1,
+                None => self.writes.push((id, 1)),
+            }
+            if let Some(err) = &carry {
+                match self.errors.iter_mut().find(|(var, _)| *var == id) {
+                    Some((_, e)) => *e = err.clone(),
+                    None => self.errors.push((id, err.clone())),
+                }
+            }
+        }
+    }
+
+    /// Runs the rest on a worker of the segment's pool.
+    fn resume(self) {
+        let Some(segment) = &self.segment else { return };
+        let header = segment.header();
+        let host = header.host.clone();
+        // The segment's placement; it is run, never completed, as a task.
+        let meta = Meta { ..header.meta.clone() };
+        let task: TaskRef = Arc::new(ResumeTask {
+            header: Header::new(meta, DepList::new(), host.clone()),
+            run: std::sync::Mutex::new(Some(self)),
+        });
+        let mut ready = crate::op::ReadyList::new();
+        ready.push(task);
+        host.dispatch_ready(&mut ready);
+    }
+
+    /// Completes the segment: versions, errors, result.
+    fn finish(&mut self) {
+        let Some(segment) = self.segment.take() else { return };
+        let header = segment.header();
+        for &(id, n) in self.writes.iter().filter(|(_, n)| *n > 1) {
+            if let Some(dep) = header.deps.iter().find(|d| d.var.id() == id) {
+                dep.var.cell().add_writes(n - 1);
+            }
+        }
+        header.carry_on_vars(std::mem::take(&mut self.errors));
+        // The segment has no guards of its own: storing its result
+        // completes it here, its vars first.
+        segment.store_owned(Ok(()));
+        for member in &self.done {
+            member.publish();
+        }
+        recycle(&mut self.done);
+    }
+}
+
+impl Drop for Run {
+    /// A segment dropped before its end (its continuation never ran)
+    /// completes its members with an error, then itself.
+    fn drop(&mut self) {
+        if self.segment.is_some() {
+            let Self { rest, done, .. } = self;
+            for member in rest.by_ref() {
+                abandon(&member);
+                done.push(member);
+            }
+            self.finish();
+        }
+    }
+}
+
+/// Gives back the records of published members that nothing else
+/// references, for pushes to rebuild (as workers do with the records of the
+/// ops they run): records freed here would be freed away from the thread
+/// that allocated them.
+fn recycle(members: &mut Members) {
+    let mut returns = Returns::new();
+    for member in members.drain(..) {
+        returns.give(member);
+    }
+    returns.bury();
+}
+
+fn error_of(errors: &[(u64, Error)], var: u64) -> Option<&Error> {
+    errors.iter().find(|(id, _)| *id == var).map(|(_, err)| err)
+}
+
+/// The rest of a segment, run on a worker once the guards of a member
+/// that outlived its body are gone.
+struct ResumeTask {
+    header: Header,
+    run: std::sync::Mutex<Option<Run>>,
+}
+
+impl ResumeTask {
+    fn take(&self) -> Option<Run> {
+        self.run.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+    }
+}
+
+impl Task for ResumeTask {
+    fn header(&self) -> &Header {
+        &self.header
+    }
+
+    fn execute(&self, _this: &TaskRef) {
+        if let Some(run) = self.take() {
+            run.go();
+        }
+    }
+
+    fn publish(&self) {}
+
+    fn strip(&mut self) {
+        self.header.strip();
+        drop(self.take());
+    }
+
+    fn abandon(&self, _this: &TaskRef, _err: Error) {
+        drop(self.take());
+    }
+}

@@ -1,0 +1,293 @@
+//! The engine's bookkeeping, shared by every handle, var and op record of
+//! one engine: what pushes count (epochs, pushed ops, shells), the first
+//! failure since the last `wait_for_all`, the shutdown mode, and the push
+//! path itself (check, build, submit, dispatch).
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use super::bulk::Bulk;
+use super::config::{Config, EngineKind};
+use crate::device::{Device, Lane};
+use crate::error::Error;
+use crate::exec::{Dispatcher, Topology};
+use crate::op::access::normalize;
+use crate::op::cell::{OpCell, SlotRef};
+use crate::op::job::{Job, Running};
+use crate::op::recycle::{self, Graveyard, Shell};
+use crate::op::{DepList, Host, Meta, PackedDevice, ReadyList, TaskRef, submit};
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::epoch::Tracker;
+use crate::sync::latch::Latch;
+use crate::sync::small::Padded;
+use crate::sync::{Mutex, lock};
+use crate::var::Var;
+
+/// Placement and policy of an op, as given to the builder.
+#[derive(Clone, Debug)]
+pub(crate) struct OpOptions {
+    pub(crate) name: Cow<'static, str>,
+    pub(crate) device: Device,
+    pub(crate) lane: Lane,
+    pub(crate) priority: i32,
+    pub(crate) no_skip: bool,
+}
+
+impl OpOptions {
+    pub(crate) fn new(name: Cow<'static, str>) -> Self {
+        Self { name, device: Device::Cpu(0), lane: Lane::Normal, priority: 0, no_skip: false }
+    }
+
+    /// Options of an engine-internal op: run where it becomes ready.
+    pub(super) fn internal(name: &'static str) -> Self {
+        Self { lane: Lane::Inline, ..Self::new(name.into()) }
+    }
+}
+
+/// What an op's body does, as far as the push is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Body {
+    /// A closure run to completion on a worker of its lane; it may join a
+    /// bulk segment.
+    Sync,
+    /// A body that completes later (a completion token), on its lane.
+    Async,
+    /// A body that only hands work on (a future spawned, guards handed
+    /// out): it runs where the op becomes ready.
+    Hands,
+}
+
+/// What engine-internal ops do besides user ops.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    User,
+    WaitForVar,
+    Delete,
+    /// A user op run by a bulk segment (a nested op).
+    Member,
+    /// A bulk segment.
+    Segment,
+}
+
+/// What pushes count and take, under the epoch tracker's lock (one lock
+/// per push for all of it).
+#[derive(Default)]
+pub(super) struct Intake {
+    /// Ops pushed so far.
+    pub(super) pushed: u64,
+    /// Shells ready for pushes to rebuild (see `op::recycle`).
+    pub(super) shells: Vec<Shell>,
+}
+
+pub(crate) struct Shared {
+    pub(super) config: Config,
+    /// Written by every push: kept off the lines completing workers read.
+    pub(super) tracker: Padded<Tracker<Intake>>,
+    pub(super) dispatcher: Dispatcher,
+    runtime: Option<tokio::runtime::Handle>,
+    first_error: Mutex<Option<Error>>,
+    cancelling: AtomicBool,
+    /// Shells of op records, freed by pushes.
+    graves: Padded<Graveyard>,
+    pub(super) bulk: Bulk,
+}
+
+impl Host for Shared {
+    fn dispatch_ready(&self, ready: &mut ReadyList) {
+        self.dispatcher.dispatch_successors(ready.drain(..));
+    }
+
+    fn is_cancelling(&self) -> bool {
+        self.cancelling.load(Ordering::Acquire)
+    }
+
+    fn note_error(&self, err: &Error) {
+        lock(&self.first_error).get_or_insert_with(|| err.clone());
+    }
+
+    fn graveyard(&self) -> &Graveyard {
+        &self.graves
+    }
+
+    fn release_held(&self) {
+        self.bulk.flush();
+    }
+}
+
+impl Shared {
+    pub(super) fn new(config: Config, runtime: Option<tokio::runtime::Handle>) -> Arc<Self> {
+        let bulk_size = if config.kind == EngineKind::Naive { 1 } else { config.bulk_size };
+        Arc::new_cyclic(|weak| {
+            let bulk = Bulk::new(bulk_size, weak.clone());
+            let topology = Topology {
+                naive: config.kind == EngineKind::Naive,
+                cpu_devices: config.cpu_devices,
+                cpu_workers: config.cpu_workers,
+                priority_workers: config.priority_workers,
+                thread_name: config.thread_name.clone(),
+            };
+            Shared {
+                dispatcher: Dispatcher::new(topology, bulk.held()),
+                config,
+                tracker: Padded(Tracker::new()),
+                runtime,
+                first_error: Mutex::new(None),
+                cancelling: AtomicBool::new(false),
+                graves: Padded(Graveyard::new()),
+                bulk,
+            }
+        })
+    }
+
+    pub(crate) fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.runtime.clone()
+    }
+
+    pub(super) fn take_error(&self) -> Result<(), Error> {
+        lock(&self.first_error).take().map_or(Ok(()), Err)
+    }
+
+    /// Stops taking work; returns the latch set once everything pushed has
+    /// completed.
+    pub(super) fn close(self: &Arc<Self>, cancel: bool) -> Arc<Latch> {
+        if cancel {
+            self.cancelling.store(true, Ordering::Release);
+        }
+        // The open segment is pushed, and no op joins another, before the
+        // engine stops taking work.
+        let latch = self.bulk.closing(|| self.tracker.rotate(true));
+        // No push takes a shell once the tracker is closed.
+        let shells = self.tracker.with_side(|intake| std::mem::take(&mut intake.shells));
+        self.graves.close();
+        drop(shells);
+        latch
+    }
+
+    /// Pushes a user op; returns its record, for its handle.
+    pub(crate) fn push_job<J: Job>(
+        self: &Arc<Self>,
+        opts: OpOptions,
+        decls: DepList,
+        job: J,
+        body: Body,
+    ) -> Result<SlotRef<J::Output>, Error> {
+        self.push(opts, Role::User, decls, job, body)
+    }
+
+    /// Pushes a user op that nobody holds a handle to: its record is
+    /// referenced by the vars and queues only (no reference taken for a
+    /// handle, none dropped with it).
+    pub(crate) fn push_detached<J: Job<Output = ()>>(
+        self: &Arc<Self>,
+        opts: OpOptions,
+        decls: DepList,
+        job: J,
+        body: Body,
+    ) -> Result<(), Error> {
+        if self.bulk.is_on() {
+            return self.push_in_bulk(opts, Role::User, decls, job, body, true).map(drop);
+        }
+        let record = self.build(opts, Role::User, decls, job, body, true)?;
+        self.submit_built(record)
+    }
+
+    /// Pushes an op; returns its record, for its handle.
+    pub(super) fn push<J: Job>(
+        self: &Arc<Self>,
+        opts: OpOptions,
+        role: Role,
+        decls: DepList,
+        job: J,
+        body: Body,
+    ) -> Result<SlotRef<J::Output>, Error> {
+        if self.bulk.is_on() {
+            let record = self.push_in_bulk(opts, role, decls, job, body, false)?;
+            return Ok(record.expect("a record for the handle of an op pushed with one"));
+        }
+        let record = self.build(opts, role, decls, job, body, false)?;
+        self.submit_built(record.clone())?;
+        Ok(record)
+    }
+
+    /// Submits a record `build` made: appends it to its vars and dispatches
+    /// what became ready. A refused one leaves the pushed-ops count as it
+    /// was.
+    #[inline]
+    pub(super) fn submit_built(&self, record: TaskRef) -> Result<(), Error> {
+        submit(record, |ready| self.dispatcher.dispatch_pushed(ready)).inspect_err(|_| self.uncount())
+    }
+
+    /// Takes back the count of a push that was refused after `build`.
+    pub(super) fn uncount(&self) {
+        self.tracker.with_side(|intake| intake.pushed -= 1);
+    }
+
+    /// Checks an op and builds its record, counted in its epoch and in the
+    /// pushed ops; `submit_built` then appends it to its vars. Inlined
+    /// into each push path: called, it would move the options, the deps
+    /// and the body through memory once more.
+    #[inline(always)]
+    pub(super) fn build<J: Job>(
+        self: &Arc<Self>,
+        opts: OpOptions,
+        role: Role,
+        mut deps: DepList,
+        job: J,
+        body: Body,
+        detached: bool,
+    ) -> Result<Arc<OpCell<J>>, Error> {
+        let exec = self.dispatcher.place(&opts.name, opts.device, opts.lane, body == Body::Hands)?;
+        if !deps.is_empty() {
+            normalize(&mut deps, &opts.name, Arc::as_ptr(self).cast())?;
+        }
+        // The op's count in its epoch, and a shell to build its record in,
+        // or to free just before allocating it: then it is what this
+        // thread's allocator hands out.
+        let (epoch, (shell, extra)) = self.tracker.enter(|intake| {
+            intake.pushed += 1;
+            self.graves.take(&mut intake.shells)
+        })?;
+        drop(extra);
+        let meta = Meta {
+            name: opts.name,
+            device: PackedDevice::new(opts.device).expect("device ordinals are checked at placement"),
+            lane: opts.lane,
+            exec,
+            priority: opts.priority,
+            no_skip: opts.no_skip || role == Role::Delete || role == Role::Segment,
+            clears_error: role == Role::WaitForVar,
+            cancellable: role == Role::User || role == Role::Member,
+            deletes: role == Role::Delete,
+            detached,
+            nested: role == Role::Member,
+        };
+        Ok(recycle::build(shell, self, meta, deps, job, epoch))
+    }
+}
+
+/// The body of `wait_for_var`: returns the error it took from the var.
+pub(super) struct WaitJob;
+
+impl Job for WaitJob {
+    type Output = ();
+
+    fn start(self, op: Running<'_, ()>) {
+        let result = op.header().seen_error().map_or(Ok(()), Err);
+        op.store(result);
+    }
+}
+
+/// The body of `delete_var`: takes the data out of the var.
+pub(super) struct DeleteJob<T> {
+    pub(super) var: Var<T>,
+}
+
+impl<T: Send + Sync + 'static> Job for DeleteJob<T> {
+    type Output = T;
+
+    fn start(self, op: Running<'_, T>) {
+        let guard = self.var.into_write_guard(crate::op::LiveRef::new(op.task));
+        let value = guard.take();
+        op.store(Ok(value));
+    }
+}

@@ -1,0 +1,201 @@
+//! The feeds of a pool (`feed.rs`: one FIFO per thread that queues ops on
+//! it from outside), a worker's view of them, and the turns a worker takes
+//! between them and the pool's injector.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use super::feed::{Feed, FeedShared};
+use super::pool::{PoolShared, lock};
+use crate::op::TaskRef;
+
+/// How many ops a worker takes in a row from one queue (a feed, the
+/// injector) while others hold ops too, before it looks at the next.
+pub(super) const SOURCE_STREAK: u32 = 64;
+/// The feeds of a pool: the taking ends of the FIFOs of the threads that
+/// queue ops on it from outside.
+#[derive(Default)]
+pub(super) struct Feeds {
+    list: Mutex<Vec<Arc<FeedShared<TaskRef>>>>,
+    /// Bumped under `list`'s lock whenever it changes, so that workers
+    /// refresh their copies ([`FeedView`]) without taking the lock.
+    version: AtomicUsize,
+}
+
+/// A worker's copy of its pool's feed list, and where its next look starts.
+#[derive(Default)]
+pub(super) struct FeedView {
+    version: usize,
+    pub(super) feeds: Vec<Arc<FeedShared<TaskRef>>>,
+    pub(super) turns: Turns,
+}
+
+/// Which queue a worker looks at first: sources take turns, at most
+/// [`SOURCE_STREAK`] ops in a row from one while another holds ops.
+#[derive(Default)]
+pub(super) struct Turns {
+    /// The source the last op came from…
+    turn: usize,
+    /// …and how many ops in a row came from it.
+    streak: u32,
+}
+
+impl Turns {
+    /// Takes an op from one of `sources` sources (`take(k)`, an op from
+    /// source `k`, or none). The look starts at the source the last op came
+    /// from (looking at an empty queue is not free), or at the next one
+    /// after [`SOURCE_STREAK`] ops in a row from it.
+    pub(super) fn look<T>(&mut self, sources: usize, mut take: impl FnMut(usize) -> Option<T>) -> Option<T> {
+        // (`turn` is past the end if sources left since the last look.)
+        let turn = if self.turn >= sources { 0 } else { self.turn };
+        let stay = self.streak < SOURCE_STREAK;
+        let start = if stay { turn } else { (turn + 1) % sources };
+        for k in 0..sources {
+            let source = if start + k >= sources { start + k - sources } else { start + k };
+            if let Some(op) = take(source) {
+                // A streak goes on only where the look started: back at
+                // `turn` after the others were found empty, it starts over.
+                self.streak = if source == turn && stay { self.streak + 1 } else { 1 };
+                self.turn = source;
+                return Some(op);
+            }
+        }
+        None
+    }
+}
+
+impl Feeds {
+    /// Adds a feed.
+    fn add(&self, feed: Arc<FeedShared<TaskRef>>) {
+        let mut list = lock(&self.list);
+        list.push(feed);
+        // Release: a worker that sees the new version sees the list's new
+        // entry (it reads the list under the lock anyway), and the ops
+        // queued on the feed after this.
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
+    /// Removes a feed (its thread is leaving, its ops were requeued).
+    fn remove(&self, gone: &Arc<FeedShared<TaskRef>>) {
+        let mut list = lock(&self.list);
+        list.retain(|feed| !Arc::ptr_eq(feed, gone));
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
+    /// Brings a worker's copy up to date: a plain load while nothing changed.
+    pub(super) fn refresh(&self, view: &mut FeedView) {
+        if self.version.load(Ordering::Acquire) == view.version {
+            return;
+        }
+        let list = lock(&self.list);
+        view.version = self.version.load(Ordering::Relaxed);
+        view.feeds = list.clone();
+    }
+}
+
+/// A thread's feed on one pool: the queuing end of its FIFO.
+pub(super) struct OwnFeed {
+    pool_id: usize,
+    pool: Weak<PoolShared>,
+    feed: Feed<TaskRef>,
+}
+
+impl OwnFeed {
+    /// This thread's feed on `pool` among its `feeds`, set up on first use
+    /// (and the feeds of pools that are gone dropped then).
+    pub(super) fn of<'a>(feeds: &'a mut Vec<OwnFeed>, pool: &Arc<PoolShared>) -> &'a mut Feed<TaskRef> {
+        let found = match feeds.iter().position(|feed| feed.pool_id == pool.id) {
+            Some(k) => k,
+            None => {
+                feeds.retain(OwnFeed::pool_alive);
+                let feed = Feed::new();
+                pool.feeds.add(feed.shared().clone());
+                feeds.push(OwnFeed { pool_id: pool.id, pool: Arc::downgrade(pool), feed });
+                feeds.len() - 1
+            }
+        };
+        &mut feeds[found].feed
+    }
+
+    /// Whether its pool still exists.
+    pub(super) fn pool_alive(&self) -> bool {
+        self.pool.strong_count() > 0
+    }
+}
+
+impl Drop for OwnFeed {
+    /// The thread is leaving: its queued ops move to the injector, and its
+    /// feed leaves the list. (Workers may still take from it meanwhile.)
+    fn drop(&mut self) {
+        let Some(pool) = self.pool.upgrade() else {
+            return;
+        };
+        let mut moved = 0;
+        while let Some(task) = self.feed.pop() {
+            pool.enqueue(task);
+            moved += 1;
+        }
+        pool.feeds.remove(self.feed.shared());
+        pool.parking.notify(moved);
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::super::thread::feeds_alive;
+    use super::*;
+    use crate::{Engine, ShutdownMode};
+
+    /// Takes `ops` ops from sources that always (or never) hold ops, as
+    /// `has_ops` says: the source of each op taken, and how many looks at
+    /// a source that took.
+    fn takes(turns: &mut Turns, has_ops: &[bool], ops: usize) -> (Vec<usize>, usize) {
+        let mut taken = Vec::new();
+        let mut looks = 0;
+        for _ in 0..ops {
+            let op = turns.look(has_ops.len(), |k| {
+                looks += 1;
+                has_ops[k].then_some(k)
+            });
+            taken.push(op.expect("a source holds ops"));
+        }
+        (taken, looks)
+    }
+
+    /// With ops in every source, each gives SOURCE_STREAK in a row, in turn.
+    #[test]
+    fn sources_take_turns_while_all_hold_ops() {
+        let streak = SOURCE_STREAK as usize;
+        let (taken, _) = takes(&mut Turns::default(), &[true, true, true], 6 * streak);
+        let runs: Vec<(usize, usize)> =
+            taken.chunk_by(|a, b| a == b).map(|run| (run[0], run.len())).collect();
+        assert_eq!(runs, [(0, streak), (1, streak), (2, streak), (0, streak), (1, streak), (2, streak)]);
+    }
+
+    /// With ops in one source only, a worker looks at the empty ones once
+    /// per SOURCE_STREAK ops, not before every op once a streak is over.
+    #[test]
+    fn a_streak_starts_over_when_the_others_are_empty() {
+        let ops = 10 * SOURCE_STREAK as usize;
+        let (taken, looks) = takes(&mut Turns::default(), &[true, false], ops);
+        assert!(taken.iter().all(|&k| k == 0));
+        assert_eq!(looks - ops, ops / SOURCE_STREAK as usize - 1, "looks at the empty source");
+        // A source list that shrank leaves no turn past its end.
+        let mut turns = Turns { turn: 5, streak: 3 };
+        assert_eq!(takes(&mut turns, &[false, true], 1).0, [1]);
+    }
+
+    /// A thread that pushed to many engines, one after the other, keeps a
+    /// feed only for pools that still exist.
+    #[test]
+    fn a_thread_keeps_no_feeds_of_pools_that_are_gone() {
+        for _ in 0..20 {
+            let engine = Engine::builder().cpu_workers(1).build().unwrap();
+            engine.op("op").run(|(), ()| Ok(())).blocking_wait().unwrap();
+            assert!(feeds_alive().1);
+            engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
+            drop(engine);
+            assert!(feeds_alive().0 <= 2, "feeds of dropped pools are kept");
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! Where and on what thread ops run: placement and dispatch (`place.rs`),
+//! the pools and their queues (`pool.rs`, `feeds.rs`, `feed.rs`), the
+//! workers' loop (`worker.rs`), parking (`park.rs`), and what each thread is
+//! to the engine (`thread.rs`). `README.md` has the thread roles, the
+//! queues and the parking handshake with its proof sketch.
+//!
+//! Above the op layer: a worker runs an op through `op::Task`, and nothing
+//! here knows the engine's bookkeeping.
+
+mod feed;
+mod feeds;
+mod park;
+mod place;
+mod pool;
+mod thread;
+mod worker;
+
+pub(crate) use place::{Dispatcher, Topology};
+pub(crate) use pool::Held;

@@ -1,0 +1,166 @@
+//! The one module that knows the topology: which devices and lanes exist,
+//! which pool runs an op of a given device and lane, and whether a ready op
+//! goes to a pool or runs on the thread that made it ready.
+
+use std::sync::{Arc, OnceLock};
+
+use super::pool::{Held, Pool};
+use super::thread;
+use crate::device::{Device, Lane};
+use crate::error::Error;
+use crate::op::{Exec, TaskRef};
+use crate::sync::small::SmallList;
+
+/// The pools an engine may start, as configured.
+#[derive(Clone, Debug)]
+pub(crate) struct Topology {
+    /// Every op runs on the thread that makes it ready (the naive engine).
+    pub(crate) naive: bool,
+    pub(crate) cpu_devices: usize,
+    pub(crate) cpu_workers: usize,
+    pub(crate) priority_workers: usize,
+    pub(crate) thread_name: String,
+}
+
+pub(crate) struct Dispatcher {
+    topology: Topology,
+    /// One normal pool per CPU device, started on first use.
+    cpu: Vec<OnceLock<Pool>>,
+    /// The shared pool of prioritized CPU ops.
+    priority: OnceLock<Pool>,
+    /// What the engine holds back, for idle CPU workers to push.
+    held: Option<Arc<dyn Held>>,
+}
+
+impl Dispatcher {
+    pub(crate) fn new(topology: Topology, held: Option<Arc<dyn Held>>) -> Self {
+        let cpu = (0..topology.cpu_devices).map(|_| OnceLock::new()).collect();
+        Self { topology, cpu, priority: OnceLock::new(), held }
+    }
+
+    /// Checks an op's device and lane; decides where its body starts once
+    /// it is ready. `starts_inline`: the body only hands work on (a future
+    /// op spawns, an acquire hands out guards), so it runs where the op
+    /// became ready.
+    pub(crate) fn place(
+        &self,
+        name: &str,
+        device: Device,
+        lane: Lane,
+        starts_inline: bool,
+    ) -> Result<Exec, Error> {
+        match device {
+            Device::Gpu(i) => {
+                return Err(Error::unsupported(format!(
+                    "op `{name}` targets gpu({i}), but this build of depengine has no GPU support"
+                )));
+            }
+            Device::Cpu(i) if i >= self.topology.cpu_devices => {
+                return Err(Error::invalid(format!(
+                    "op `{name}` targets cpu({i}), but the engine has {} cpu device(s); see EngineBuilder::cpu_devices",
+                    self.topology.cpu_devices
+                )));
+            }
+            Device::Cpu(_) => {}
+        }
+        match lane {
+            Lane::CopyToGpu | Lane::CopyFromGpu => Err(Error::invalid(format!(
+                "op `{name}`: lane {lane:?} is for GPU copies and needs a GPU device"
+            ))),
+            Lane::Inline => Ok(Exec::Inline),
+            _ if starts_inline => Ok(Exec::Inline),
+            _ => Ok(Exec::Pool),
+        }
+    }
+
+    /// The pool that runs `task`; `None` if it runs on the thread that made
+    /// it ready (inline placement, the naive engine).
+    fn pool_for(&self, task: &TaskRef) -> Option<&Pool> {
+        let meta = &task.header().meta;
+        (meta.exec == Exec::Pool && !self.topology.naive).then(|| self.pool(meta.device(), meta.lane))
+    }
+
+    /// Runs an op that became ready inside its push: on its pool, or here.
+    pub(crate) fn dispatch_pushed(&self, task: TaskRef) {
+        match self.pool_for(&task) {
+            Some(pool) => pool.submit(task),
+            None => thread::run_here(task, true),
+        }
+    }
+
+    /// Runs the ops one completion made ready: the first pool op may go to
+    /// this worker's next slot; the others for one pool are queued
+    /// together, with one look for parked workers to wake.
+    pub(crate) fn dispatch_successors(&self, tasks: impl Iterator<Item = TaskRef>) {
+        let mut slot_offered = false;
+        let mut batch: Option<(&Pool, SmallList<TaskRef, 8>)> = None;
+        for task in tasks {
+            let Some(pool) = self.pool_for(&task) else {
+                thread::run_here(task, false);
+                continue;
+            };
+            if !slot_offered {
+                slot_offered = true;
+                pool.submit_successor(task);
+                continue;
+            }
+            match &mut batch {
+                Some((p, list)) if std::ptr::eq(*p, pool) => list.push(task),
+                _ => {
+                    if let Some((p, mut list)) = batch.take() {
+                        p.submit_all(list.drain(..));
+                    }
+                    let mut list = SmallList::new();
+                    list.push(task);
+                    batch = Some((pool, list));
+                }
+            }
+        }
+        if let Some((p, mut list)) = batch {
+            p.submit_all(list.drain(..));
+        }
+    }
+
+    fn pool(&self, device: Device, lane: Lane) -> &Pool {
+        let cell = match (device, lane) {
+            (_, Lane::Prioritized) => &self.priority,
+            (Device::Cpu(i), _) => &self.cpu[i],
+            (Device::Gpu(_), _) => unreachable!("gpu placement is refused at push"),
+        };
+        cell.get_or_init(|| {
+            let Topology { thread_name: prefix, cpu_workers, priority_workers, .. } = &self.topology;
+            let (name, workers, held) = match (device, lane) {
+                (_, Lane::Prioritized) => (format!("{prefix}-prio"), *priority_workers, None),
+                (Device::Cpu(i), _) => (format!("{prefix}-cpu{i}"), *cpu_workers, self.held.clone()),
+                (Device::Gpu(_), _) => unreachable!("gpu placement is refused at push"),
+            };
+            Pool::start(&name, workers, held)
+                .unwrap_or_else(|e| panic!("cannot start {name} worker threads: {e}"))
+        })
+    }
+
+    /// Whether every worker of `device`'s normal pool is parking (see
+    /// [`Pool::all_parked`]); starts the pool if it has not started.
+    /// `false` for a device the engine does not have (its push is refused).
+    pub(crate) fn all_parked(&self, device: Device) -> bool {
+        match device {
+            Device::Cpu(i) if i < self.cpu.len() => self.pool(device, Lane::Normal).all_parked(),
+            _ => false,
+        }
+    }
+
+    fn pools(&self) -> impl Iterator<Item = &Pool> {
+        self.cpu.iter().chain(std::iter::once(&self.priority)).filter_map(OnceLock::get)
+    }
+
+    /// Tells every worker to exit once idle.
+    pub(crate) fn stop(&self) {
+        self.pools().for_each(Pool::stop);
+    }
+
+    /// Stops every worker and waits for the threads to exit.
+    pub(crate) fn stop_and_join(&self) {
+        self.stop();
+        self.pools().for_each(Pool::join);
+    }
+}

@@ -1,0 +1,300 @@
+//! A pool of dedicated worker threads fed by priority queues.
+//!
+//! Device-agnostic: the dispatcher (`place.rs`) decides which pool an op
+//! goes to; a pool only runs what it is given, highest priority first, FIFO
+//! among equals queued by one thread (see *feeds* below for ops queued by
+//! several). The workers' loop is `worker.rs`; `README.md` beside this file
+//! has the thread roles, the queues and the parking handshake.
+//!
+//! Four things keep the cost per op low:
+//! * **a next slot**: an op that a worker's own op made ready, on the same
+//!   pool, is kept by that worker and run next, without a queue round trip
+//!   or a wake-up (one op at most, only while nothing more urgent is
+//!   queued, and, while other ops are queued, at most `NEXT_STREAK` times
+//!   in a row);
+//! * **spinning before parking**: an idle worker watches the queues for a
+//!   short while (yielding its core) before it sleeps, so a steady stream
+//!   of ops never pays for a thread wake-up;
+//! * **feeds**: a thread that is not one of the pool's workers (a pushing
+//!   thread) queues its priority-0 ops on a FIFO of its own (`feed.rs`),
+//!   which only it writes and the workers take from: queuing an op is plain
+//!   stores, with no read-modify-write on a line the workers write (each of
+//!   which would make the pusher wait for its earlier stores to reach lines
+//!   the workers hold). Workers queue on a shared lock-free FIFO, the
+//!   *injector*. A worker takes from the feeds and the injector in turn, at
+//!   most `SOURCE_STREAK` ops from one while another holds ops, so none
+//!   starves; FIFO order holds among the ops one thread queued (`feeds.rs`);
+//! * **no lock to submit**: a submit takes a lock only to wake a parked
+//!   worker (see `park.rs`), or once per thread to set up its feed.
+//!
+//! Ops with other priorities sit in a heap that is consulted first for
+//! positive priorities and last for negative ones, which is exactly
+//! "highest first, FIFO among equals".
+
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use crossbeam_deque::{Injector, Steal};
+
+use super::feeds::{FeedView, Feeds};
+use super::park::Parking;
+use super::thread;
+use super::worker::Worker;
+use crate::op::TaskRef;
+use crate::op::job::in_user_body;
+
+static NEXT_POOL_ID: AtomicUsize = AtomicUsize::new(1);
+
+/// Ops an engine holds back from its pools, which idle workers ask it to
+/// push before they park. The one hook of bulk execution in this layer
+/// (`engine::bulk`: the open segment); see `README.md`, *Parking*.
+pub(crate) trait Held: Send + Sync {
+    /// Whether ops are held back. Read by a worker announced as parking,
+    /// after a full fence (see [`Pool::all_parked`]).
+    fn any(&self) -> bool;
+    /// Pushes them.
+    fn release(&self);
+}
+
+pub(crate) struct Pool {
+    shared: Arc<PoolShared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+pub(super) struct PoolShared {
+    pub(super) id: usize,
+    /// Priority-0 ops queued by the workers, FIFO: lock-free, so that a
+    /// worker queuing and one taking an op never wait for each other.
+    fifo: Injector<TaskRef>,
+    /// Priority-0 ops queued by other threads, one FIFO per thread.
+    pub(super) feeds: Feeds,
+    /// Ops with a non-zero priority.
+    heap: Mutex<Heap>,
+    /// Ops in `heap`, readable without its lock.
+    in_heap: AtomicUsize,
+    /// Ops in `heap` with a priority above zero.
+    urgent: AtomicUsize,
+    pub(super) parking: Parking,
+    pub(super) stopping: AtomicBool,
+    workers: usize,
+    pub(super) held: Option<Arc<dyn Held>>,
+}
+
+#[derive(Default)]
+struct Heap {
+    heap: BinaryHeap<Queued>,
+    seq: u64,
+}
+
+struct Queued {
+    priority: i32,
+    seq: u64,
+    task: TaskRef,
+}
+
+impl Ord for Queued {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        self.priority.cmp(&other.priority).then_with(|| other.seq.cmp(&self.seq))
+    }
+}
+
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == CmpOrdering::Equal
+    }
+}
+
+impl Eq for Queued {}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Pool {
+    /// Starts `workers` threads named `{name}-{k}`; before they park, they
+    /// release what `held` holds back.
+    pub(crate) fn start(name: &str, workers: usize, held: Option<Arc<dyn Held>>) -> std::io::Result<Self> {
+        let workers = workers.max(1);
+        let shared = Arc::new(PoolShared {
+            id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
+            fifo: Injector::new(),
+            feeds: Feeds::default(),
+            heap: Mutex::new(Heap::default()),
+            in_heap: AtomicUsize::new(0),
+            urgent: AtomicUsize::new(0),
+            parking: Parking::default(),
+            stopping: AtomicBool::new(false),
+            workers,
+            held,
+        });
+        let threads = (0..workers)
+            .map(|k| {
+                let shared = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("{name}-{k}"))
+                    .spawn(move || Worker::new(&shared).work())
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(Self { shared, threads: Mutex::new(threads) })
+    }
+
+    /// Queues a ready op.
+    pub(crate) fn submit(&self, task: TaskRef) {
+        self.queue(task);
+        self.shared.parking.notify(1);
+    }
+
+    /// Queues ready ops together: a wake-up per op while workers sleep.
+    pub(crate) fn submit_all(&self, tasks: impl Iterator<Item = TaskRef>) {
+        let mut n = 0;
+        for task in tasks {
+            self.queue(task);
+            n += 1;
+        }
+        self.shared.parking.notify(n);
+    }
+
+    /// Queues an op: on this thread's feed if this thread is not one of the
+    /// pool's workers and the op has priority 0 (see the module docs), else
+    /// where the workers queue.
+    fn queue(&self, task: TaskRef) {
+        let shared = &self.shared;
+        let task = if !thread::works_for(shared.id) && task.header().meta.priority == 0 {
+            // Not during this thread's exit (its feeds are gone), nor from
+            // within the feed list's own upkeep.
+            thread::queue_on_own_feed(shared, task)
+        } else {
+            Some(task)
+        };
+        if let Some(task) = task {
+            shared.enqueue(task);
+        }
+    }
+
+    /// Hands a ready op made ready by an op this thread ran to this thread's
+    /// next slot, if this thread is a worker of this pool, its slot is free
+    /// and nothing more urgent is queued. Otherwise queues it.
+    pub(crate) fn submit_successor(&self, task: TaskRef) {
+        let shared = &self.shared;
+        let keep = thread::works_for(shared.id)
+            && !in_user_body()
+            && task.header().meta.priority >= 0
+            && shared.urgent.load(Ordering::Relaxed) == 0;
+        // The slot keeps the first successor; later ones are queued.
+        let queued = if keep { thread::keep_next(task) } else { Some(task) };
+        if let Some(task) = queued {
+            self.submit(task);
+        }
+    }
+
+    /// Whether every worker is parked or about to park, so that none will
+    /// look at the engine's held-back ops unless woken. The caller makes
+    /// them visible to [`Held::any`] first, then issues a full fence: then
+    /// either this sees every worker parking, or the last one to park sees
+    /// the ops (the handshake of `park.rs`).
+    pub(crate) fn all_parked(&self) -> bool {
+        self.shared.parking.sleepers() >= self.shared.workers
+    }
+
+    /// Tells the workers to exit once the queue is empty.
+    pub(crate) fn stop(&self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        self.shared.parking.notify_all();
+    }
+
+    /// Joins the workers (after `stop`), except the calling thread if it is one.
+    pub(crate) fn join(&self) {
+        let me = std::thread::current().id();
+        let threads = std::mem::take(&mut *lock(&self.threads));
+        for t in threads {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl PoolShared {
+    /// Queues an op where the workers queue theirs.
+    pub(super) fn enqueue(&self, task: TaskRef) {
+        let priority = task.header().meta.priority;
+        if priority == 0 {
+            self.fifo.push(task);
+            return;
+        }
+        let mut heap = lock(&self.heap);
+        if priority > 0 {
+            self.urgent.fetch_add(1, Ordering::Relaxed);
+        }
+        heap.seq += 1;
+        let seq = heap.seq;
+        heap.heap.push(Queued { priority, seq, task });
+        self.in_heap.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether an op is queued (without taking it).
+    pub(super) fn has_work(&self, view: &mut FeedView) -> bool {
+        self.feeds.refresh(view);
+        !self.fifo.is_empty()
+            || self.in_heap.load(Ordering::Relaxed) > 0
+            || view.feeds.iter().any(|feed| !feed.is_empty())
+    }
+
+    /// Takes the next op: a positive priority first, then priority 0 from
+    /// the feeds and the injector in turn, then a negative priority.
+    pub(super) fn try_pop(&self, view: &mut FeedView) -> Option<TaskRef> {
+        if self.urgent.load(Ordering::Relaxed) > 0 {
+            if let Some(task) = self.pop_heap(|p| p > 0) {
+                return Some(task);
+            }
+        }
+        self.feeds.refresh(view);
+        // The injector is source `n`, after the feeds.
+        let FeedView { feeds, turns, .. } = view;
+        let taken = turns.look(feeds.len() + 1, |source| match feeds.get(source) {
+            Some(feed) => feed.take(),
+            None => self.take_injected(),
+        });
+        if taken.is_some() {
+            return taken;
+        }
+        if self.in_heap.load(Ordering::Relaxed) > 0 {
+            return self.pop_heap(|_| true);
+        }
+        None
+    }
+
+    /// Takes an op from the injector, retrying while it is contended.
+    fn take_injected(&self) -> Option<TaskRef> {
+        loop {
+            match self.fifo.steal() {
+                Steal::Success(task) => return Some(task),
+                Steal::Empty => return None,
+                Steal::Retry => std::hint::spin_loop(),
+            }
+        }
+    }
+
+    /// Pops the heap's top op if its priority passes `take`.
+    fn pop_heap(&self, take: impl FnOnce(i32) -> bool) -> Option<TaskRef> {
+        let mut heap = lock(&self.heap);
+        if !take(heap.heap.peek()?.priority) {
+            return None;
+        }
+        let Queued { priority, task, .. } = heap.heap.pop()?;
+        self.in_heap.fetch_sub(1, Ordering::Relaxed);
+        if priority > 0 {
+            self.urgent.fetch_sub(1, Ordering::Relaxed);
+        }
+        Some(task)
+    }
+}

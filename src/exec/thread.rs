@@ -1,0 +1,147 @@
+//! What the current thread is to the engine: the one file whose
+//! thread-locals decide where a ready op goes when it is not simply queued,
+//! and how an op runs on the thread that holds it.
+//!
+//! * A pool's **worker** knows its pool ([`POOL`]) and keeps one successor
+//!   in its **next slot** ([`NEXT`]), which it runs next (`worker.rs`).
+//! * A thread that runs ops **inline** (an inline op ready at push, any op
+//!   on the naive engine) is marked [`INLINE`]; inline ops it makes ready
+//!   meanwhile wait in [`LOCAL`] and run after the one it runs, so chains of
+//!   inline ops never recurse.
+//! * Any other thread queues its priority-0 ops on a **feed** of its own per
+//!   pool ([`FEEDS`], `feed.rs`).
+//!
+//! Whether user code is running on this thread is the op layer's to know
+//! (`op::job::in_user_body`): an op made ready there must not wait in the
+//! next slot of a worker that is busy with that very body.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use super::feeds::OwnFeed;
+use super::pool::PoolShared;
+use crate::error::panic_message;
+use crate::op::TaskRef;
+
+thread_local! {
+    /// The pool this thread works for (0: none).
+    static POOL: Cell<usize> = const { Cell::new(0) };
+    /// The op this worker runs next.
+    static NEXT: RefCell<Option<TaskRef>> = const { RefCell::new(None) };
+    /// Whether this thread is running ops through [`run_here`].
+    static INLINE: Cell<bool> = const { Cell::new(false) };
+    /// Inline ops made ready on this thread, to run after the current one.
+    static LOCAL: RefCell<VecDeque<TaskRef>> = const { RefCell::new(VecDeque::new()) };
+    /// This thread's feeds, one per pool it queued ops on from outside.
+    static FEEDS: RefCell<Vec<OwnFeed>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Makes this thread a worker of pool `id` (for its whole life).
+pub(super) fn become_worker(id: usize) {
+    POOL.with(|pool| pool.set(id));
+}
+
+/// Whether this thread is a worker of pool `id`.
+#[inline]
+pub(super) fn works_for(id: usize) -> bool {
+    POOL.with(Cell::get) == id
+}
+
+/// Takes the op in this worker's next slot.
+#[inline]
+pub(super) fn take_next() -> Option<TaskRef> {
+    NEXT.with(|next| next.borrow_mut().take())
+}
+
+/// Puts `task` in this worker's next slot if it is free; else hands it back.
+#[inline]
+pub(super) fn keep_next(task: TaskRef) -> Option<TaskRef> {
+    NEXT.with(|next| {
+        let mut slot = next.borrow_mut();
+        if slot.is_some() { Some(task) } else { slot.replace(task) }
+    })
+}
+
+/// Queues `task` on this thread's own feed for `pool`; hands it back when
+/// the thread has no feeds any more (it is exiting) or is updating them.
+#[inline]
+pub(super) fn queue_on_own_feed(pool: &Arc<PoolShared>, task: TaskRef) -> Option<TaskRef> {
+    let mut task = Some(task);
+    let _ = FEEDS.try_with(|feeds| {
+        if let Ok(mut feeds) = feeds.try_borrow_mut() {
+            OwnFeed::of(&mut feeds, pool).push(task.take().expect("queued once"));
+        }
+    });
+    task
+}
+
+/// Runs `task` on this thread.
+///
+/// An op made ready while this thread already runs one (a successor released
+/// by its completion) is queued and run after it, so chains of inline ops
+/// never recurse. One made ready by a push runs at once (`now`), even inside
+/// another op: the pusher may wait for it.
+pub(super) fn run_here(task: TaskRef, now: bool) {
+    if INLINE.with(Cell::get) {
+        if now {
+            execute(task);
+        } else {
+            LOCAL.with(|local| local.borrow_mut().push_back(task));
+        }
+        return;
+    }
+    run_first(|| execute(task));
+}
+
+/// Runs `first`, then the inline ops made ready on this thread meanwhile
+/// (see [`run_here`]); the caller runs no op already.
+pub(super) fn run_first(first: impl FnOnce()) {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            INLINE.with(|inline| inline.set(false));
+            // Only if a panic escaped `execute`: the queued ops are dropped.
+            LOCAL.with(|local| local.borrow_mut().clear());
+        }
+    }
+    debug_assert!(!INLINE.with(Cell::get), "a thread runs one op at a time");
+    INLINE.with(|inline| inline.set(true));
+    let _reset = Reset;
+    first();
+    while let Some(next) = LOCAL.with(|local| local.borrow_mut().pop_front()) {
+        execute(next);
+    }
+}
+
+/// Executes an op and drops the reference; a panic that escapes either (a
+/// user destructor run by the engine, such as a result dropped with a
+/// detached handle) is logged and contained, so the thread, and the ops
+/// queued on it, live on.
+fn execute(task: TaskRef) {
+    contain(move || {
+        task.execute(&task);
+        drop(task);
+    });
+}
+
+/// Executes an op on the caller's reference (see [`execute`]).
+pub(super) fn run(task: &TaskRef) {
+    contain(|| task.execute(task));
+}
+
+/// Runs `f`, logging a panic that escapes it instead of unwinding further.
+pub(super) fn contain(f: impl FnOnce()) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
+        tracing::error!(target: "depengine", "a panic escaped an op, outside its body: {}", panic_message(&*payload));
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+pub(super) fn feeds_alive() -> (usize, bool) {
+    FEEDS.with(|feeds| {
+        let feeds = feeds.borrow();
+        (feeds.len(), feeds.iter().any(OwnFeed::pool_alive))
+    })
+}

@@ -1,0 +1,130 @@
+//! A worker thread's loop: take an op (its next slot first, then the
+//! queues), run it, give its record back, and, with nothing to do, watch
+//! the queues a while and then park.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::feeds::FeedView;
+use super::pool::PoolShared;
+use super::thread;
+use crate::op::TaskRef;
+use crate::op::recycle::Returns;
+
+/// How many ops a worker runs from its next slot before it takes from the
+/// queue again, if anything is queued (so that queued ops are never starved
+/// by a long chain).
+const NEXT_STREAK: u32 = 64;
+
+/// How long an idle worker watches the queue before it parks.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// What a worker does next.
+enum Next {
+    Run(TaskRef),
+    /// Queued ops had their turn: look again.
+    Again,
+    /// The pool stopped and its queues are empty.
+    Exit,
+}
+
+/// A worker: its pool, its view of the pool's feeds, and the records of the
+/// ops it ran on their way back to the pushing threads.
+pub(super) struct Worker<'a> {
+    pool: &'a PoolShared,
+    view: FeedView,
+    /// Ops run in a row from the next slot.
+    streak: u32,
+    returns: Returns,
+}
+
+impl<'a> Worker<'a> {
+    pub(super) fn new(pool: &'a PoolShared) -> Self {
+        Self { pool, view: FeedView::default(), streak: 0, returns: Returns::new() }
+    }
+
+    /// Runs ops until the pool stops.
+    pub(super) fn work(mut self) {
+        thread::become_worker(self.pool.id);
+        loop {
+            match self.next() {
+                Next::Run(task) => self.run(task),
+                Next::Again => {}
+                Next::Exit => return,
+            }
+        }
+    }
+
+    fn next(&mut self) -> Next {
+        let Some(task) = thread::take_next() else {
+            self.streak = 0;
+            return match self.pool.try_pop(&mut self.view) {
+                Some(task) => Next::Run(task),
+                None => self.idle(),
+            };
+        };
+        if self.streak < NEXT_STREAK {
+            self.streak += 1;
+            return Next::Run(task);
+        }
+        self.streak = 0;
+        if !self.pool.has_work(&mut self.view) {
+            // Nothing is waiting for a turn.
+            return Next::Run(task);
+        }
+        // Let the queue have a turn. No wake-up: this worker takes an op
+        // from the queue next, so the queue holds no more ops for others
+        // than it did.
+        self.pool.enqueue(task);
+        Next::Again
+    }
+
+    /// Runs a ready op. If the worker then holds the op's last reference,
+    /// its record goes back to be reused (`op::recycle`).
+    fn run(&mut self, task: TaskRef) {
+        // On the worker's reference: if it is the last one, the record is
+        // reused below.
+        thread::run_first(|| thread::run(&task));
+        self.returns.give(task);
+    }
+
+    /// Nothing queued: gives back the records it holds, then waits.
+    fn idle(&mut self) -> Next {
+        self.returns.bury();
+        match self.wait() {
+            Some(Some(task)) => Next::Run(task),
+            Some(None) => {
+                if let Some(held) = &self.pool.held {
+                    held.release();
+                }
+                Next::Again
+            }
+            None => Next::Exit,
+        }
+    }
+
+    /// Waits for an op: watches the queues a while, then parks. `Some(None)`
+    /// if the engine holds ops back and no op is queued; `None` once
+    /// stopping and drained.
+    fn wait(&mut self) -> Option<Option<TaskRef>> {
+        let pool = self.pool;
+        let view = &mut self.view;
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while !pool.has_work(view) && !pool.stopping.load(Ordering::Acquire) {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else if start.elapsed() < SPIN {
+                std::thread::yield_now();
+            } else {
+                break;
+            }
+        }
+        let held = || pool.held.as_ref().is_some_and(|held| held.any());
+        pool.parking.park(
+            || pool.try_pop(view).map(Some).or_else(|| held().then_some(None)),
+            || pool.stopping.load(Ordering::Acquire),
+        )
+    }
+}

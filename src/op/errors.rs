@@ -1,0 +1,166 @@
+//! How errors pass through an op (SPEC §3): the error a var carried when
+//! the op was let through on it, whether that vetoes its body, and the
+//! error it leaves on the vars it writes.
+//!
+//! Only ops on an error path take the lock: `has_errors` says whether the
+//! state holds anything, and the error-free path reads only that flag.
+
+use super::nest::Handoff;
+use super::record::Header;
+use crate::error::{Error, Kind};
+use crate::sync::atomic::Ordering;
+use crate::sync::lock;
+
+/// An op's errors: the first it saw on a var, and, boxed, the rest. The
+/// box keeps the header small (the per-op memory budget: see
+/// `cell::size_tests`); only ops that fail or see an error, and nested
+/// ops, fill it.
+#[derive(Default)]
+pub(crate) struct OpErrors {
+    seen: Option<Error>,
+    rare: Option<Box<Rare>>,
+}
+
+impl OpErrors {
+    pub(super) fn rare(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// Whether it holds anything beyond the flag-guarded errors.
+    pub(super) fn has_rare(&self) -> bool {
+        self.rare.is_some()
+    }
+}
+
+/// The rarely used part of an op's error state.
+#[derive(Default)]
+pub(crate) struct Rare {
+    /// The error the op passes on to the vars it writes.
+    carry: Option<Error>,
+    /// Each var's error when the op was let through on it.
+    seen_on: Vec<(u64, Error)>,
+    /// The error each var it writes is left with, where the op decided it
+    /// var by var (an op that runs others: a bulk segment).
+    carry_on: Vec<(u64, Error)>,
+    /// Of a nested op: its handoff with its parent (`nest.rs`).
+    pub(super) handoff: Handoff,
+}
+
+impl Header {
+    /// Notes the error slot of `var` as the op is let through on it
+    /// (called under the var's lock): a `wait_for_var` takes the error, any
+    /// other op sees it.
+    pub(super) fn on_grant(&self, var: u64, error: &mut Option<Error>) {
+        let seen = if self.meta.clears_error { error.take() } else { error.clone() };
+        if let Some(err) = seen {
+            let mut errors = lock(&self.errors);
+            errors.rare().seen_on.push((var, err.clone()));
+            errors.seen.get_or_insert(err);
+            self.has_errors.store(true, Ordering::Release);
+        }
+    }
+
+    /// Why the body must not run, if it must not.
+    pub(crate) fn veto(&self) -> Option<Error> {
+        if self.meta.cancellable && self.host.is_cancelling() {
+            let reason = "the engine was shut down in cancel mode";
+            return Some(Error::new(Kind::Cancelled { op: self.meta.name.clone(), reason }));
+        }
+        if self.meta.no_skip || self.meta.clears_error || !self.has_errors.load(Ordering::Acquire) {
+            return None;
+        }
+        let seen = lock(&self.errors).seen.clone()?;
+        Some(Error::new(Kind::Skipped { op: self.meta.name.clone(), root: seen }))
+    }
+
+    /// The error a var carried when this op was let through (for
+    /// `wait_for_var`: the error it took).
+    pub(crate) fn seen_error(&self) -> Option<Error> {
+        if !self.has_errors.load(Ordering::Acquire) {
+            return None;
+        }
+        lock(&self.errors).seen.clone()
+    }
+
+    /// Takes the errors its vars carried when it was let through, var by
+    /// var (for an op that runs others: a bulk segment).
+    pub(crate) fn take_seen_on_vars(&self) -> Vec<(u64, Error)> {
+        if !self.has_errors.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        lock(&self.errors).rare.as_mut().map(|rare| std::mem::take(&mut rare.seen_on)).unwrap_or_default()
+    }
+
+    /// Notes `err` as if a var it uses had carried it when it was let
+    /// through (for an op run by another, which holds its vars).
+    pub(crate) fn see(&self, err: Error) {
+        lock(&self.errors).seen.get_or_insert(err);
+        self.has_errors.store(true, Ordering::Release);
+    }
+
+    /// The error this op passes on to the vars it writes.
+    pub(crate) fn carry(&self) -> Option<Error> {
+        if !self.has_errors.load(Ordering::Acquire) {
+            return None;
+        }
+        lock(&self.errors).rare.as_ref().and_then(|rare| rare.carry.clone())
+    }
+
+    /// Sets the error each var it writes is left with, var by var, instead
+    /// of one for all (set before its result is stored).
+    pub(crate) fn carry_on_vars(&self, carry: Vec<(u64, Error)>) {
+        if carry.is_empty() {
+            return;
+        }
+        lock(&self.errors).rare().carry_on = carry;
+        self.has_errors.store(true, Ordering::Release);
+    }
+
+    /// What its completion leaves on the vars it writes: `None` if nothing,
+    /// else the error for each var.
+    pub(super) fn carries(&self) -> Option<Carries> {
+        if !self.has_errors.load(Ordering::Acquire) {
+            return None;
+        }
+        let errors = lock(&self.errors);
+        let rare = errors.rare.as_ref()?;
+        Some(Carries { carry: rare.carry.clone(), each: rare.carry_on.clone() })
+    }
+
+    /// Records the op's outcome for propagation: the error it passes to the
+    /// vars it writes is the one it saw, else its own failure.
+    pub(crate) fn record_outcome(&self, result: Result<(), &Error>) {
+        if result.is_ok() && !self.has_errors.load(Ordering::Acquire) {
+            return;
+        }
+        let mut errors = lock(&self.errors);
+        let carry = match (&errors.seen, result) {
+            (Some(seen), _) if !self.meta.clears_error => seen.clone(),
+            (_, Err(own)) => own.clone(),
+            _ => return,
+        };
+        errors.rare().carry.get_or_insert(carry);
+        self.has_errors.store(true, Ordering::Release);
+    }
+}
+
+/// The errors a completing op leaves on its vars.
+pub(super) struct Carries {
+    carry: Option<Error>,
+    each: Vec<(u64, Error)>,
+}
+
+impl Carries {
+    /// The error var `id` is left with.
+    pub(super) fn on(&self, id: u64) -> Option<&Error> {
+        if self.each.is_empty() {
+            return self.carry.as_ref();
+        }
+        self.each.iter().find(|(var, _)| *var == id).map(|(_, err)| err)
+    }
+
+    /// Whether the op completes with an error of its own to pass on.
+    pub(super) fn is_ok(&self) -> bool {
+        self.carry.is_none()
+    }
+}

@@ -1,0 +1,42 @@
+//! The engine an op belongs to, as the op layer sees it: the one way up
+//! from an op record to the layers above.
+//!
+//! An op completes deep inside the op layer (the last guard dropped, a
+//! completion signalled), and its completion has consequences up there:
+//! the ops it made ready must run where their placement says, a failure is
+//! recorded for `wait_for_all`, a cancelling shutdown vetoes ops that have
+//! not started. Every record holds its engine as a [`HostRef`], and reaches
+//! it only through this trait (`engine::Shared` implements it).
+
+use std::sync::Arc;
+
+use super::TaskRef;
+use super::recycle::Graveyard;
+use crate::error::Error;
+use crate::sync::small::SmallList;
+
+/// Ops a completion made ready, in the order their vars let them through.
+pub(crate) type ReadyList = SmallList<TaskRef, 4>;
+
+/// What an op needs of the engine that pushed it.
+pub(crate) trait Host: Send + Sync + 'static {
+    /// Runs the ops in `ready` (leaving it empty) where their placement
+    /// says: called by the completion that made them ready.
+    fn dispatch_ready(&self, ready: &mut ReadyList);
+
+    /// Whether ops that have not started are to be cancelled, not run.
+    fn is_cancelling(&self) -> bool;
+
+    /// Records an op's failure for `wait_for_all`.
+    fn note_error(&self, err: &Error);
+
+    /// Where records of finished ops wait to be rebuilt by pushes.
+    fn graveyard(&self) -> &Graveyard;
+
+    /// A nested op's handle is waited on: its parent may still be held
+    /// back by the engine, which is to push it now (see `nest.rs`).
+    fn release_held(&self);
+}
+
+/// A record's reference to its engine.
+pub(crate) type HostRef = Arc<dyn Host>;

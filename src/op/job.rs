@@ -1,0 +1,220 @@
+//! Op bodies: the [`Job`] trait a typed record runs, and the bodies of
+//! the user API (a sync closure, a closure with a completion token, a
+//! future on the Tokio runtime).
+//!
+//! The op layer is also the one that knows when user code runs on a
+//! thread: [`in_user_body`] tells the workers (`exec`) not to keep an op
+//! made ready from inside a body in their next slot, since the body may
+//! block until that op has run.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use futures::FutureExt;
+
+use super::access::{Item, OpToken};
+use super::cell::{OpSlot, SlotRef};
+use super::handle::Completion;
+use super::record::{Header, TaskRef};
+use crate::error::{BoxError, Error, Kind, panic_message};
+
+/// An op's body, typed.
+pub(crate) trait Job: Send + 'static {
+    type Output: Send + 'static;
+
+    /// Starts the body. It must lead to exactly one store of its result:
+    /// [`Running::store`] before returning, or [`OpSlot::store_owned`] on
+    /// [`Running::to_owned`] from a [`Completion`] or a spawned task.
+    fn start(self, op: Running<'_, Self::Output>);
+
+    /// The op will not run (`err` says why); called instead of `start`.
+    fn vetoed(self, _err: &Error)
+    where
+        Self: Sized,
+    {
+    }
+}
+
+/// A running op, as its body's [`Job::start`] sees it: borrowed from the
+/// thread that runs it, which holds a reference for the call.
+pub(crate) struct Running<'a, R> {
+    /// A reference to the record (guards are made of it).
+    pub(crate) task: &'a TaskRef,
+    pub(super) slot: &'a dyn OpSlot<R>,
+}
+
+impl<R: 'static> Running<'_, R> {
+    pub(crate) fn header(&self) -> &Header {
+        self.task.header()
+    }
+
+    /// Stores the body's result (see [`OpSlot::store`]).
+    pub(crate) fn store(&self, result: Result<R, Error>) {
+        self.slot.store(self.task, result);
+    }
+
+    /// An owned reference, for a body that stores its result after
+    /// `start` returns.
+    pub(crate) fn to_owned(&self) -> SlotRef<R> {
+        self.slot.to_owned(self.task)
+    }
+}
+
+thread_local! {
+    /// User bodies running on this thread.
+    static IN_BODY: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Whether user code of an op body is running on this thread: an op it
+/// makes ready (by signalling a completion, dropping a guard) must not wait
+/// for it to return.
+#[inline]
+pub(crate) fn in_user_body() -> bool {
+    IN_BODY.with(Cell::get) != 0
+}
+
+/// Runs a user body, marking this thread as busy with it.
+fn in_body<R>(body: impl FnOnce() -> R) -> R {
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            IN_BODY.with(|n| n.set(n.get() - 1));
+        }
+    }
+    IN_BODY.with(|n| n.set(n.get() + 1));
+    let _leave = Leave;
+    body()
+}
+
+/// Maps a body's outcome, panics included, to the op's result.
+fn op_result<R>(name: &Header, caught: std::thread::Result<Result<R, BoxError>>) -> Result<R, Error> {
+    let op = || name.meta.name.clone();
+    match caught {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(source)) => Err(Error::new(Kind::Failed { op: op(), source })),
+        Err(payload) => Err(Error::new(Kind::Panicked { op: op(), message: panic_message(&*payload) })),
+    }
+}
+
+/// A closure run to completion on a worker.
+pub(crate) struct SyncJob<Rd, Wr, F> {
+    pub(crate) reads: Rd,
+    pub(crate) writes: Wr,
+    pub(crate) body: F,
+}
+
+impl<Rd, Wr, F, R> Job for SyncJob<Rd, Wr, F>
+where
+    Rd: Item,
+    Wr: Item,
+    F: FnOnce(Rd::Guard, Wr::Guard) -> Result<R, BoxError> + Send + 'static,
+    R: Send + 'static,
+{
+    type Output = R;
+
+    fn start(self, op: Running<'_, R>) {
+        let Self { reads, writes, body } = self;
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            let reads = reads.guard(OpToken(op.task));
+            let writes = writes.guard(OpToken(op.task));
+            in_body(|| body(reads, writes))
+        }));
+        let result = op_result(op.header(), caught);
+        op.store(result);
+    }
+}
+
+/// A closure that receives a [`Completion`] to signal, now or later.
+pub(crate) struct AsyncJob<Rd, Wr, F, R> {
+    pub(crate) reads: Rd,
+    pub(crate) writes: Wr,
+    pub(crate) body: F,
+    pub(crate) output: PhantomData<fn(R)>,
+}
+
+impl<Rd, Wr, F, R> Job for AsyncJob<Rd, Wr, F, R>
+where
+    Rd: Item,
+    Wr: Item,
+    F: FnOnce(Rd::Guard, Wr::Guard, Completion<R>) + Send + 'static,
+    R: Send + 'static,
+{
+    type Output = R;
+
+    fn start(self, op: Running<'_, R>) {
+        let done = Completion::new(op.to_owned());
+        let Self { reads, writes, body, .. } = self;
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            let reads = reads.guard(OpToken(op.task));
+            let writes = writes.guard(OpToken(op.task));
+            in_body(|| body(reads, writes, done));
+        }));
+        if let Err(payload) = caught {
+            // If the token was dropped by the unwinding, it has already
+            // stored a panic error; this store is then ignored.
+            let name = op.header().meta.name.clone();
+            op.store(Err(Error::new(Kind::Panicked { op: name, message: panic_message(&*payload) })));
+        }
+    }
+}
+
+/// A future run on the engine's Tokio runtime.
+pub(crate) struct FutureJob<Rd, Wr, F> {
+    pub(crate) reads: Rd,
+    pub(crate) writes: Wr,
+    pub(crate) body: F,
+    pub(crate) runtime: tokio::runtime::Handle,
+}
+
+impl<Rd, Wr, F, Fut, R> Job for FutureJob<Rd, Wr, F>
+where
+    Rd: Item,
+    Wr: Item,
+    F: FnOnce(Rd::Guard, Wr::Guard) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<R, BoxError>> + Send + 'static,
+    R: Send + 'static,
+{
+    type Output = R;
+
+    fn start(self, op: Running<'_, R>) {
+        let Self { reads, writes, body, runtime } = self;
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            (reads.guard(OpToken(op.task)), writes.guard(OpToken(op.task)))
+        }));
+        let (reads, writes) = match caught {
+            Ok(guards) => guards,
+            Err(payload) => return op.store(op_result(op.header(), Err(payload))),
+        };
+        let on_drop = StoreOnDrop(Some(op.to_owned()));
+        runtime.spawn(async move {
+            let on_drop = on_drop;
+            let caught = AssertUnwindSafe(async move { body(reads, writes).await }).catch_unwind().await;
+            if let Some(slot) = on_drop.disarm() {
+                let result = op_result(slot.header(), caught);
+                slot.store_owned(result);
+            }
+        });
+    }
+}
+
+/// Stores an error if a future op's task is dropped unfinished (its runtime
+/// shut down), so that the op still completes.
+struct StoreOnDrop<R: 'static>(Option<SlotRef<R>>);
+
+impl<R: 'static> StoreOnDrop<R> {
+    fn disarm(mut self) -> Option<SlotRef<R>> {
+        self.0.take()
+    }
+}
+
+impl<R: 'static> Drop for StoreOnDrop<R> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0.take() {
+            let op = slot.header().meta.name.clone();
+            let reason = "its tokio runtime shut down before it finished";
+            slot.store_owned(Err(Error::new(Kind::Cancelled { op, reason })));
+        }
+    }
+}

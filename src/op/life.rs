@@ -1,0 +1,193 @@
+//! An op's life after it is built: appended to its vars (submit), let
+//! through, run, and completed once its body has stored its result and
+//! every guard is gone (finalize). `README.md` beside this file has the
+//! states and who owns the record in each.
+
+#![allow(unsafe_code)]
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use super::host::ReadyList;
+use super::record::{Header, Task, TaskRef};
+use crate::error::Error;
+use crate::sync::small::{self, SmallList};
+use crate::var::VarCell;
+
+/// Appends a built op to all its vars at once; passes it to `dispatch` if
+/// every dep was let through, with the ops of earlier pushes that this one
+/// let through (found in an inbox). On error nothing was appended.
+///
+/// `pending` starts at the number of deps; each let-through releases one.
+/// Those let through at once are released here, after every append: if all
+/// were, nothing else can reach the count, and it is left alone. An op with
+/// one var may be left in its inbox: the reference moves there, and this
+/// call does not touch the op again.
+#[inline]
+pub(crate) fn submit(task: TaskRef, mut dispatch: impl FnMut(TaskRef)) -> Result<(), Error> {
+    let header = task.header();
+    header.in_span(|| tracing::debug!(target: "depengine::op", "pushed"));
+    let deps = header.deps.len();
+    if deps == 0 {
+        dispatch(task);
+        return Ok(());
+    }
+    // Ops of earlier pushes that this one let through, found in an inbox.
+    let mut others: SmallList<TaskRef, 4> = SmallList::new();
+    let mut collect = |op| others.push(op);
+    let ready = match deps {
+        1 if !header.meta.deletes => {
+            let dep = &header.deps[0];
+            let (cell, access): (*const _, _) = (dep.var.cell(), dep.access);
+            // SAFETY: the record `task` refers to holds the var, so the cell
+            // lives as long as `task` does; the call does not need it to
+            // live any longer.
+            unsafe { VarCell::append_one(cell, access, task, &mut collect)? }
+        }
+        _ => {
+            let granted = if header.meta.deletes {
+                let dep = header.deps.first().expect("a deletion has its var");
+                dep.var.cell().append_delete(task.clone(), &mut collect).map(usize::from)
+            } else {
+                let cells = header.deps.iter().map(|d| (d.var.cell(), d.access));
+                crate::var::append_all(cells, &task, &mut collect)
+            }?;
+            (granted == deps || header.pending.release(granted)).then_some(task)
+        }
+    };
+    if others.is_empty() {
+        small::discard(others);
+    } else {
+        for op in others {
+            if op.header().pending.release(1) {
+                dispatch(op);
+            }
+        }
+    }
+    if let Some(task) = ready {
+        dispatch(task);
+    }
+    Ok(())
+}
+
+/// Releases the body's live count, once its result is stored: the call
+/// that reaches zero completes the op. `task` is a reference to the op
+/// held by the caller until this returns.
+///
+/// If guards are still alive, one of them completes the op: the live count
+/// then owns a reference to the record, which the [`LiveRef`] whose drop
+/// reaches zero takes back (so a guard holds no reference of its own). It is
+/// taken here before the release, so that the guard cannot take back one not
+/// yet given. Without guards, nothing but this call can reach the count
+/// (no guard can be made once the body has returned), so it releases it
+/// with a plain store.
+pub(crate) fn release_body(task: &TaskRef) {
+    let live = &task.header().live;
+    // Acquire: the writes made through guards already dropped happen
+    // before the completion below.
+    if live.get() > 1 {
+        let passed = Arc::into_raw(task.clone());
+        if !live.release(1) {
+            return;
+        }
+        // SAFETY: the guards were dropped meanwhile, and this call reached
+        // zero, so no `LiveRef` took back `passed` (the reference made
+        // just above by `Arc::into_raw`): it is still this call's to drop.
+        drop(unsafe { Arc::from_raw(passed) });
+        finalize(task, true);
+    } else {
+        live.release_sole();
+        finalize(task, false);
+    }
+}
+
+/// Completes an op whose body has finished and whose guards are gone: each
+/// var completed in turn (one lock at a time), successors dispatched, the
+/// result published. `after_guards`: a guard outlived the body.
+fn finalize(task: &TaskRef, after_guards: bool) {
+    let header = task.header();
+    if header.meta.nested {
+        finalize_nested(header, after_guards);
+        return;
+    }
+    let carries = header.carries();
+    if !header.deps.is_empty() {
+        let mut ready = ReadyList::new();
+        for dep in header.deps.iter() {
+            let carry = carries.as_ref().and_then(|c| c.on(dep.var.id()));
+            dep.var.cell().complete(dep.access, carry, &mut |op| ready.push(op));
+        }
+        ready.retain(|next| next.header().pending.release(1));
+        if ready.is_empty() {
+            small::discard(ready);
+        } else {
+            header.host.dispatch_ready(&mut ready);
+        }
+    }
+    let ok = carries.as_ref().is_none_or(|c| c.is_ok());
+    header.in_span(|| tracing::debug!(target: "depengine::op", ok, "finished"));
+    task.publish();
+}
+
+/// Completes a nested op: its parent holds its vars and publishes it (see
+/// `nest.rs`); a parent waiting for its guards goes on.
+fn finalize_nested(header: &Header, after_guards: bool) {
+    header.in_span(|| tracing::debug!(target: "depengine::op", ok = header.carry().is_none(), "finished"));
+    if let Some(then) = after_guards.then(|| header.nested_finished()).flatten() {
+        then();
+    }
+}
+
+/// Keeps an op from completing until dropped: the op completes only once
+/// its body has finished and every `LiveRef` is gone. Held by guards.
+///
+/// It holds no reference count of its own, and needs none: while the body
+/// has not stored its result, whoever will store it holds a reference (the
+/// job's slot, a `Completion`); after that, the body's reference belongs to
+/// the live count ([`release_body`]), and the `LiveRef` whose drop brings
+/// the count to zero takes it back. Either way the record outlives every
+/// `LiveRef`.
+pub(crate) struct LiveRef(NonNull<dyn Task>);
+
+// SAFETY: a `LiveRef` only reads the record's header (`Sync`) and, once,
+// takes back a `TaskRef` (`Send`): what a `TaskRef` may do on any thread.
+unsafe impl Send for LiveRef {}
+// SAFETY: `&LiveRef` gives access to nothing but `Debug`, which reads the
+// header (`Sync`).
+unsafe impl Sync for LiveRef {}
+
+impl LiveRef {
+    /// Takes one more live count on `task`; its holder must keep the op
+    /// from completing meanwhile (the body has not stored its result).
+    pub(crate) fn new(task: &TaskRef) -> Self {
+        task.header().live.add(1);
+        let record = NonNull::new(Arc::as_ptr(task).cast_mut()).expect("an Arc's pointer is not null");
+        Self(record)
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: this live count keeps the record alive (see the type's
+        // doc), and the reference borrows `self`.
+        unsafe { self.0.as_ref() }.header()
+    }
+}
+
+impl Drop for LiveRef {
+    fn drop(&mut self) {
+        if self.header().live.release(1) {
+            // SAFETY: the count reached zero here, so the body had released
+            // its own count: `release_body` made its reference the live
+            // count's (`Arc::into_raw` of a `TaskRef` to this record, whose
+            // pointer `Arc::as_ptr` gave this `LiveRef`), and only the
+            // release that reaches zero takes it back.
+            let task = unsafe { Arc::from_raw(self.0.as_ptr().cast_const()) };
+            finalize(&task, true);
+        }
+    }
+}
+
+impl std::fmt::Debug for LiveRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LiveRef({})", self.header().meta.name)
+    }
+}

@@ -1,0 +1,223 @@
+//! The erased part of every op record, what the engine reads whatever the
+//! body: its placement and policy ([`Meta`]), its deps, its counters, its
+//! place in a var's inbox, its errors and its span.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use super::access::Decl;
+use super::errors::OpErrors;
+use super::host::HostRef;
+use crate::device::{Device, Lane};
+use crate::error::Error;
+use crate::sync::Mutex;
+use crate::sync::atomic::AtomicBool;
+use crate::sync::countdown::Countdown;
+use crate::var::inbox::{Link, Linked};
+use crate::var::{Access, Grant};
+
+/// A shared reference to an erased op.
+pub(crate) type TaskRef = Arc<dyn Task>;
+
+/// Where an op's body runs once it is ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Exec {
+    /// On a worker of the pool for the op's device and lane.
+    Pool,
+    /// On the thread that made it ready (engine-internal bodies, inline ops,
+    /// future ops whose start only spawns).
+    Inline,
+}
+
+/// A device in 4 bytes: the ordinal, with the top bit set for a GPU
+/// (ordinals of 2^31 and above are refused at push).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PackedDevice(u32);
+
+const GPU: u32 = 1 << 31;
+
+impl PackedDevice {
+    /// Packs a device; `None` if its ordinal does not fit.
+    pub(crate) fn new(device: Device) -> Option<Self> {
+        let (gpu, ordinal) = match device {
+            Device::Cpu(i) => (0, i),
+            Device::Gpu(i) => (GPU, i),
+        };
+        let ordinal = u32::try_from(ordinal).ok().filter(|&o| o < GPU)?;
+        Some(Self(gpu | ordinal))
+    }
+
+    pub(crate) fn get(self) -> Device {
+        let ordinal = (self.0 & !GPU) as usize;
+        if self.0 & GPU != 0 { Device::Gpu(ordinal) } else { Device::Cpu(ordinal) }
+    }
+}
+
+/// What the engine knows of an op, whatever its body. The name, read only
+/// for messages, comes last (see [`Header`] for the layout).
+#[derive(Clone, Debug)]
+#[repr(C)]
+pub(crate) struct Meta {
+    pub(crate) device: PackedDevice,
+    pub(crate) priority: i32,
+    pub(crate) lane: Lane,
+    pub(crate) exec: Exec,
+    /// Runs even if a var it uses carries an error.
+    pub(crate) no_skip: bool,
+    /// Takes (clears) the error of the var it reads: `wait_for_var`.
+    pub(crate) clears_error: bool,
+    /// Cancelled, not run, by a cancelling shutdown.
+    pub(crate) cancellable: bool,
+    /// Deletes its one (written) var: appended with `append_delete`.
+    pub(crate) deletes: bool,
+    /// Pushed without a handle: nobody will read its result.
+    pub(crate) detached: bool,
+    /// Run by a parent op, which holds its vars and publishes it (see
+    /// `nest.rs`).
+    pub(crate) nested: bool,
+    pub(crate) name: Cow<'static, str>,
+}
+
+impl Meta {
+    /// The op's device.
+    pub(crate) fn device(&self) -> Device {
+        self.device.get()
+    }
+}
+
+/// An op's declarations; after normalisation, its deps: sorted by var id,
+/// one per var. Inline for up to four vars.
+pub(crate) type DepList = crate::sync::small::SmallList<Decl, 4>;
+
+/// The erased part of every op.
+///
+/// Laid out in declaration order: what a worker completing another op reads
+/// and writes on this one when it lets it through (the counts, the flags,
+/// the inbox link, the placement) sits in its first 64 bytes, right after
+/// the record's reference counts, so that releasing a successor and sending
+/// it to its pool touch one or two cache lines of it instead of three.
+#[repr(C)]
+pub(crate) struct Header {
+    /// Deps not yet let through (see `life::submit`).
+    pub(super) pending: Countdown,
+    /// One for the body until it stores its result, plus one per live guard.
+    pub(super) live: Countdown,
+    /// Whether `errors` holds anything: the common, error-free path never
+    /// takes its lock.
+    pub(super) has_errors: AtomicBool,
+    /// Its place in a var's inbox, if it has one var (see `var::inbox`):
+    /// read by the worker that takes it out, which then lets it through.
+    link: Link<TaskRef>,
+    pub(crate) meta: Meta,
+    pub(crate) deps: DepList,
+    /// The engine: the way up (see `host.rs`).
+    pub(crate) host: HostRef,
+    /// The errors it saw on its vars and the one it passes on (`errors.rs`).
+    pub(super) errors: Mutex<OpErrors>,
+    /// The op's span, only while a subscriber wants it.
+    pub(super) span: Option<Box<tracing::Span>>,
+}
+
+impl Header {
+    pub(crate) fn new(meta: Meta, deps: DepList, host: HostRef) -> Self {
+        Self {
+            pending: Countdown::new(deps.len()),
+            live: Countdown::new(1),
+            has_errors: AtomicBool::new(false),
+            link: Link::new(),
+            span: op_span(&meta),
+            meta,
+            deps,
+            host,
+            errors: Mutex::new(OpErrors::default()),
+        }
+    }
+
+    /// The op's span, if a subscriber wants it.
+    pub(crate) fn span(&self) -> Option<&tracing::Span> {
+        self.span.as_deref()
+    }
+
+    /// Runs `f` inside the op's span, if it has one.
+    pub(crate) fn in_span<R>(&self, f: impl FnOnce() -> R) -> R {
+        match &self.span {
+            Some(span) => span.in_scope(f),
+            None => f(),
+        }
+    }
+}
+
+/// The op's span, boxed, if a subscriber wants it.
+pub(super) fn op_span(meta: &Meta) -> Option<Box<tracing::Span>> {
+    let span = tracing::debug_span!(
+        target: "depengine::op",
+        "op",
+        name = %meta.name,
+        device = %meta.device(),
+        lane = ?meta.lane,
+    );
+    if span.is_disabled() { None } else { Some(Box::new(span)) }
+}
+
+/// The typed side of an op, as the engine sees it.
+pub(crate) trait Task: std::any::Any + Send + Sync {
+    fn header(&self) -> &Header;
+
+    /// Runs the body, or stores the veto as its result. Called once, when
+    /// the op is ready, on the thread its `Exec` chose, by the holder of
+    /// `this`, a reference to this very record: a sync body runs on the
+    /// caller's reference, so running an op takes none of its own.
+    fn execute(&self, this: &TaskRef);
+
+    /// Makes the stored result visible to the handle and wakes it, then
+    /// releases the op's count in its epoch. Called once, after the op's
+    /// vars are released.
+    fn publish(&self);
+
+    /// Drops everything the record holds that anyone could observe (var
+    /// references, the result, the span, errors), leaving a shell whose
+    /// drop only frees memory. Called by the holder of the last reference
+    /// (see `recycle.rs`).
+    fn strip(&mut self);
+
+    /// Completes an op that will not run with `err`, instead of
+    /// [`execute`](Self::execute) (its body is dropped unrun).
+    fn abandon(&self, this: &TaskRef, err: Error);
+}
+
+impl Grant for TaskRef {
+    fn on_grant(&self, var: u64, error: &mut Option<Error>) {
+        self.header().on_grant(var, error);
+    }
+
+    fn next_in_line(&self) {
+        prefetch(self);
+    }
+
+    fn name(&self) -> &str {
+        &self.header().meta.name
+    }
+}
+
+impl Linked for TaskRef {
+    fn link(&self) -> &Link<Self> {
+        &self.header().link
+    }
+
+    fn sole_access(&self) -> Access {
+        let deps = &self.header().deps;
+        debug_assert_eq!(deps.len(), 1, "only ops with one var go through an inbox");
+        deps[0].access
+    }
+}
+
+/// Fetches an op's record for writing, all its lines at once, reference
+/// counts included (they precede the value in an `Arc`'s allocation).
+pub(crate) fn prefetch(task: &TaskRef) {
+    let value = Arc::as_ptr(task);
+    let counts = 2 * std::mem::size_of::<usize>();
+    crate::sync::prefetch::for_write(
+        value.cast::<u8>().wrapping_sub(counts),
+        counts + std::mem::size_of_val(&**task),
+    );
+}

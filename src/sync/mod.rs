@@ -1,0 +1,15 @@
+//! The lowest layer: synchronisation primitives that know nothing of vars,
+//! ops or threads of the engine. Everything above imports its atomics,
+//! locks and cells from here, so that the whole crate switches to loom's
+//! under `--cfg depengine_loom` (see `shim.rs`).
+
+mod shim;
+
+pub(crate) mod countdown;
+pub(crate) mod epoch;
+pub(crate) mod latch;
+pub(crate) mod prefetch;
+pub(crate) mod small;
+pub(crate) mod spin;
+
+pub(crate) use shim::{Condvar, Mutex, MutexGuard, atomic, cell, lock};

@@ -1,0 +1,274 @@
+//! Var handles: the typed [`Var`] that owns its data, and the untyped
+//! [`AnyVar`] that only declares it; both reach the var's engine-side state
+//! (its cell) and its owner, the engine that made it.
+
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use super::cell::{Grant, VarCell};
+use super::data::DataCell;
+use super::gate::Access;
+use super::guard::{ReadGuard, WriteGuard};
+use crate::op::{LiveRef, TaskRef};
+
+/// The engine a var belongs to, opaque at this layer: the engine layer
+/// makes it and reads it back (a push refuses vars of another engine, and
+/// `Var::read` pushes on the var's own).
+pub(crate) type Owner = Arc<dyn std::any::Any + Send + Sync>;
+
+/// The engine-side state of a var, whatever its data type. It lives at the
+/// start of its var's [`VarInner`], so that a typed handle and an untyped
+/// one share one reference count: an op that declares a typed var clones
+/// the handle for its guard and the var for its declaration, and the second
+/// clone then finds the count's line in the pushing core's cache (as the
+/// second drop does on the worker), where two counts cost two lines per op
+/// that cross between the cores.
+pub(crate) struct VarCore {
+    cell: VarCell<TaskRef>,
+    owner: Owner,
+    /// How an untyped handle reaches the count of the `VarInner<T>` this
+    /// core begins.
+    count: &'static Count,
+}
+
+/// A var's reference count, reached without its data type.
+struct Count {
+    /// Adds a reference.
+    clone: unsafe fn(NonNull<VarCore>),
+    /// Drops a reference, freeing the var with the last one.
+    release: unsafe fn(NonNull<VarCore>),
+}
+
+impl Count {
+    const fn of<T: Send + Sync + 'static>() -> &'static Self {
+        &Count { clone: clone_inner::<T>, release: release_inner::<T> }
+    }
+}
+
+/// # Safety
+///
+/// `core` points to the `core` field of a live `VarInner<T>` in an `Arc`,
+/// on which the caller holds a reference.
+unsafe fn clone_inner<T>(core: NonNull<VarCore>) {
+    // SAFETY: `VarInner` is `repr(C)` with `core` first, so the pointer is
+    // the one `Arc::into_raw` gave for the var (`Var::any`), whose count the
+    // caller's reference keeps above zero (this function's contract).
+    unsafe { Arc::increment_strong_count(core.cast::<VarInner<T>>().as_ptr()) }
+}
+
+/// # Safety
+///
+/// As for [`clone_inner`]; the caller's reference is given up.
+unsafe fn release_inner<T>(core: NonNull<VarCore>) {
+    // SAFETY: as in `clone_inner`; the reference dropped here is the
+    // caller's, which it no longer uses.
+    unsafe { Arc::decrement_strong_count(core.cast::<VarInner<T>>().as_ptr()) }
+}
+
+/// A var's engine-side state and its data: what `Var` handles and guards
+/// hold (a guard takes the handle its op declared, so running an op clones
+/// no reference). `repr(C)`, `core` first: a pointer to a `VarInner<T>` is a
+/// pointer to its [`VarCore`] (what [`AnyVar`] holds). The data comes after
+/// the core's lines, so that the workers' writes to the data's borrow flag do
+/// not touch a line the pushing thread reads.
+#[repr(C)]
+pub(super) struct VarInner<T> {
+    core: VarCore,
+    /// The data. The gate guarantees that no two guards conflict; the cell
+    /// checks it.
+    pub(super) data: DataCell<T>,
+}
+
+/// A piece of state owned by an engine, reachable only through the accesses
+/// an op or an acquire declares.
+///
+/// Cloning a `Var` gives another handle to the same var. Create one with
+/// [`Engine::var`](crate::Engine::var); a bare tag for state kept outside
+/// the engine is a `Var<()>` ([`Engine::new_var`](crate::Engine::new_var)).
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> depengine::Result<()> {
+/// let engine = depengine::Engine::new();
+/// let v = engine.var(1u64);
+/// *v.write().await? += 1;
+/// assert_eq!(*v.read().await?, 2);
+/// assert_eq!(v.version(), 1);
+/// # Ok(()) }
+/// ```
+pub struct Var<T> {
+    inner: Arc<VarInner<T>>,
+}
+
+impl<T> Clone for Var<T> {
+    fn clone(&self) -> Self {
+        Self { inner: self.inner.clone() }
+    }
+}
+
+impl<T: Send + Sync + 'static> Var<T> {
+    pub(crate) fn new(owner: Owner, id: u64, value: T) -> Self {
+        let core = VarCore { cell: VarCell::new(id), owner, count: Count::of::<T>() };
+        Self { inner: Arc::new(VarInner { core, data: DataCell::new(value) }) }
+    }
+
+    /// This var as an untyped handle, for low-level pushes that declare it
+    /// without reaching its data.
+    pub fn any(&self) -> AnyVar {
+        // The clone's reference becomes the new handle's.
+        let core = Arc::into_raw(self.inner.clone()).cast::<VarCore>().cast_mut();
+        // SAFETY: `Arc::into_raw` never gives a null pointer. (`VarInner` is
+        // `repr(C)` with `core` first, so the pointer is also the core's.)
+        AnyVar(unsafe { NonNull::new_unchecked(core) })
+    }
+
+    /// The var's unique id (also the order in which vars are locked).
+    pub fn id(&self) -> u64 {
+        self.inner.core.cell.id()
+    }
+
+    /// The number of writes that have completed on this var.
+    pub fn version(&self) -> u64 {
+        self.any().version()
+    }
+
+    /// Whether [`Engine::delete_var`](crate::Engine::delete_var) was called on it.
+    pub fn is_deleted(&self) -> bool {
+        self.any().is_deleted()
+    }
+
+    /// The engine the var belongs to.
+    pub(crate) fn owner(&self) -> &Owner {
+        &self.inner.core.owner
+    }
+
+    /// A read guard for the op `live` keeps running, made of this handle.
+    pub(crate) fn into_read_guard(self, live: LiveRef) -> ReadGuard<T> {
+        assert!(self.inner.data.try_read(), "{CONFLICT}");
+        ReadGuard::new(self.inner, live)
+    }
+
+    /// The write guard for the op `live` keeps running, made of this handle.
+    pub(crate) fn into_write_guard(self, live: LiveRef) -> WriteGuard<T> {
+        assert!(self.inner.data.try_write(), "{CONFLICT}");
+        WriteGuard::new(self.inner, live)
+    }
+}
+
+const CONFLICT: &str = "depengine bug: the var gate let two conflicting accesses through";
+
+impl<T> fmt::Debug for Var<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Var").field("id", &self.inner.core.cell.id()).finish_non_exhaustive()
+    }
+}
+
+/// An untyped handle to a var: enough to declare it in an op, not to reach
+/// its data.
+pub struct AnyVar(
+    /// The `core` of a `VarInner<T>` in an `Arc`, of which this handle holds
+    /// one reference.
+    NonNull<VarCore>,
+);
+
+// SAFETY: an `AnyVar` is a reference to a `VarInner<T>` that reaches only its
+// `VarCore` (`Send + Sync`) and, with the last reference, drops it:
+// `Var::new` requires `T: Send + Sync`, so the `VarInner<T>` may be shared
+// and dropped on any thread, as through an `Arc<VarInner<T>>`.
+unsafe impl Send for AnyVar {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for AnyVar {}
+
+impl AnyVar {
+    fn core(&self) -> &VarCore {
+        // SAFETY: the handle's reference keeps the `VarInner` that the
+        // pointer points into alive while `self` is borrowed.
+        unsafe { self.0.as_ref() }
+    }
+
+    pub(crate) fn cell(&self) -> &VarCell<TaskRef> {
+        &self.core().cell
+    }
+
+    /// The engine the var belongs to.
+    pub(crate) fn owner(&self) -> &Owner {
+        &self.core().owner
+    }
+
+    /// The var's unique id.
+    pub fn id(&self) -> u64 {
+        self.cell().id()
+    }
+
+    /// The number of writes that have completed on this var.
+    pub fn version(&self) -> u64 {
+        self.cell().lock().gate.version()
+    }
+
+    /// Whether the var has been deleted.
+    pub fn is_deleted(&self) -> bool {
+        self.cell().lock().deleted
+    }
+
+    /// A snapshot of the var's queue, for debugging apparent hangs.
+    pub fn debug_state(&self) -> VarDebug {
+        let state = self.cell().lock();
+        VarDebug {
+            id: self.id(),
+            version: state.gate.version(),
+            running_reads: state.gate.running_reads(),
+            write_running: state.gate.write_running(),
+            queued: state.gate.queued().map(|(a, t)| (*a == Access::Write, t.name().to_string())).collect(),
+            error: state.error.as_ref().map(ToString::to_string),
+            deleted: state.deleted,
+        }
+    }
+}
+
+impl Clone for AnyVar {
+    fn clone(&self) -> Self {
+        // SAFETY: `self.0` is the core of a live `VarInner<T>` in an `Arc`,
+        // with the `Count` of that `T`, and `self` holds a reference to it.
+        unsafe { (self.core().count.clone)(self.0) };
+        AnyVar(self.0)
+    }
+}
+
+impl Drop for AnyVar {
+    fn drop(&mut self) {
+        // SAFETY: as in `clone`; the reference given up is this handle's,
+        // not used after.
+        unsafe { (self.core().count.release)(self.0) }
+    }
+}
+
+impl fmt::Debug for AnyVar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("AnyVar").field(&self.id()).finish()
+    }
+}
+
+/// What a var is doing, as [`AnyVar::debug_state`] saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VarDebug {
+    /// The var's id.
+    pub id: u64,
+    /// Completed writes.
+    pub version: u64,
+    /// Reads let through and not yet completed.
+    pub running_reads: usize,
+    /// Whether a write is let through and not yet completed.
+    pub write_running: bool,
+    /// Ops waiting in the var's queue, in order: (is a write, op name).
+    pub queued: Vec<(bool, String)>,
+    /// The error the var carries, if any.
+    pub error: Option<String>,
+    /// Whether the var has been deleted.
+    pub deleted: bool,
+}
