@@ -118,13 +118,19 @@ impl Header {
 
     /// What its completion leaves on the vars it writes: `None` if nothing,
     /// else the error for each var.
-    pub(super) fn carries(&self) -> Option<Carries> {
+    #[inline]
+    pub(super) fn carries(&self) -> Option<Box<Carries>> {
         if !self.has_errors.load(Ordering::Acquire) {
             return None;
         }
+        self.carries_locked()
+    }
+
+    #[cold]
+    fn carries_locked(&self) -> Option<Box<Carries>> {
         let errors = lock(&self.errors);
         let rare = errors.rare.as_ref()?;
-        Some(Carries { carry: rare.carry.clone(), each: rare.carry_on.clone() })
+        Some(Box::new(Carries { carry: rare.carry.clone(), each: rare.carry_on.clone() }))
     }
 
     /// Records the op's outcome for propagation: the error it passes to the

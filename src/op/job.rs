@@ -114,6 +114,7 @@ where
 {
     type Output = R;
 
+    #[inline]
     fn start(self, op: Running<'_, R>) {
         let Self { reads, writes, body } = self;
         let caught = catch_unwind(AssertUnwindSafe(|| {
@@ -143,6 +144,7 @@ where
 {
     type Output = R;
 
+    #[inline]
     fn start(self, op: Running<'_, R>) {
         let done = Completion::new(op.to_owned());
         let Self { reads, writes, body, .. } = self;
@@ -178,6 +180,7 @@ where
 {
     type Output = R;
 
+    #[inline]
     fn start(self, op: Running<'_, R>) {
         let Self { reads, writes, body, runtime } = self;
         let caught = catch_unwind(AssertUnwindSafe(|| {

@@ -112,19 +112,26 @@ fn finalize(task: &TaskRef, after_guards: bool) {
     }
     let carries = header.carries();
     if !header.deps.is_empty() {
+        // The ops this completion made ready: let through on a var here,
+        // and on every other var already.
         let mut ready = ReadyList::new();
         for dep in header.deps.iter() {
             let carry = carries.as_ref().and_then(|c| c.on(dep.var.id()));
-            dep.var.cell().complete(dep.access, carry, &mut |op| ready.push(op));
+            dep.var.cell().complete(dep.access, carry, &mut |op: TaskRef| {
+                if op.header().pending.release(1) {
+                    ready.push(op);
+                }
+            });
         }
-        ready.retain(|next| next.header().pending.release(1));
-        if ready.is_empty() {
-            small::discard(ready);
-        } else {
+        if !ready.is_empty() {
             header.host.dispatch_ready(&mut ready);
         }
+        small::discard(ready);
     }
-    let ok = carries.as_ref().is_none_or(|c| c.is_ok());
+    let ok = match carries {
+        None => true,
+        Some(carries) => carries.is_ok(),
+    };
     header.in_span(|| tracing::debug!(target: "depengine::op", ok, "finished"));
     task.publish();
 }

@@ -38,6 +38,7 @@ const GPU: u32 = 1 << 31;
 
 impl PackedDevice {
     /// Packs a device; `None` if its ordinal does not fit.
+    #[inline]
     pub(crate) fn new(device: Device) -> Option<Self> {
         let (gpu, ordinal) = match device {
             Device::Cpu(i) => (0, i),
@@ -47,6 +48,7 @@ impl PackedDevice {
         Some(Self(gpu | ordinal))
     }
 
+    #[inline]
     pub(crate) fn get(self) -> Device {
         let ordinal = (self.0 & !GPU) as usize;
         if self.0 & GPU != 0 { Device::Gpu(ordinal) } else { Device::Cpu(ordinal) }
@@ -80,6 +82,7 @@ pub(crate) struct Meta {
 
 impl Meta {
     /// The op's device.
+    #[inline]
     pub(crate) fn device(&self) -> Device {
         self.device.get()
     }
@@ -134,11 +137,13 @@ impl Header {
     }
 
     /// The op's span, if a subscriber wants it.
+    #[inline]
     pub(crate) fn span(&self) -> Option<&tracing::Span> {
         self.span.as_deref()
     }
 
     /// Runs `f` inside the op's span, if it has one.
+    #[inline]
     pub(crate) fn in_span<R>(&self, f: impl FnOnce() -> R) -> R {
         match &self.span {
             Some(span) => span.in_scope(f),
@@ -186,10 +191,12 @@ pub(crate) trait Task: std::any::Any + Send + Sync {
 }
 
 impl Grant for TaskRef {
+    #[inline]
     fn on_grant(&self, var: u64, error: &mut Option<Error>) {
         self.header().on_grant(var, error);
     }
 
+    #[inline]
     fn next_in_line(&self) {
         prefetch(self);
     }
@@ -200,10 +207,12 @@ impl Grant for TaskRef {
 }
 
 impl Linked for TaskRef {
+    #[inline]
     fn link(&self) -> &Link<Self> {
         &self.header().link
     }
 
+    #[inline]
     fn sole_access(&self) -> Access {
         let deps = &self.header().deps;
         debug_assert_eq!(deps.len(), 1, "only ops with one var go through an inbox");

@@ -5,6 +5,7 @@
 
 mod shim;
 
+pub(crate) mod barrier;
 pub(crate) mod countdown;
 pub(crate) mod epoch;
 pub(crate) mod latch;
