@@ -5,22 +5,39 @@
 //! at its queues once more, and only then waits on the condition variable.
 //! A submitter queues its op, then reads `sleepers`, and takes the lock to
 //! notify only if someone is parked or about to park. The worker holds the
-//! lock from that last look until it waits, and the notification is sent
+//! lock from its last look until it waits, and the notification is sent
 //! under the lock, so it cannot fall between the two.
 //!
 //! This is a store-buffering handshake: each side writes, then reads what
-//! the other wrote. With a full fence on each side between the two, at
+//! the other wrote, and with a full fence on each side between the two, at
 //! least one of them sees the other's write: either the worker finds the
-//! op, or the submitter finds the worker. The fences are a pair of
-//! asymmetric barriers (`sync::barrier`): the submitter, on the path of
-//! every push, pays a compiler fence; the parking worker pays for both
-//! with the kernel's process-wide barrier. Under loom and Miri both are
-//! full fences; the models check this very handshake (`README.md` beside
-//! this file has the proof sketch).
+//! op, or the submitter finds the worker. The submitter, on the path of
+//! every push, pays only the light half of a pair of asymmetric barriers
+//! (`sync::barrier`: a compiler fence). So a worker parks in two steps:
+//!
+//! 1. a wait of at most [`SECOND_LOOK`], after a look that no fence
+//!    guards: it and a submitter may miss each other, and then the op waits
+//!    for the timeout (a wake-up delayed, never lost);
+//! 2. after a timeout, the heavy half of the pair (the kernel's
+//!    process-wide barrier), a last look, and a wait without a timeout:
+//!    the full handshake guards the only wait that could last for ever.
+//!
+//! The heavy barrier interrupts every running thread of the process, the
+//! pushing one included; paid on every park, it made a steady stream of
+//! pushes slower by half, so only a worker idle past the first wait pays
+//! it. Under loom and Miri both halves of the pair are full fences, and
+//! under loom the first wait times out at once (loom has no time): the
+//! model checks the path every park can take (`README.md` beside this file
+//! has the proof sketch).
+
+use std::time::Duration;
 
 use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::sync::barrier::Barriers;
-use crate::sync::{Condvar, Mutex, lock};
+use crate::sync::{Condvar, Mutex, lock, wait_timeout};
+
+/// How long a parked worker waits before it pays for the full handshake.
+const SECOND_LOOK: Duration = Duration::from_micros(100);
 
 pub(crate) struct Parking {
     /// Workers parked or about to park.
@@ -72,13 +89,22 @@ impl Parking {
         let mut guard = lock(&self.lock);
         loop {
             self.sleepers.fetch_add(1, Ordering::Relaxed);
-            self.barriers.heavy();
             let found = poll();
             if found.is_some() || stop() {
                 self.sleepers.fetch_sub(1, Ordering::Relaxed);
                 return found;
             }
-            guard = self.available.wait(guard).unwrap_or_else(|e| e.into_inner());
+            let (woken, timed_out) = wait_timeout(&self.available, guard, SECOND_LOOK);
+            guard = woken;
+            if timed_out {
+                self.barriers.heavy();
+                let found = poll();
+                if found.is_some() || stop() {
+                    self.sleepers.fetch_sub(1, Ordering::Relaxed);
+                    return found;
+                }
+                guard = self.available.wait(guard).unwrap_or_else(|e| e.into_inner());
+            }
             self.sleepers.fetch_sub(1, Ordering::Relaxed);
         }
     }

@@ -13,4 +13,4 @@ pub(crate) mod prefetch;
 pub(crate) mod small;
 pub(crate) mod spin;
 
-pub(crate) use shim::{Condvar, Mutex, MutexGuard, atomic, cell, lock};
+pub(crate) use shim::{Condvar, Mutex, MutexGuard, atomic, cell, lock, wait_timeout};

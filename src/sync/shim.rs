@@ -46,6 +46,29 @@ pub(crate) mod cell {
     pub(crate) use loom::cell::UnsafeCell;
 }
 
+/// Waits on `condvar` for at most `timeout`; whether it timed out.
+#[cfg(not(depengine_loom))]
+pub(crate) fn wait_timeout<'a, T>(
+    condvar: &Condvar,
+    guard: MutexGuard<'a, T>,
+    timeout: std::time::Duration,
+) -> (MutexGuard<'a, T>, bool) {
+    let (guard, wait) = condvar.wait_timeout(guard, timeout).unwrap_or_else(|e| e.into_inner());
+    (guard, wait.timed_out())
+}
+
+/// Under loom, which has no time, a timed wait times out at once: the
+/// models take the path that any timed wait may take (loom's own
+/// `wait_timeout` never times out).
+#[cfg(depengine_loom)]
+pub(crate) fn wait_timeout<'a, T>(
+    _condvar: &Condvar,
+    guard: MutexGuard<'a, T>,
+    _timeout: std::time::Duration,
+) -> (MutexGuard<'a, T>, bool) {
+    (guard, true)
+}
+
 /// Locks a mutex, ignoring poisoning: no engine code panics while holding a
 /// lock, and user code never runs under one.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
