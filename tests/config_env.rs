@@ -1,15 +1,18 @@
-//! Environment overrides, checked in child processes so that no test
-//! mutates its own environment.
+//! Configuration precedence: an explicit builder call wins, the environment
+//! fills in what the code left unset, then the default. Checked in child
+//! processes so that no test mutates its own environment.
 
 use std::process::Command;
 
 use depengine::{Engine, EngineKind};
 
-/// Runs `child_reports_config` in a child process with `env` set.
-fn child(env: &[(&str, &str)]) -> String {
+/// Runs the ignored test `child` in a child process with `env` set.
+fn child(test: &str, env: &[(&str, &str)]) -> String {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "child_reports_config", "--ignored", "--nocapture", "--test-threads=1"]);
-    for var in ["DEPENGINE_TYPE", "DEPENGINE_CPU_WORKERS", "DEPENGINE_CPU_PRIORITY_WORKERS"] {
+    cmd.args(["--exact", test, "--ignored", "--nocapture", "--test-threads=1"]);
+    for var in
+        ["DEPENGINE_TYPE", "DEPENGINE_CPU_WORKERS", "DEPENGINE_CPU_PRIORITY_WORKERS", "DEPENGINE_BULK_SIZE"]
+    {
         cmd.env_remove(var);
     }
     cmd.envs(env.iter().copied());
@@ -17,32 +20,59 @@ fn child(env: &[(&str, &str)]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-#[test]
-#[ignore = "run by the other tests of this file in a child process"]
-fn child_reports_config() {
-    match Engine::builder().kind(EngineKind::Threaded).cpu_workers(7).build() {
-        Ok(e) => println!("config: kind={:?} workers={}", e.kind(), e.cpu_workers()),
+fn report(built: depengine::Result<Engine>) {
+    match built {
+        Ok(e) => println!("config: kind={:?} workers={} bulk={}", e.kind(), e.cpu_workers(), e.bulk_size()),
         Err(e) => println!("config error: {e}"),
     }
 }
 
 #[test]
-fn builder_applies_without_environment() {
-    assert!(child(&[]).contains("config: kind=Threaded workers=7"));
+#[ignore = "run by the other tests of this file in a child process"]
+fn child_with_explicit_settings() {
+    report(Engine::builder().kind(EngineKind::Threaded).cpu_workers(7).bulk_size(1).build());
 }
 
 #[test]
-fn environment_overrides_builder() {
-    let out = child(&[("DEPENGINE_TYPE", "naive"), ("DEPENGINE_CPU_WORKERS", "3")]);
-    assert!(out.contains("config: kind=Naive workers=3"), "{out}");
+#[ignore = "run by the other tests of this file in a child process"]
+fn child_with_defaults() {
+    report(Engine::builder().build());
+}
+
+#[test]
+fn builder_applies_without_environment() {
+    assert!(child("child_with_explicit_settings", &[]).contains("config: kind=Threaded workers=7 bulk=1"));
+}
+
+#[test]
+fn builder_call_wins_over_environment() {
+    let env = [("DEPENGINE_TYPE", "naive"), ("DEPENGINE_CPU_WORKERS", "3"), ("DEPENGINE_BULK_SIZE", "16")];
+    let out = child("child_with_explicit_settings", &env);
+    assert!(out.contains("config: kind=Threaded workers=7 bulk=1"), "{out}");
+}
+
+#[test]
+fn environment_fills_in_unset_settings() {
+    let env = [("DEPENGINE_TYPE", "naive"), ("DEPENGINE_CPU_WORKERS", "3"), ("DEPENGINE_BULK_SIZE", "16")];
+    let out = child("child_with_defaults", &env);
+    // The naive engine fuses nothing, whatever the bulk size.
+    assert!(out.contains("config: kind=Naive workers=3 bulk=1"), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_CPU_WORKERS", "3"), ("DEPENGINE_BULK_SIZE", "16")]);
+    assert!(out.contains("config: kind=Threaded workers=3 bulk=16"), "{out}");
 }
 
 #[test]
 fn invalid_environment_is_a_clear_error() {
-    let out = child(&[("DEPENGINE_CPU_WORKERS", "many")]);
+    let out = child("child_with_defaults", &[("DEPENGINE_CPU_WORKERS", "many")]);
     assert!(out.contains("config error: invalid argument: DEPENGINE_CPU_WORKERS=\"many\""), "{out}");
-    let out = child(&[("DEPENGINE_TYPE", "turbo")]);
+    let out = child("child_with_defaults", &[("DEPENGINE_TYPE", "turbo")]);
     assert!(out.contains("expected `threaded` or `naive`"), "{out}");
-    let out = child(&[("DEPENGINE_CPU_PRIORITY_WORKERS", "0")]);
+    let out = child("child_with_defaults", &[("DEPENGINE_CPU_PRIORITY_WORKERS", "0")]);
     assert!(out.contains("DEPENGINE_CPU_PRIORITY_WORKERS must be at least 1"), "{out}");
+}
+
+#[test]
+fn environment_is_not_read_for_settings_the_code_gave() {
+    let out = child("child_with_explicit_settings", &[("DEPENGINE_CPU_WORKERS", "many")]);
+    assert!(out.contains("config: kind=Threaded workers=7 bulk=1"), "{out}");
 }

@@ -56,7 +56,8 @@ async fn chain_in_push_order_threaded_and_naive() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_between_writes_run_in_parallel() {
     timed(async {
-        let engine = Engine::builder().cpu_workers(4).build().unwrap();
+        // Bulk execution off: fused ops never run in parallel.
+        let engine = Engine::builder().cpu_workers(4).bulk_size(1).build().unwrap();
         let x = engine.var(1u64);
         let arrived = Arc::new(AtomicUsize::new(0));
         let handles: Vec<_> = (0..4)
@@ -269,7 +270,8 @@ fn higher_priority_first_fifo_among_equals() {
 /// exited, in the order it pushed them.
 #[test]
 fn ops_queued_by_a_thread_that_exits_run_in_its_order() {
-    let engine = Engine::builder().cpu_workers(1).build().unwrap();
+    // Bulk execution off: queue order is counted in engine ops, which fusing merges.
+    let engine = Engine::builder().cpu_workers(1).bulk_size(1).build().unwrap();
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (tx, blocker) = hold_worker(&engine);
     let pusher = {
@@ -300,7 +302,8 @@ fn ops_queued_by_a_thread_that_exits_run_in_its_order() {
 /// the workers themselves: the workers take from both in turn.
 #[test]
 fn a_pushing_thread_does_not_starve_ops_queued_by_workers() {
-    let engine = Engine::builder().cpu_workers(1).build().unwrap();
+    // Bulk execution off: fairness is counted in engine ops, which fusing merges.
+    let engine = Engine::builder().cpu_workers(1).bulk_size(1).build().unwrap();
     let ran = Arc::new(AtomicUsize::new(0));
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     // Held until 1,000 ops are queued behind it by this thread; it then
@@ -507,7 +510,8 @@ fn delete_var_returns_data_after_pending_ops() {
 
 #[test]
 fn debug_state_shows_who_waits() {
-    let engine = Engine::new();
+    // Bulk execution off: the view shows engine ops, which fusing merges.
+    let engine = Engine::builder().bulk_size(1).build().unwrap();
     let v = engine.var(0u32);
     let g = v.write().blocking_wait().unwrap();
     let _queued = engine.op("queued-reader").read(&v).run(|(_v,), ()| Ok(()));

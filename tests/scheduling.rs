@@ -12,7 +12,8 @@ use depengine::Engine;
 /// successor must go to another worker, not wait in this worker's next slot.
 #[test]
 fn successor_made_ready_inside_a_body_runs_elsewhere() {
-    let engine = Engine::builder().cpu_workers(2).build().unwrap();
+    // Bulk execution off: ops that wait on each other must not share a segment.
+    let engine = Engine::builder().cpu_workers(2).bulk_size(1).build().unwrap();
     let v = engine.var(0u32);
     let (token_tx, token_rx) = mpsc::channel();
     let first = engine.op("async").write(&v).run_async(move |(), (mut v,), done| {

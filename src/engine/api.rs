@@ -377,7 +377,8 @@ mod tests {
     /// and returns its own result.
     #[test]
     fn push_builds_its_op_in_a_shell_of_its_type() {
-        let engine = Engine::builder().cpu_workers(1).build().unwrap();
+        // Bulk execution off: segments rebuild records of their own.
+        let engine = Engine::builder().cpu_workers(1).bulk_size(1).build().unwrap();
         let shared = engine.shared().clone();
         let var = engine.var(0u64);
         let add = |i: u64| {

@@ -1,4 +1,5 @@
-//! Engine configuration: a builder, with environment overrides.
+//! Engine configuration: a builder, with the environment filling in what
+//! the code left unset.
 
 use std::num::NonZeroUsize;
 
@@ -39,9 +40,12 @@ pub(crate) struct Config {
 
 /// Configures and builds an [`Engine`].
 ///
-/// Each setting is taken from, in order: the environment variable named in
-/// its documentation (so a deployment can tune an engine without a rebuild,
-/// as with MXNet's variables), the builder call, the default.
+/// Each setting is taken from, in order: the builder call, the environment
+/// variable named in its documentation (so a deployment can tune what the
+/// code leaves open without a rebuild, as with MXNet's variables), the
+/// default. This is the order of rayon's `ThreadPoolBuilder`: an explicit
+/// call wins, and an environment variable is not even read for a setting
+/// the code gave.
 ///
 /// # Examples
 ///
@@ -129,9 +133,13 @@ impl EngineBuilder {
     ///
     /// # Errors
     ///
-    /// A count of zero, or an environment variable that does not parse.
+    /// A count of zero, or an environment variable read for a setting left
+    /// unset that does not parse.
     pub fn build(self) -> Result<Engine, Error> {
-        let kind = env_kind()?.or(self.kind).unwrap_or_default();
+        let kind = match self.kind {
+            Some(kind) => kind,
+            None => env_kind()?.unwrap_or_default(),
+        };
         let default_workers = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
         let config = Config {
             kind,
@@ -155,18 +163,24 @@ fn env_kind() -> Result<Option<EngineKind>, Error> {
     }
 }
 
+/// A count: the builder's `given` value, else environment variable `env`
+/// (none if empty), else `default`.
 fn setting(what: &str, given: Option<usize>, env: &str, default: usize) -> Result<usize, Error> {
-    let from_env = match std::env::var(env).ok().filter(|_| !env.is_empty()) {
-        Some(s) => Some(
-            s.trim()
-                .parse::<usize>()
-                .map_err(|_| Error::invalid(format!("{env}={s:?}: expected a positive integer")))?,
-        ),
-        None => None,
+    let (value, source) = match given {
+        Some(value) => (value, what),
+        None => match std::env::var(env).ok().filter(|_| !env.is_empty()) {
+            Some(s) => {
+                let parsed = s.trim().parse::<usize>();
+                (
+                    parsed
+                        .map_err(|_| Error::invalid(format!("{env}={s:?}: expected a positive integer")))?,
+                    env,
+                )
+            }
+            None => (default, what),
+        },
     };
-    let value = from_env.or(given).unwrap_or(default);
     if value == 0 {
-        let source = if from_env.is_some() { env } else { what };
         return Err(Error::invalid(format!("{source} must be at least 1")));
     }
     Ok(value)
