@@ -44,13 +44,13 @@ impl Barriers {
     }
 
     /// A full fence on each side, whatever the kernel offers.
-    #[cfg(test)]
+    #[cfg(all(test, not(depengine_loom)))]
     pub(crate) fn symmetric() -> Self {
         Self { asymmetric: false }
     }
 
     /// Whether the heavy barrier is the kernel's.
-    #[cfg(test)]
+    #[cfg(all(test, not(depengine_loom)))]
     pub(crate) fn is_asymmetric(self) -> bool {
         self.asymmetric
     }

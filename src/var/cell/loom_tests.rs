@@ -71,10 +71,7 @@ impl World {
         let mut others = Vec::new();
         let ready = if let [(v, access)] = tok.0.deps[..] {
             // SAFETY: the world, and so the cell, outlives the push.
-            #[allow(unsafe_code)]
-            unsafe {
-                VarCell::append_one(&self.vars[v], access, tok, &mut |op| others.push(op)).unwrap()
-            }
+            unsafe { VarCell::append_one(&self.vars[v], access, tok, &mut |op| others.push(op)).unwrap() }
         } else {
             let cells: Vec<_> = tok.0.deps.iter().map(|(v, a)| (&self.vars[*v], *a)).collect();
             let granted = append_all(cells.iter().copied(), &tok, &mut |op| others.push(op)).unwrap();

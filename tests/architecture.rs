@@ -1,0 +1,336 @@
+//! The crate's structure, checked over `src/` (in the spirit of ArchUnit
+//! and import-linter):
+//!
+//! * **layers point one way**: a module imports only from the layers below
+//!   its own (`LAYERS`), but for the one cycle inherent to vars and ops
+//!   (`INHERENT`: var queues hold op records, guards hold their op);
+//! * **`unsafe` only where it is named**: only the files of `UNSAFE_FILES`
+//!   use it, each opens with `#![allow(unsafe_code)]`, and each needs it.
+//!
+//! Test modules (`#[cfg(... test ...)] mod ... { ... }`, and files named
+//! `*tests.rs`) may reach across layers: a unit test may drive the engine.
+
+use std::path::{Path, PathBuf};
+
+/// The layers, lowest first: a module imports only from lower ranks.
+const LAYERS: &[(&str, u32)] =
+    &[("error", 0), ("device", 0), ("sync", 1), ("var", 2), ("op", 3), ("exec", 4), ("engine", 5)];
+
+/// Imports against the order that are allowed: (file, module imported,
+/// the only items it may name there).
+const INHERENT: &[(&str, &str, &[&str])] = &[
+    // A var's queue holds op records, and its guards keep their op running.
+    ("var/handle.rs", "op", &["TaskRef", "LiveRef"]),
+    ("var/guard.rs", "op", &["LiveRef"]),
+];
+
+/// The files allowed to use `unsafe`, each for an invariant of its own.
+const UNSAFE_FILES: &[&str] = &[
+    "sync/prefetch.rs", // the prefetch instruction
+    "sync/spin.rs",     // the spin lock's cell
+    "sync/epoch.rs",    // counted epoch references
+    "var/inbox.rs",     // the lock-free inbox, linked through its records
+    "var/data.rs",      // a var's data, checked by its borrow count
+    "var/guard.rs",     // guards reaching a var's data
+    "var/cell.rs",      // a one-var append whose var may go meanwhile
+    "var/handle.rs",    // an untyped handle sharing its var's one count
+    "op/slot.rs",       // an op's result slot, a state word instead of a lock
+    "op/cell.rs",       // an op's body and epoch, claimed once
+    "op/life.rs",       // the one-var append of a push
+    "op/recycle.rs",    // a record rebuilt in place by its only holder
+    "exec/feed.rs",     // a pushing thread's ring of ops
+];
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Every `.rs` file under `dir`, as paths relative to `src/`.
+fn rust_files(dir: &Path, out: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let rel = path.strip_prefix(src()).unwrap();
+            out.push(rel.to_string_lossy().replace('\\', "/"));
+        }
+    }
+}
+
+/// The text with comments and the contents of string and char literals
+/// blanked out (lines kept, so that positions still mean something).
+fn code_only(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+    while i < chars.len() {
+        let (c, next) = (chars[i], chars.get(i + 1).copied());
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                out.push(' ');
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    out.push(blank(chars[i]));
+                    i += 1;
+                }
+            }
+        } else if c == '"' {
+            out.push('"');
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                if chars[i] == '\\' {
+                    out.push(' ');
+                    i += 1;
+                }
+                out.push(blank(chars[i]));
+                i += 1;
+            }
+            out.push('"');
+            i += 1;
+        } else if c == '\'' && (next == Some('\\') || chars.get(i + 2) == Some(&'\'')) {
+            // A char literal (not a lifetime).
+            out.push('\'');
+            i += 1;
+            while i < chars.len() && chars[i] != '\'' {
+                if chars[i] == '\\' {
+                    out.push(' ');
+                    i += 1;
+                }
+                out.push(' ');
+                i += 1;
+            }
+            out.push('\'');
+            i += 1;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The code with test modules cut out.
+fn without_tests(code: &str) -> String {
+    let mut out = String::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("#[cfg(") {
+        let (before, from) = rest.split_at(at);
+        out.push_str(before);
+        let attr_end = from.find(']').map_or(from.len(), |e| e + 1);
+        let attr = &from[..attr_end];
+        let after = from[attr_end..].trim_start();
+        if attr.contains("test")
+            && after.starts_with("mod ")
+            && after.find('{').is_some_and(|b| after.find(';').is_none_or(|s| b < s))
+        {
+            let open = from.len() - after.len() + after.find('{').unwrap();
+            let mut depth = 0;
+            let mut end = from.len();
+            for (k, ch) in from[open..].char_indices() {
+                match ch {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = open + k + 1;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            rest = &from[end..];
+        } else {
+            out.push_str(attr);
+            rest = &from[attr_end..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn ident_at(s: &str) -> &str {
+    let end = s.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(s.len());
+    &s[..end]
+}
+
+/// Each `crate::` path in `code`, as (module, item path after it): for
+/// `crate::op::{LiveRef, TaskRef}`, ("op", "{LiveRef, TaskRef}").
+fn crate_paths(code: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let mut push = |path: &str| {
+        let module = ident_at(path);
+        if module.is_empty() {
+            return;
+        }
+        let rest = path[module.len()..].trim_start_matches("::");
+        let item_end = rest.find([';', ')', '\n', '(', '<']).unwrap_or(rest.len());
+        found.push((module.to_owned(), rest[..item_end].trim().to_owned()));
+    };
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        let preceded = rest[..at].chars().next_back().is_some_and(|c| c.is_alphanumeric() || c == '_');
+        let path = &rest[at + "crate::".len()..];
+        rest = path;
+        if preceded {
+            continue;
+        }
+        if let Some(group) = path.strip_prefix('{') {
+            // `crate::{a::b, c}`: each top-level entry of the group.
+            let mut depth = 0;
+            let mut start = 0;
+            for (k, ch) in group.char_indices() {
+                match ch {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        push(group[start..k].trim());
+                        break;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        push(group[start..k].trim());
+                        start = k + 1;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            push(path);
+        }
+    }
+    found
+}
+
+fn rank(module: &str) -> Option<u32> {
+    LAYERS.iter().find(|(m, _)| *m == module).map(|&(_, r)| r)
+}
+
+/// The imports of `file` (relative to `src/`, with its code) against the
+/// layer order and not allowed by `INHERENT`.
+fn violations(file: &str, code: &str) -> Vec<String> {
+    let own = file.split('/').next().unwrap().trim_end_matches(".rs");
+    let Some(own_rank) = rank(own) else {
+        return Vec::new(); // lib.rs, the facade
+    };
+    let code = without_tests(&code_only(code));
+    let mut bad = Vec::new();
+    for (module, items) in crate_paths(&code) {
+        let Some(target) = rank(&module) else { continue };
+        if module == own || target < own_rank {
+            continue;
+        }
+        let allowed = INHERENT.iter().find(|(f, m, _)| *f == file && *m == module);
+        let names: Vec<&str> = items
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with(|c: char| c.is_uppercase()))
+            .collect();
+        match allowed {
+            Some((_, _, ok)) if !names.is_empty() && names.iter().all(|n| ok.contains(n)) => {}
+            _ => bad.push(format!("{file} imports crate::{module}::{items} against the layer order")),
+        }
+    }
+    bad
+}
+
+fn source_files() -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter(|f| !f.ends_with("tests.rs"))
+        .map(|f| {
+            let text = std::fs::read_to_string(src().join(&f)).unwrap();
+            (f, text)
+        })
+        .collect()
+}
+
+#[test]
+fn layers_point_one_way() {
+    let bad: Vec<String> = source_files().iter().flat_map(|(f, text)| violations(f, text)).collect();
+    assert!(bad.is_empty(), "imports against the layers (see LAYERS and INHERENT):\n{}", bad.join("\n"));
+}
+
+/// Whether the code uses `unsafe` (a block, fn, impl or trait).
+fn uses_unsafe(code: &str) -> bool {
+    code.match_indices("unsafe").any(|(at, _)| {
+        let before = code[..at].chars().next_back();
+        let after = code[at + "unsafe".len()..].chars().next();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
+#[test]
+fn unsafe_only_in_the_listed_leaf_files() {
+    let files = source_files();
+    let mut bad = Vec::new();
+    for (file, text) in &files {
+        let code = code_only(text);
+        let listed = UNSAFE_FILES.contains(&file.as_str());
+        let allows = code.contains("#![allow(unsafe_code)]");
+        let uses = uses_unsafe(&code.replace("#![allow(unsafe_code)]", ""));
+        if !listed && (uses || code.contains("allow(unsafe_code)")) {
+            bad.push(format!("{file} uses unsafe code but is not in UNSAFE_FILES"));
+        }
+        if listed && !(allows && uses) {
+            bad.push(format!(
+                "{file} is in UNSAFE_FILES but does not open with #![allow(unsafe_code)] and use it"
+            ));
+        }
+    }
+    for listed in UNSAFE_FILES {
+        if !files.iter().any(|(f, _)| f == listed) {
+            bad.push(format!("{listed} is in UNSAFE_FILES but does not exist"));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    let root = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+    assert!(
+        root.contains("#![deny(unsafe_code)]")
+            && root.contains("#![deny(clippy::undocumented_unsafe_blocks)]")
+    );
+}
+
+/// The checker itself: it flags an upward import in any of its forms, and
+/// only that.
+#[test]
+fn the_checker_catches_imports_against_the_layers() {
+    assert!(violations("var/gate.rs", "use crate::engine::Shared;\n").len() == 1);
+    assert!(violations("op/x.rs", "use crate::{error::Error, exec::Dispatcher};\n").len() == 1);
+    assert!(violations("sync/x.rs", "fn f() { crate::var::Access::Read; }\n").len() == 1);
+    assert!(
+        violations("var/handle.rs", "use crate::op::{LiveRef, Header};\n").len() == 1,
+        "an item not allowed"
+    );
+    assert!(violations("var/cell.rs", "use crate::op::TaskRef;\n").len() == 1, "a file not allowed");
+    // Allowed, or not code at all.
+    assert!(violations("var/handle.rs", "use crate::op::{LiveRef, TaskRef};\n").is_empty());
+    assert!(violations("exec/x.rs", "use crate::op::TaskRef;\nuse super::pool::Pool;\n").is_empty());
+    assert!(
+        violations("var/x.rs", "// see crate::engine::Shared\n/// [`E`](crate::engine::Engine)\n").is_empty()
+    );
+    assert!(violations("var/x.rs", "const S: &str = \"crate::engine::x\";\n").is_empty());
+    let test_module = "fn f() {}\n#[cfg(all(test, not(depengine_loom)))]\nmod tests {\n    use crate::Engine;\n    use crate::engine::x;\n}\n";
+    assert!(violations("exec/x.rs", test_module).is_empty());
+    assert!(violations("exec/x.rs", &format!("{test_module}use crate::engine::y;\n")).len() == 1);
+    assert!(uses_unsafe("fn f() { unsafe { g() } }") && !uses_unsafe("fn not_unsafe_at_all() {}"));
+}
