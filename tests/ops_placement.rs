@@ -1,0 +1,79 @@
+//! Placement and declarations checked at push: devices, lanes, worker names,
+//! inline ops, duplicate declarations, bad configuration.
+
+mod common;
+
+use depengine::{Device, Engine, Lane};
+
+#[test]
+fn inline_op_runs_on_pushing_thread_when_ready() {
+    let engine = Engine::new();
+    let v = engine.var(0u32);
+    let me = std::thread::current().id();
+    let h = engine.op("inline").lane(Lane::Inline).write(&v).run(move |(), (mut v,)| {
+        *v = 1;
+        Ok(std::thread::current().id() == me)
+    });
+    assert!(h.is_finished(), "ran during push");
+    assert!(h.blocking_wait().unwrap());
+    let h = engine.op("pooled").write(&v).run(move |(), (_v,)| Ok(std::thread::current().id() == me));
+    assert!(!h.blocking_wait().unwrap(), "normal lane runs on a worker");
+}
+
+#[test]
+fn workers_are_named_per_device_and_lane() {
+    let engine = Engine::builder().cpu_devices(2).build().unwrap();
+    let name = |h: depengine::OpHandle<Option<String>>| h.blocking_wait().unwrap().unwrap();
+    let cur = || Ok(std::thread::current().name().map(str::to_owned));
+    assert!(name(engine.op("a").run(move |(), ()| cur())).starts_with("depengine-cpu0-"));
+    assert!(
+        name(engine.op("b").device(Device::Cpu(1)).run(move |(), ()| cur())).starts_with("depengine-cpu1-")
+    );
+    assert!(
+        name(engine.op("c").lane(Lane::Prioritized).run(move |(), ()| cur())).starts_with("depengine-prio-")
+    );
+}
+
+#[test]
+fn placement_is_checked_at_push() {
+    let engine = Engine::new();
+    let err = engine.op("g").device(Device::Gpu(0)).try_run(|(), ()| Ok(())).unwrap_err();
+    assert!(err.is_unsupported(), "{err}");
+    let err = engine.op("c").device(Device::Cpu(3)).try_run(|(), ()| Ok(())).unwrap_err();
+    assert!(err.is_invalid_argument() && err.to_string().contains("cpu(3)"), "{err}");
+    let err = engine.op("l").lane(Lane::CopyToGpu).try_run(|(), ()| Ok(())).unwrap_err();
+    assert!(err.is_invalid_argument(), "{err}");
+    let other = Engine::new();
+    let foreign = other.var(0);
+    let err = engine.op("x").read(&foreign).try_run(|_, ()| Ok(())).unwrap_err();
+    assert!(err.is_invalid_argument() && err.to_string().contains("another engine"), "{err}");
+}
+
+#[test]
+fn duplicate_declarations_are_merged_or_refused() {
+    let engine = Engine::new();
+    let x = engine.var(3u32);
+    // Duplicate typed reads: two guards, one read dependency.
+    let h = engine.op("rr").read(&x).read(&x).run(|(a, b), ()| Ok(*a + *b));
+    assert_eq!(h.blocking_wait().unwrap(), 6);
+    // Untyped read of a var written: becomes a write.
+    let h = engine.op("rw").read_any(&x.any()).write(&x).run(|(), (mut x,)| {
+        *x += 1;
+        Ok(())
+    });
+    h.blocking_wait().unwrap();
+    assert_eq!(x.version(), 1);
+    // Typed read and write of one var, or two typed writes: refused.
+    let err = engine.op("bad").read(&x).write(&x).try_run(|_, _| Ok(())).unwrap_err();
+    assert!(err.is_invalid_argument(), "{err}");
+    assert!(err.to_string().contains("more than once"), "{err}");
+    let err = engine.op("bad2").write(&x).write(&x).run(|_, _| Ok(())).blocking_wait().unwrap_err();
+    assert!(err.is_invalid_argument(), "{err}");
+    assert_eq!(x.version(), 1, "a refused push changes nothing");
+}
+
+#[test]
+fn bad_configuration_is_an_error() {
+    assert!(Engine::builder().cpu_workers(0).build().unwrap_err().is_invalid_argument());
+    assert!(Engine::builder().cpu_devices(0).build().unwrap_err().is_invalid_argument());
+}
