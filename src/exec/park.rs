@@ -23,9 +23,9 @@
 //!    the full handshake guards the only wait that could last for ever.
 //!
 //! The heavy barrier interrupts every running thread of the process, the
-//! pushing one included; paid on every park, it made a steady stream of
-//! pushes slower by half, so only a worker idle past the first wait pays
-//! it. Under loom and Miri both halves of the pair are full fences, and
+//! pushing one included, and a worker that keeps up with a pushing thread
+//! parks many times a second: so only a worker idle past the first wait
+//! pays it (PERFORMANCE.md, *Parking*). Under loom and Miri both halves of the pair are full fences, and
 //! under loom the first wait times out at once (loom has no time): the
 //! model checks the path every park can take (`README.md` beside this file
 //! has the proof sketch).

@@ -19,7 +19,7 @@
 //! the common case of a loop pushing one kind of op), else frees it just
 //! before it allocates, so records cycle through the pusher's own allocator
 //! cache. Pushes take from a list of their own (kept under the lock a push
-//! takes anyway, see `epoch::Tracker`), refilled with every buried shell at
+//! takes anyway, the epoch tracker's), refilled with every buried shell at
 //! once, and prefetch the shell they rebuild (and the next one): its lines
 //! were written last by a worker. Shells still hold a reference
 //! to their engine: closing the engine frees them all and turns later

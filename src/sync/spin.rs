@@ -1,5 +1,5 @@
 //! A lock for a short critical section that every push enters (the epoch
-//! tracker's count and shell list, see `engine::epoch`).
+//! tracker's count and shell list, see `epoch.rs`).
 //!
 //! `std`'s `Mutex` releases with a read-modify-write (its unlock swaps the
 //! state to learn whether a thread sleeps on it, to wake it). On x86 that
@@ -12,10 +12,10 @@
 //! Only for sections of a few dozen instructions that run no user code and
 //! take other locks only as briefly held (the tracker takes an epoch's link
 //! and, once in a while, the graveyard's list): a thread preempted while
-//! holding it makes the others yield until it runs again. Var locks stay `std` mutexes: a pushing
-//! thread holds them across a multi-var append, and when it is preempted
-//! there (three threads on two cores), workers that yield in a loop instead
-//! of sleeping made `w3_fan` slower.
+//! holding it makes the others yield until it runs again. Var locks stay
+//! `std` mutexes: a pushing thread holds them across a multi-var append,
+//! and when it is preempted there (three threads on two cores), workers
+//! that yield in a loop instead of sleeping only take the core it needs.
 
 #![allow(unsafe_code)]
 
