@@ -9,7 +9,6 @@
 use super::gate::{Access, Gate};
 use super::inbox::{Inbox, Linked, Pushed, Then};
 use crate::error::{Error, Kind};
-use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::lock;
 use crate::sync::small::{Padded, SmallList};
 use crate::sync::{Mutex, MutexGuard};
@@ -51,8 +50,6 @@ pub(crate) struct VarCell<T> {
     state: Padded<Mutex<VarState<T>>>,
     /// Unique, ascending in creation order: the global lock order.
     id: u64,
-    /// `state.deleted`, readable without the lock (set under it).
-    deleted: AtomicBool,
 }
 
 impl<T> std::fmt::Debug for VarCell<T> {
@@ -67,14 +64,7 @@ impl<T: Grant + Linked> VarCell<T> {
             id,
             inbox: Padded(Inbox::new()),
             state: Padded(Mutex::new(VarState { gate: Gate::new(), error: None, deleted: false })),
-            deleted: AtomicBool::new(false),
         }
-    }
-
-    /// Whether a deletion was pushed on the var. Exact for a caller that
-    /// no deletion push can run beside.
-    pub(crate) fn is_deleted(&self) -> bool {
-        self.deleted.load(Ordering::Relaxed)
     }
 
     /// Adds `n` completed writes to the version: those of the ops a parent
@@ -196,7 +186,6 @@ impl<T: Grant + Linked> VarCell<T> {
             return Err(Error::new(Kind::VarDeleted { var: self.id }));
         }
         state.deleted = true;
-        self.deleted.store(true, Ordering::Relaxed);
         self.settle(&mut state, ready);
         let granted = Self::append_locked(self.id, &mut state, Access::Write, op).is_some();
         Ok(granted)

@@ -7,7 +7,7 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use super::handle::VarInner;
+use super::handle::{Var, VarInner};
 use crate::op::LiveRef;
 
 const DELETED: &str = "depengine bug: a deleted var's data was reached";
@@ -34,19 +34,25 @@ pub struct WriteGuard<T> {
     _live: LiveRef,
 }
 
-impl<T> ReadGuard<T> {
-    /// Wraps a read registered on `var`'s data by the caller.
-    pub(super) fn new(var: Arc<VarInner<T>>, live: LiveRef) -> Self {
-        Self { var, _live: live }
+const CONFLICT: &str = "depengine bug: the var gate let two conflicting accesses through";
+
+impl<T: Send + Sync + 'static> Var<T> {
+    /// A read guard for the op `live` keeps running, made of this handle.
+    pub(crate) fn into_read_guard(self, live: LiveRef) -> ReadGuard<T> {
+        let var = self.into_inner();
+        assert!(var.data.try_read(), "{CONFLICT}");
+        ReadGuard { var, _live: live }
+    }
+
+    /// The write guard for the op `live` keeps running, made of this handle.
+    pub(crate) fn into_write_guard(self, live: LiveRef) -> WriteGuard<T> {
+        let var = self.into_inner();
+        assert!(var.data.try_write(), "{CONFLICT}");
+        WriteGuard { var, _live: live }
     }
 }
 
 impl<T> WriteGuard<T> {
-    /// Wraps the write registered on `var`'s data by the caller.
-    pub(super) fn new(var: Arc<VarInner<T>>, live: LiveRef) -> Self {
-        Self { var, _live: live }
-    }
-
     /// Takes the data out, leaving the var empty: only for deletion.
     pub(crate) fn take(mut self) -> T {
         self.slot().take().expect(DELETED)

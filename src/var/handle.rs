@@ -11,8 +11,7 @@ use std::sync::Arc;
 use super::cell::{Grant, VarCell};
 use super::data::DataCell;
 use super::gate::Access;
-use super::guard::{ReadGuard, WriteGuard};
-use crate::op::{LiveRef, TaskRef};
+use crate::op::TaskRef;
 
 /// The engine a var belongs to, opaque at this layer: the engine layer
 /// makes it and reads it back (a push refuses vars of another engine, and
@@ -147,20 +146,11 @@ impl<T: Send + Sync + 'static> Var<T> {
         &self.inner.core.owner
     }
 
-    /// A read guard for the op `live` keeps running, made of this handle.
-    pub(crate) fn into_read_guard(self, live: LiveRef) -> ReadGuard<T> {
-        assert!(self.inner.data.try_read(), "{CONFLICT}");
-        ReadGuard::new(self.inner, live)
-    }
-
-    /// The write guard for the op `live` keeps running, made of this handle.
-    pub(crate) fn into_write_guard(self, live: LiveRef) -> WriteGuard<T> {
-        assert!(self.inner.data.try_write(), "{CONFLICT}");
-        WriteGuard::new(self.inner, live)
+    /// The var's data and engine-side state, for a guard.
+    pub(super) fn into_inner(self) -> Arc<VarInner<T>> {
+        self.inner
     }
 }
-
-const CONFLICT: &str = "depengine bug: the var gate let two conflicting accesses through";
 
 impl<T> fmt::Debug for Var<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

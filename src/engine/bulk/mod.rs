@@ -165,7 +165,7 @@ impl Shared {
         let record = self.build(opts, Role::Member, deps, job, body, detached)?;
         let header = record.header();
         // Deletions are pushed under this lock too: this is exact.
-        if let Some(dep) = header.deps.iter().find(|d| d.var.cell().is_deleted()) {
+        if let Some(dep) = header.deps.iter().find(|d| d.var.is_deleted()) {
             let err = Error::new(Kind::VarDeleted { var: dep.var.id() });
             self.uncount();
             return Err(err);
