@@ -17,6 +17,12 @@
 //! * **waiting on its handle** asks the engine to push what it holds back
 //!   (`Host::release_held`): the parent may not have been pushed yet.
 //!
+//! The parent, for its part, applies the var gate's error rules between
+//! the ops it runs: it takes the errors its vars carried when it was let
+//! through (`Header::take_seen_on_vars`), lets a nested op see the error of
+//! a var it uses (`Header::see`) and leaves each var it writes with the
+//! error of the last op that wrote it (`Header::carry_on_vars`).
+//!
 //! The handoff: the parent's runner, after the op's body returned, finds
 //! its live count still above zero; it leaves its continuation. The thread
 //! whose guard drop brings the count to zero marks the op finished, and
