@@ -116,6 +116,34 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::AtomicBool;
 
+    /// An op queued while a worker parks, by a submitter that missed the
+    /// worker (here: never notified at all), is found by the worker's
+    /// second look.
+    #[test]
+    fn second_look_finds_an_op_whose_notification_was_missed() {
+        let parking = Arc::new(Parking::default());
+        let queued = Arc::new(AtomicBool::new(false));
+        let worker = {
+            let (parking, queued) = (parking.clone(), queued.clone());
+            std::thread::spawn(move || {
+                parking.park(|| queued.swap(false, Ordering::AcqRel).then_some(()), || false)
+            })
+        };
+        while parking.sleepers.load(Ordering::Acquire) == 0 {
+            std::thread::yield_now();
+        }
+        // The worker has announced itself and is about to take, or has
+        // taken, its first look: queue without notifying.
+        queued.store(true, Ordering::Release);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !worker.is_finished() {
+            assert!(std::time::Instant::now() < deadline, "the parked worker never looked again");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(worker.join().unwrap(), Some(()));
+        assert_eq!(parking.sleepers.load(Ordering::Relaxed), 0);
+    }
+
     /// A worker parks and is woken, over and over, while a submitter queues
     /// one op at a time, each just as the worker announces itself: in both
     /// modes of the barriers, every op is found (a lost wake-up leaves the

@@ -212,7 +212,7 @@ impl Shared {
         // it: neither step fails. Should one, `Segment`'s drop completes
         // the members with an error.
         let pushed = self
-            .build(opts, Role::Segment, deps, Segment::new(members), Body::Async, true)
+            .build(opts, Role::Segment, deps, Segment::new(members, self.clone()), Body::Async, true)
             .and_then(|record| self.submit_built(record));
         if let Err(err) = pushed {
             debug_assert!(false, "a bulk segment was refused: {err}");

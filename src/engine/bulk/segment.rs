@@ -10,22 +10,26 @@
 use std::sync::Arc;
 
 use super::Members;
+use crate::engine::shared::Shared;
 use crate::error::{Error, Kind};
 use crate::op::cell::SlotRef;
 use crate::op::job::{Job, Running};
 use crate::op::recycle::Returns;
-use crate::op::{DepList, Header, Meta, Task, TaskRef};
+use crate::op::{DepList, Header, Task, TaskRef};
 use crate::sync::small::SmallList;
 use crate::var::Access;
 
 /// The body of a segment: its members, in push order.
 pub(super) struct Segment {
     members: Members,
+    /// Its engine, where the rest of the segment is sent to run after a
+    /// member's guards held it back.
+    shared: Arc<Shared>,
 }
 
 impl Segment {
-    pub(super) fn new(members: Members) -> Self {
-        Self { members }
+    pub(super) fn new(members: Members, shared: Arc<Shared>) -> Self {
+        Self { members, shared }
     }
 }
 
@@ -42,6 +46,7 @@ impl Job for Segment {
             errors,
             writes: SmallList::new(),
             segment: Some(op.to_owned()),
+            shared: self.shared.clone(),
         }
         .go();
     }
@@ -76,6 +81,7 @@ struct Run {
     writes: SmallList<(u64, u64), 4>,
     /// The segment, until it has stored its result.
     segment: Option<SlotRef<()>>,
+    shared: Arc<Shared>,
 }
 
 impl Run {
@@ -125,16 +131,14 @@ impl Run {
     fn resume(self) {
         let Some(segment) = &self.segment else { return };
         let header = segment.header();
-        let host = header.host.clone();
+        let (meta, host) = (header.meta.clone(), header.host.clone());
+        let shared = self.shared.clone();
         // The segment's placement; it is run, never completed, as a task.
-        let meta = Meta { ..header.meta.clone() };
         let task: TaskRef = Arc::new(ResumeTask {
-            header: Header::new(meta, DepList::new(), host.clone()),
+            header: Header::new(meta, DepList::new(), host),
             run: std::sync::Mutex::new(Some(self)),
         });
-        let mut ready = crate::op::ReadyList::new();
-        ready.push(task);
-        host.dispatch_ready(&mut ready);
+        shared.dispatcher.dispatch_pushed(task);
     }
 
     /// Completes the segment: versions, errors, result.
