@@ -118,7 +118,10 @@ mod tests {
 
     /// An op queued while a worker parks, by a submitter that missed the
     /// worker (here: never notified at all), is found by the worker's
-    /// second look.
+    /// second look. The op is queued just after the worker's first look,
+    /// which found nothing: the submitter's read of `sleepers` came before
+    /// the worker's announcement (it missed the worker), and its op was not
+    /// yet visible to the worker's first look.
     #[test]
     fn second_look_finds_an_op_whose_notification_was_missed() {
         let parking = Arc::new(Parking::default());
@@ -126,15 +129,17 @@ mod tests {
         let worker = {
             let (parking, queued) = (parking.clone(), queued.clone());
             std::thread::spawn(move || {
-                parking.park(|| queued.swap(false, Ordering::AcqRel).then_some(()), || false)
+                let mut first = true;
+                let poll = || {
+                    if std::mem::take(&mut first) {
+                        queued.store(true, Ordering::Release);
+                        return None;
+                    }
+                    queued.swap(false, Ordering::AcqRel).then_some(())
+                };
+                parking.park(poll, || false)
             })
         };
-        while parking.sleepers.load(Ordering::Acquire) == 0 {
-            std::thread::yield_now();
-        }
-        // The worker has announced itself and is about to take, or has
-        // taken, its first look: queue without notifying.
-        queued.store(true, Ordering::Release);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while !worker.is_finished() {
             assert!(std::time::Instant::now() < deadline, "the parked worker never looked again");
