@@ -5,8 +5,11 @@
 
 #![allow(unsafe_code)]
 
+use std::ptr::NonNull;
+use std::sync::Arc;
+
 use super::host::ReadyList;
-use super::record::{Header, TaskRef};
+use super::record::{Header, Task, TaskRef};
 use crate::error::Error;
 use crate::sync::small::{self, SmallList};
 use crate::var::VarCell;
@@ -69,16 +72,29 @@ pub(crate) fn submit(task: TaskRef, mut dispatch: impl FnMut(TaskRef)) -> Result
 
 /// Releases the body's live count, once its result is stored: the call
 /// that reaches zero completes the op. `task` is a reference to the op
-/// held by the caller until this returns. If guards are still alive, the
-/// last one to go completes the op instead (each holds a reference).
+/// held by the caller until this returns.
+///
+/// If guards are still alive, one of them completes the op: the live count
+/// then owns a reference to the record, which the [`LiveRef`] whose drop
+/// reaches zero takes back (so a guard holds no reference of its own). It is
+/// taken here before the release, so that the guard cannot take back one not
+/// yet given. Without guards, nothing but this call can reach the count
+/// (no guard can be made once the body has returned), so it releases it
+/// with a plain store.
 pub(crate) fn release_body(task: &TaskRef) {
     let live = &task.header().live;
     // Acquire: the writes made through guards already dropped happen
     // before the completion below.
     if live.get() > 1 {
-        if live.release(1) {
-            finalize(task, true);
+        let passed = Arc::into_raw(task.clone());
+        if !live.release(1) {
+            return;
         }
+        // SAFETY: the guards were dropped meanwhile, and this call reached
+        // zero, so no `LiveRef` took back `passed` (the reference made
+        // just above by `Arc::into_raw`): it is still this call's to drop.
+        drop(unsafe { Arc::from_raw(passed) });
+        finalize(task, true);
     } else {
         live.release_sole();
         finalize(task, false);
@@ -131,27 +147,54 @@ fn finalize_nested(header: &Header, after_guards: bool) {
 
 /// Keeps an op from completing until dropped: the op completes only once
 /// its body has finished and every `LiveRef` is gone. Held by guards.
-pub(crate) struct LiveRef(TaskRef);
+///
+/// It holds no reference count of its own, and needs none: while the body
+/// has not stored its result, whoever will store it holds a reference (the
+/// job's slot, a `Completion`); after that, the body's reference belongs to
+/// the live count ([`release_body`]), and the `LiveRef` whose drop brings
+/// the count to zero takes it back. Either way the record outlives every
+/// `LiveRef`.
+pub(crate) struct LiveRef(NonNull<dyn Task>);
+
+// SAFETY: a `LiveRef` only reads the record's header (`Sync`) and, once,
+// takes back a `TaskRef` (`Send`): what a `TaskRef` may do on any thread.
+unsafe impl Send for LiveRef {}
+// SAFETY: `&LiveRef` gives access to nothing but `Debug`, which reads the
+// header (`Sync`).
+unsafe impl Sync for LiveRef {}
 
 impl LiveRef {
     /// Takes one more live count on `task`; its holder must keep the op
     /// from completing meanwhile (the body has not stored its result).
     pub(crate) fn new(task: &TaskRef) -> Self {
         task.header().live.add(1);
-        Self(task.clone())
+        let record = NonNull::new(Arc::as_ptr(task).cast_mut()).expect("an Arc's pointer is not null");
+        Self(record)
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: this live count keeps the record alive (see the type's
+        // doc), and the reference borrows `self`.
+        unsafe { self.0.as_ref() }.header()
     }
 }
 
 impl Drop for LiveRef {
     fn drop(&mut self) {
-        if self.0.header().live.release(1) {
-            finalize(&self.0, true);
+        if self.header().live.release(1) {
+            // SAFETY: the count reached zero here, so the body had released
+            // its own count: `release_body` made its reference the live
+            // count's (`Arc::into_raw` of a `TaskRef` to this record, whose
+            // pointer `Arc::as_ptr` gave this `LiveRef`), and only the
+            // release that reaches zero takes it back.
+            let task = unsafe { Arc::from_raw(self.0.as_ptr().cast_const()) };
+            finalize(&task, true);
         }
     }
 }
 
 impl std::fmt::Debug for LiveRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "LiveRef({})", self.0.header().meta.name)
+        write!(f, "LiveRef({})", self.header().meta.name)
     }
 }
