@@ -138,8 +138,6 @@ fn finalize(task: &TaskRef, after_guards: bool) {
 
 /// Completes a nested op: its parent holds its vars and publishes it (see
 /// `nest.rs`); a parent waiting for its guards goes on.
-/// Completes a nested op: its parent holds its vars and publishes it (see
-/// `nest.rs`); a parent waiting for its guards goes on.
 fn finalize_nested(header: &Header, after_guards: bool) {
     header.in_span(|| tracing::debug!(target: "depengine::op", ok = header.carry().is_none(), "finished"));
     if let Some(then) = after_guards.then(|| header.nested_finished()).flatten() {
