@@ -9,9 +9,15 @@
 //! a ring's length ago; it is fetched ahead.
 //!
 //! The ring is bounded: when it is full the owner spills into an unbounded
-//! queue (crossbeam's single-owner deque) and keeps spilling until that is
-//! empty again, so that ops are taken in the order they were queued. The
-//! workers look at the spill only while the owner says it is in use.
+//! queue under a spin lock (paid only while the ring is full; its release
+//! is a plain store) and keeps spilling
+//! until that is empty again. Each spilled op carries the ring position at
+//! which the ops queued before it end, and a worker takes it only once every
+//! one of those has been claimed: a worker that found the ring empty, then
+//! was overtaken by the end of that spill, the ring filling up again and a
+//! new spill, would otherwise take an op of the new spill ahead of ring ops
+//! queued before it. So the ops are taken in the order they were queued.
+//! The workers look at the spill only while it holds ops.
 //!
 //! Each slot carries a sequence number (Dmitry Vyukov's bounded queue, with
 //! one producer): slot `i % N` holds op `i` once its sequence is `i + 1`,
@@ -20,14 +26,14 @@
 
 #![allow(unsafe_code)]
 
+use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
-
-use crossbeam_deque::{Steal, Stealer, Worker};
 
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::sync::cell::UnsafeCell;
 use crate::sync::small::Padded;
+use crate::sync::spin::SpinLock;
 
 /// Slots in a ring.
 #[cfg(not(depengine_loom))]
@@ -51,9 +57,12 @@ pub(crate) struct FeedShared<T> {
     /// The next op to take; claimed by a CAS.
     head: Padded<AtomicUsize>,
     slots: Box<[Slot<T>]>,
-    /// Whether the owner is spilling (or has spilled ops not yet taken).
+    /// Whether `spill` holds ops (changed under its lock), readable
+    /// without it.
     spilled: Padded<AtomicBool>,
-    spill: Stealer<T>,
+    /// Ops queued while the ring was full, in queue order, each with the
+    /// ring position at which the ops queued before it end.
+    spill: SpinLock<VecDeque<(usize, T)>>,
 }
 
 // SAFETY: a slot's task is written only by the owner, while the slot's
@@ -66,15 +75,14 @@ unsafe impl<T: Send> Sync for FeedShared<T> {}
 /// The owner's end of a feed.
 pub(crate) struct Feed<T> {
     shared: Arc<FeedShared<T>>,
-    /// The next op to queue (only the owner knows it).
+    /// The next ring position to write (only the owner knows it).
     tail: usize,
-    spill: Worker<T>,
+    /// Whether the last op went to the spill.
     spilling: bool,
 }
 
 impl<T> Feed<T> {
     pub(crate) fn new() -> Self {
-        let spill = Worker::new_fifo();
         let slots = (0..SLOTS)
             .map(|i| Slot { seq: AtomicUsize::new(i), task: UnsafeCell::new(MaybeUninit::uninit()) })
             .collect();
@@ -82,9 +90,9 @@ impl<T> Feed<T> {
             head: Padded(AtomicUsize::new(0)),
             slots,
             spilled: Padded(AtomicBool::new(false)),
-            spill: spill.stealer(),
+            spill: SpinLock::new(VecDeque::new()),
         });
-        Self { shared, tail: 0, spill, spilling: false }
+        Self { shared, tail: 0, spilling: false }
     }
 
     /// The workers' end.
@@ -94,24 +102,25 @@ impl<T> Feed<T> {
 
     /// Queues an op.
     pub(crate) fn push(&mut self, task: T) {
-        if self.spilling {
-            if !self.spill.is_empty() {
-                self.spill.push(task);
-                return;
+        let task = if self.spilling {
+            match self.spill(task) {
+                Some(task) => task,
+                None => return,
             }
-            // Every spilled op was taken, so was every op of the ring
-            // queued before them: the ring may take ops again.
-            self.spilling = false;
-            self.shared.spilled.store(false, Ordering::Relaxed);
-        }
+        } else {
+            task
+        };
         let tail = self.tail;
         let slot = &self.shared.slots[tail % SLOTS];
         // Acquire: the worker that took the slot's last op is done with it.
         if slot.seq.load(Ordering::Acquire) != tail {
-            // Full. Release: a worker that sees the flag sees the ops.
-            self.shared.spilled.store(true, Ordering::Release);
+            // Full.
             self.spilling = true;
-            self.spill.push(task);
+            let mut spill = self.shared.spill.lock();
+            spill.push_back((tail, task));
+            // Release: a worker that sees the flag sees the op (it takes
+            // the lock besides).
+            self.shared.spilled.store(true, Ordering::Release);
             return;
         }
         // SAFETY: the slot is free (its sequence is `tail`): no worker reads
@@ -124,6 +133,19 @@ impl<T> Feed<T> {
         crate::sync::prefetch::for_write(std::ptr::from_ref(ahead).cast(), size_of::<Slot<T>>());
     }
 
+    /// Queues `task` on the spill while it holds ops; hands it back once
+    /// every spilled op was taken (and so was every op of the ring queued
+    /// before them): the ring may take ops again.
+    fn spill(&mut self, task: T) -> Option<T> {
+        let mut spill = self.shared.spill.lock();
+        if spill.is_empty() {
+            self.spilling = false;
+            return Some(task);
+        }
+        spill.push_back((self.tail, task));
+        None
+    }
+
     /// Takes back the oldest op (the owner is leaving).
     pub(crate) fn pop(&mut self) -> Option<T> {
         // The spill is flagged whenever it holds ops: `take` looks at it.
@@ -134,18 +156,26 @@ impl<T> Feed<T> {
 impl<T> FeedShared<T> {
     /// Takes the oldest op, if any.
     pub(crate) fn take(&self) -> Option<T> {
-        if let Some(task) = self.take_from_ring() {
-            return Some(task);
-        }
-        if !self.spilled.load(Ordering::Acquire) {
-            return None;
-        }
         loop {
-            match self.spill.steal() {
-                Steal::Success(task) => return Some(task),
-                Steal::Empty => return None,
-                Steal::Retry => std::hint::spin_loop(),
+            if let Some(task) = self.take_from_ring() {
+                return Some(task);
             }
+            if !self.spilled.load(Ordering::Acquire) {
+                return None;
+            }
+            let mut spill = self.spill.lock();
+            let &(before, _) = spill.front()?;
+            if self.head.load(Ordering::Relaxed) < before {
+                // Ring ops queued before this one are still unclaimed
+                // (queued after this thread found the ring empty): they go
+                // first.
+                continue;
+            }
+            let (_, task) = spill.pop_front()?;
+            if spill.is_empty() {
+                self.spilled.store(false, Ordering::Relaxed);
+            }
+            return Some(task);
         }
     }
 
@@ -189,7 +219,7 @@ impl<T> FeedShared<T> {
     pub(crate) fn is_empty(&self) -> bool {
         let head = self.head.load(Ordering::Relaxed);
         self.slots[head % SLOTS].seq.load(Ordering::Acquire) != head + 1
-            && (!self.spilled.load(Ordering::Acquire) || self.spill.is_empty())
+            && !self.spilled.load(Ordering::Acquire)
     }
 }
 
@@ -330,6 +360,24 @@ mod loom_tests {
             let got: Vec<u32> = worker.join().unwrap().into_iter().flatten().collect();
             let rest: Vec<u32> = std::iter::from_fn(|| feed.pop()).collect();
             assert_eq!([got, rest].concat(), [1, 2]);
+        });
+    }
+
+    /// Three ops into a two-slot ring (the third spills) while a worker
+    /// takes: every op is taken once, and in queue order, through the
+    /// spill and its lock.
+    #[test]
+    fn spilled_ops_come_after_the_ring() {
+        loom::model(|| {
+            let mut feed = Feed::new();
+            let taker = feed.shared().clone();
+            let worker = thread::spawn(move || [taker.take(), taker.take()]);
+            for op in 1..=3u32 {
+                feed.push(op);
+            }
+            let got: Vec<u32> = worker.join().unwrap().into_iter().flatten().collect();
+            let rest: Vec<u32> = std::iter::from_fn(|| feed.pop()).collect();
+            assert_eq!([got, rest].concat(), [1, 2, 3]);
         });
     }
 }

@@ -1,5 +1,7 @@
-//! A lock for a short critical section that every push enters (the epoch
-//! tracker's count and shell list, see `epoch.rs`).
+//! A lock for short critical sections on the path of pushes: the epoch
+//! tracker's count and shell list (`epoch.rs`), which every push enters,
+//! and a feed's spill (`exec/feed.rs`), which a push enters while its ring
+//! is full.
 //!
 //! `std`'s `Mutex` releases with a read-modify-write (its unlock swaps the
 //! state to learn whether a thread sleeps on it, to wake it). On x86 that
