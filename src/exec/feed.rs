@@ -102,14 +102,16 @@ impl<T> Feed<T> {
 
     /// Queues an op.
     pub(crate) fn push(&mut self, task: T) {
-        let task = if self.spilling {
-            match self.spill(task) {
-                Some(task) => task,
-                None => return,
+        if self.spilling {
+            let mut spill = self.shared.spill.lock();
+            if !spill.is_empty() {
+                spill.push_back((self.tail, task));
+                return;
             }
-        } else {
-            task
-        };
+            // Every spilled op was taken, so was every op of the ring
+            // queued before them: the ring may take ops again.
+            self.spilling = false;
+        }
         let tail = self.tail;
         let slot = &self.shared.slots[tail % SLOTS];
         // Acquire: the worker that took the slot's last op is done with it.
@@ -131,19 +133,6 @@ impl<T> Feed<T> {
         self.tail = tail + 1;
         let ahead = &self.shared.slots[(tail + AHEAD) % SLOTS];
         crate::sync::prefetch::for_write(std::ptr::from_ref(ahead).cast(), size_of::<Slot<T>>());
-    }
-
-    /// Queues `task` on the spill while it holds ops; hands it back once
-    /// every spilled op was taken (and so was every op of the ring queued
-    /// before them): the ring may take ops again.
-    fn spill(&mut self, task: T) -> Option<T> {
-        let mut spill = self.shared.spill.lock();
-        if spill.is_empty() {
-            self.spilling = false;
-            return Some(task);
-        }
-        spill.push_back((self.tail, task));
-        None
     }
 
     /// Takes back the oldest op (the owner is leaving).
