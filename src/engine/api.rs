@@ -99,7 +99,7 @@ impl Engine {
 
     /// Worker threads per CPU device.
     pub fn cpu_workers(&self) -> usize {
-        self.shared().config.cpu_workers
+        self.shared().config.topology.cpu_workers
     }
 
     /// Whether the engine has stopped taking work.
@@ -300,7 +300,7 @@ impl fmt::Debug for Engine {
         let shared = self.shared();
         f.debug_struct("Engine")
             .field("kind", &shared.config.kind)
-            .field("cpu_workers", &shared.config.cpu_workers)
+            .field("cpu_workers", &shared.config.topology.cpu_workers)
             .field("closed", &shared.tracker.is_closed())
             .finish_non_exhaustive()
     }

@@ -5,6 +5,7 @@ use std::num::NonZeroUsize;
 
 use super::Engine;
 use crate::error::Error;
+use crate::exec::Topology;
 
 /// How the engine executes ops.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -30,12 +31,10 @@ pub(crate) const ENV_BULK_SIZE: &str = "DEPENGINE_BULK_SIZE";
 #[derive(Clone, Debug)]
 pub(crate) struct Config {
     pub(crate) kind: EngineKind,
-    pub(crate) cpu_workers: usize,
-    pub(crate) priority_workers: usize,
-    pub(crate) cpu_devices: usize,
+    /// The pools the engine may start (`naive` follows `kind`).
+    pub(crate) topology: Topology,
     /// The most ops fused into one bulk segment; 1: no bulk execution.
     pub(crate) bulk_size: usize,
-    pub(crate) thread_name: String,
 }
 
 /// Configures and builds an [`Engine`].
@@ -141,14 +140,15 @@ impl EngineBuilder {
             None => env_kind()?.unwrap_or_default(),
         };
         let default_workers = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-        let config = Config {
-            kind,
+        let topology = Topology {
+            naive: kind == EngineKind::Naive,
             cpu_workers: setting("cpu_workers", self.cpu_workers, ENV_CPU_WORKERS, default_workers)?,
             priority_workers: setting("priority_workers", self.priority_workers, ENV_PRIORITY_WORKERS, 1)?,
             cpu_devices: setting("cpu_devices", self.cpu_devices, "", 1)?,
-            bulk_size: setting("bulk_size", self.bulk_size, ENV_BULK_SIZE, 1)?,
             thread_name: self.thread_name.unwrap_or_else(|| "depengine".to_owned()),
         };
+        let bulk_size = setting("bulk_size", self.bulk_size, ENV_BULK_SIZE, 1)?;
+        let config = Config { kind, topology, bulk_size };
         let runtime = self.runtime.or_else(|| tokio::runtime::Handle::try_current().ok());
         Ok(Engine::from_config(config, runtime))
     }

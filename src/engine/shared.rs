@@ -10,7 +10,7 @@ use super::bulk::Bulk;
 use super::config::{Config, EngineKind};
 use crate::device::{Device, Lane};
 use crate::error::Error;
-use crate::exec::{Dispatcher, Topology};
+use crate::exec::Dispatcher;
 use crate::op::access::normalize;
 use crate::op::cell::{OpCell, SlotRef};
 use crate::op::job::{Job, Running};
@@ -119,15 +119,8 @@ impl Shared {
         let bulk_size = if config.kind == EngineKind::Naive { 1 } else { config.bulk_size };
         Arc::new_cyclic(|weak| {
             let bulk = Bulk::new(bulk_size, weak.clone());
-            let topology = Topology {
-                naive: config.kind == EngineKind::Naive,
-                cpu_devices: config.cpu_devices,
-                cpu_workers: config.cpu_workers,
-                priority_workers: config.priority_workers,
-                thread_name: config.thread_name.clone(),
-            };
             Shared {
-                dispatcher: Dispatcher::new(topology, bulk.held()),
+                dispatcher: Dispatcher::new(config.topology.clone(), bulk.held()),
                 config,
                 tracker: Padded(Tracker::new()),
                 runtime,
