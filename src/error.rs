@@ -45,6 +45,10 @@ pub(crate) enum Kind {
     NoRuntime,
     /// A blocking wait was called from inside a Tokio runtime.
     BlockingInRuntime { what: &'static str },
+    /// A wait that could never end where it was called.
+    WouldDeadlock { what: &'static str, why: &'static str },
+    /// A worker pool could not start its threads.
+    PoolUnavailable { pool: String, reason: String },
 }
 
 impl Error {
@@ -58,6 +62,10 @@ impl Error {
 
     pub(crate) fn unsupported(msg: impl Into<String>) -> Self {
         Self::new(Kind::Unsupported(msg.into()))
+    }
+
+    pub(crate) fn pool_unavailable(pool: &str, reason: &std::io::Error) -> Self {
+        Self::new(Kind::PoolUnavailable { pool: pool.to_owned(), reason: reason.to_string() })
     }
 
     pub(crate) fn kind(&self) -> &Kind {
@@ -129,6 +137,20 @@ impl Error {
         matches!(self.kind(), Kind::BlockingInRuntime { .. })
     }
 
+    /// A wait was refused because, where it was called, it could never end:
+    /// a `blocking_*` wait inside an op body or on an engine worker that
+    /// the wait needs, or an engine-wide wait inside a future op.
+    pub fn is_would_deadlock(&self) -> bool {
+        matches!(self.kind(), Kind::WouldDeadlock { .. })
+    }
+
+    /// A worker pool could not start its threads (the OS refused them):
+    /// the push that needed it was refused and left its vars untouched; a
+    /// later push tries again.
+    pub fn is_pool_unavailable(&self) -> bool {
+        matches!(self.kind(), Kind::PoolUnavailable { .. })
+    }
+
     /// The name of the op this error belongs to, if any.
     pub fn op_name(&self) -> Option<&str> {
         match self.kind() {
@@ -168,6 +190,10 @@ impl fmt::Display for Error {
             }
             Kind::BlockingInRuntime { what } => {
                 write!(f, "{what} would block a tokio runtime thread; use the async variant instead")
+            }
+            Kind::WouldDeadlock { what, why } => write!(f, "{what} would never return: {why}"),
+            Kind::PoolUnavailable { pool, reason } => {
+                write!(f, "cannot start the worker threads of pool `{pool}`: {reason}")
             }
         }
     }

@@ -109,7 +109,8 @@ struct ReadmeDoctests;
 
 pub use device::{Device, Lane};
 pub use engine::{
-    Acquire, AcquireBuilder, Engine, EngineBuilder, EngineKind, OpBuilder, ShutdownMode, WaitForAll,
+    Acquire, AcquireBuilder, Engine, EngineBuilder, EngineKind, MAX_CPU_DEVICES, MAX_WORKERS, OpBuilder,
+    ShutdownMode, WaitForAll,
 };
 pub use error::{BoxError, Error, Result};
 pub use op::handle::{Completion, OpHandle};

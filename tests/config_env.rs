@@ -69,6 +69,12 @@ fn invalid_environment_is_a_clear_error() {
     assert!(out.contains("expected `threaded` or `naive`"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_CPU_PRIORITY_WORKERS", "0")]);
     assert!(out.contains("DEPENGINE_CPU_PRIORITY_WORKERS must be at least 1"), "{out}");
+    // Counts the OS would refuse (or that would exhaust the process) are
+    // refused at build, not at the first push.
+    for many in ["5000", "100000"] {
+        let out = child("child_with_defaults", &[("DEPENGINE_CPU_WORKERS", many)]);
+        assert!(out.contains(&format!("DEPENGINE_CPU_WORKERS={many} is past its bound of 1024")), "{out}");
+    }
 }
 
 #[test]

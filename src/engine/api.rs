@@ -354,6 +354,47 @@ mod tests {
         }
     }
 
+    /// The names of this process's threads that start with `prefix`.
+    fn threads_named(prefix: &str) -> usize {
+        let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+        tasks
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.starts_with(prefix))
+            .count()
+    }
+
+    /// A pool whose threads the OS refuses fails the push that needed it:
+    /// its var is left as if the op had never been pushed, the threads
+    /// that did start are stopped, and a later push starts the pool.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_pool_that_cannot_start_fails_the_push_and_leaves_the_var_alone() {
+        let engine = Engine::builder().cpu_workers(3).thread_name("nostart").build().unwrap();
+        let v = engine.var(1u32);
+        crate::exec::FAIL_SPAWN_AT.with(|at| at.set(Some(2)));
+        let err = engine.op("first").write(&v).try_run(|(), (mut v,)| {
+            *v += 1;
+            Ok(())
+        });
+        crate::exec::FAIL_SPAWN_AT.with(|at| at.set(None));
+        let err = err.unwrap_err();
+        assert!(err.is_pool_unavailable(), "{err}");
+        assert!(err.to_string().contains("nostart-cpu0"), "{err}");
+        let state = v.any().debug_state();
+        assert!(!state.write_running && state.queued.is_empty() && state.version == 0, "{state:?}");
+        assert_eq!(threads_named("nostart-cpu0"), 0, "started workers were not stopped");
+        engine.blocking_wait_for_all().unwrap();
+        // The next push starts the pool and runs.
+        let after = engine.op("after").write(&v).run(|(), (mut v,)| {
+            *v += 10;
+            Ok(*v)
+        });
+        assert_eq!(after.blocking_wait().unwrap(), 11);
+        assert_eq!(threads_named("nostart-cpu0"), 3);
+        engine.blocking_shutdown(ShutdownMode::Cancel).unwrap();
+        assert_eq!(threads_named("nostart-cpu0"), 0);
+    }
+
     /// Ops, and the shells their records leave, hold engine references:
     /// dropping the last handle must still free the engine once the ops
     /// are done.

@@ -27,6 +27,14 @@ pub(crate) const ENV_CPU_WORKERS: &str = "DEPENGINE_CPU_WORKERS";
 pub(crate) const ENV_PRIORITY_WORKERS: &str = "DEPENGINE_CPU_PRIORITY_WORKERS";
 pub(crate) const ENV_BULK_SIZE: &str = "DEPENGINE_BULK_SIZE";
 
+/// The most worker threads one pool may have, and the most CPU devices: a
+/// setting past these is a mistake (a typo, a unit error) far more often
+/// than a need, and asking the OS for that many threads fails or exhausts
+/// the process.
+pub const MAX_WORKERS: usize = 1024;
+/// The most CPU devices an engine may have (see [`MAX_WORKERS`]).
+pub const MAX_CPU_DEVICES: usize = 1024;
+
 /// Settled configuration.
 #[derive(Clone, Debug)]
 pub(crate) struct Config {
@@ -73,22 +81,24 @@ impl EngineBuilder {
         self
     }
 
-    /// Worker threads per CPU device for normal ops. Environment:
-    /// `DEPENGINE_CPU_WORKERS`. Default: the machine's available parallelism.
+    /// Worker threads per CPU device for normal ops, at most
+    /// [`MAX_WORKERS`]. Environment: `DEPENGINE_CPU_WORKERS`. Default: the
+    /// machine's available parallelism.
     pub fn cpu_workers(mut self, n: usize) -> Self {
         self.cpu_workers = Some(n);
         self
     }
 
     /// Worker threads of the shared pool for [`Lane::Prioritized`](crate::Lane)
-    /// ops. Environment: `DEPENGINE_CPU_PRIORITY_WORKERS`. Default: 1.
+    /// ops, at most [`MAX_WORKERS`]. Environment:
+    /// `DEPENGINE_CPU_PRIORITY_WORKERS`. Default: 1.
     pub fn priority_workers(mut self, n: usize) -> Self {
         self.priority_workers = Some(n);
         self
     }
 
     /// Number of CPU devices, `Cpu(0)` to `Cpu(n - 1)`, each with its own
-    /// pool. Default: 1.
+    /// pool; at most [`MAX_CPU_DEVICES`]. Default: 1.
     pub fn cpu_devices(mut self, n: usize) -> Self {
         self.cpu_devices = Some(n);
         self
@@ -114,7 +124,8 @@ impl EngineBuilder {
 
     /// The prefix of worker thread names: `{prefix}-cpu{i}-{k}` for CPU
     /// device `i`, `{prefix}-prio-{k}` for the prioritized pool. Default:
-    /// `depengine`.
+    /// `depengine`. It may not contain a NUL byte (the OS refuses such a
+    /// name).
     pub fn thread_name(mut self, prefix: impl Into<String>) -> Self {
         self.thread_name = Some(prefix.into());
         self
@@ -132,8 +143,12 @@ impl EngineBuilder {
     ///
     /// # Errors
     ///
-    /// A count of zero, or an environment variable read for a setting left
-    /// unset that does not parse.
+    /// A count of zero or past its bound ([`MAX_WORKERS`],
+    /// [`MAX_CPU_DEVICES`]), a thread name with a NUL byte, or an
+    /// environment variable read for a setting left unset that does not
+    /// parse. Nothing is started: a pool whose threads the OS then refuses
+    /// makes the push that needed it fail
+    /// ([`Error::is_pool_unavailable`]).
     pub fn build(self) -> Result<Engine, Error> {
         let kind = match self.kind {
             Some(kind) => kind,
@@ -142,12 +157,24 @@ impl EngineBuilder {
         let default_workers = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
         let topology = Topology {
             naive: kind == EngineKind::Naive,
-            cpu_workers: setting("cpu_workers", self.cpu_workers, ENV_CPU_WORKERS, default_workers)?,
-            priority_workers: setting("priority_workers", self.priority_workers, ENV_PRIORITY_WORKERS, 1)?,
-            cpu_devices: setting("cpu_devices", self.cpu_devices, "", 1)?,
-            thread_name: self.thread_name.unwrap_or_else(|| "depengine".to_owned()),
+            cpu_workers: setting(
+                "cpu_workers",
+                self.cpu_workers,
+                ENV_CPU_WORKERS,
+                default_workers,
+                MAX_WORKERS,
+            )?,
+            priority_workers: setting(
+                "priority_workers",
+                self.priority_workers,
+                ENV_PRIORITY_WORKERS,
+                1,
+                MAX_WORKERS,
+            )?,
+            cpu_devices: setting("cpu_devices", self.cpu_devices, "", 1, MAX_CPU_DEVICES)?,
+            thread_name: thread_name(self.thread_name)?,
         };
-        let bulk_size = setting("bulk_size", self.bulk_size, ENV_BULK_SIZE, 1)?;
+        let bulk_size = setting("bulk_size", self.bulk_size, ENV_BULK_SIZE, 1, usize::MAX)?;
         let config = Config { kind, topology, bulk_size };
         let runtime = self.runtime.or_else(|| tokio::runtime::Handle::try_current().ok());
         Ok(Engine::from_config(config, runtime))
@@ -163,9 +190,18 @@ fn env_kind() -> Result<Option<EngineKind>, Error> {
     }
 }
 
+/// The thread name prefix, checked: the OS refuses a name with a NUL byte.
+fn thread_name(given: Option<String>) -> Result<String, Error> {
+    let name = given.unwrap_or_else(|| "depengine".to_owned());
+    if name.contains('\0') {
+        return Err(Error::invalid(format!("thread_name {name:?} contains a NUL byte")));
+    }
+    Ok(name)
+}
+
 /// A count: the builder's `given` value, else environment variable `env`
-/// (none if empty), else `default`.
-fn setting(what: &str, given: Option<usize>, env: &str, default: usize) -> Result<usize, Error> {
+/// (none if empty), else `default`; from 1 to `max`.
+fn setting(what: &str, given: Option<usize>, env: &str, default: usize, max: usize) -> Result<usize, Error> {
     let (value, source) = match given {
         Some(value) => (value, what),
         None => match std::env::var(env).ok().filter(|_| !env.is_empty()) {
@@ -182,6 +218,9 @@ fn setting(what: &str, given: Option<usize>, env: &str, default: usize) -> Resul
     };
     if value == 0 {
         return Err(Error::invalid(format!("{source} must be at least 1")));
+    }
+    if value > max {
+        return Err(Error::invalid(format!("{source}={value} is past its bound of {max}")));
     }
     Ok(value)
 }

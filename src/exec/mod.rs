@@ -16,4 +16,6 @@ mod thread;
 mod worker;
 
 pub(crate) use place::{Dispatcher, Topology};
+#[cfg(all(test, not(depengine_loom)))]
+pub(crate) use pool::FAIL_SPAWN_AT;
 pub(crate) use pool::Held;

@@ -2,9 +2,9 @@
 //! which pool runs an op of a given device and lane, and whether a ready op
 //! goes to a pool or runs on the thread that made it ready.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use super::pool::{Held, Pool};
+use super::pool::{Held, Pool, lock};
 use super::thread;
 use crate::device::{Device, Lane};
 use crate::error::Error;
@@ -30,12 +30,14 @@ pub(crate) struct Dispatcher {
     priority: OnceLock<Pool>,
     /// What the engine holds back, for idle CPU workers to push.
     held: Option<Arc<dyn Held>>,
+    /// Taken to start a pool, so that two pushes never both start one.
+    starting: Mutex<()>,
 }
 
 impl Dispatcher {
     pub(crate) fn new(topology: Topology, held: Option<Arc<dyn Held>>) -> Self {
         let cpu = (0..topology.cpu_devices).map(|_| OnceLock::new()).collect();
-        Self { topology, cpu, priority: OnceLock::new(), held }
+        Self { topology, cpu, priority: OnceLock::new(), held, starting: Mutex::new(()) }
     }
 
     /// Checks an op's device and lane; decides where its body starts once
@@ -69,7 +71,13 @@ impl Dispatcher {
             ))),
             Lane::Inline => Ok(Exec::Inline),
             _ if starts_inline => Ok(Exec::Inline),
-            _ => Ok(Exec::Pool),
+            _ if self.topology.naive => Ok(Exec::Pool),
+            _ => {
+                // Started here, before the op reaches its vars: a pool that
+                // cannot start refuses the push and leaves them untouched.
+                self.pool(device, lane)?;
+                Ok(Exec::Pool)
+            }
         }
     }
 
@@ -77,15 +85,34 @@ impl Dispatcher {
     /// it ready (inline placement, the naive engine).
     fn pool_for(&self, task: &TaskRef) -> Option<&Pool> {
         let meta = &task.header().meta;
-        (meta.exec == Exec::Pool && !self.topology.naive).then(|| self.pool(meta.device(), meta.lane))
+        (meta.exec == Exec::Pool && !self.topology.naive).then(|| {
+            self.cell(meta.device(), meta.lane).get().expect("an op's pool is started when it is pushed")
+        })
     }
 
     /// Runs an op that became ready inside its push: on its pool, or here.
     pub(crate) fn dispatch_pushed(&self, task: TaskRef) {
         match self.pool_for(&task) {
             Some(pool) => pool.submit(task),
-            None => thread::run_here(task, true),
+            None => self.run_here(task, true),
         }
+    }
+
+    /// Runs an op on this thread (see `thread::run_here`), unless the
+    /// thread is unwinding from a panic: user code does not run inside
+    /// someone else's unwinding, so the op goes to its device's pool
+    /// (started now, even on the naive engine) and runs here only if that
+    /// pool cannot start.
+    fn run_here(&self, task: TaskRef, now: bool) {
+        if std::thread::panicking() {
+            match self.pool(task.header().meta.device(), Lane::Normal) {
+                Ok(pool) => return pool.submit(task),
+                Err(err) => {
+                    tracing::error!(target: "depengine", "{err}; running the op on an unwinding thread")
+                }
+            }
+        }
+        thread::run_here(task, now);
     }
 
     /// Runs the ops one completion made ready: the first pool op may go to
@@ -96,7 +123,7 @@ impl Dispatcher {
         let mut batch: Option<(&Pool, SmallList<TaskRef, 8>)> = None;
         for task in tasks {
             let Some(pool) = self.pool_for(&task) else {
-                thread::run_here(task, false);
+                self.run_here(task, false);
                 continue;
             };
             if !slot_offered {
@@ -121,22 +148,37 @@ impl Dispatcher {
         }
     }
 
-    fn pool(&self, device: Device, lane: Lane) -> &Pool {
-        let cell = match (device, lane) {
+    fn cell(&self, device: Device, lane: Lane) -> &OnceLock<Pool> {
+        match (device, lane) {
             (_, Lane::Prioritized) => &self.priority,
             (Device::Cpu(i), _) => &self.cpu[i],
             (Device::Gpu(_), _) => unreachable!("gpu placement is refused at push"),
+        }
+    }
+
+    /// The pool for `device` and `lane`, started if it has not started.
+    ///
+    /// # Errors
+    ///
+    /// Its threads cannot start ([`Error::is_pool_unavailable`]); those
+    /// that did are stopped, and a later push tries again.
+    fn pool(&self, device: Device, lane: Lane) -> Result<&Pool, Error> {
+        let cell = self.cell(device, lane);
+        if let Some(pool) = cell.get() {
+            return Ok(pool);
+        }
+        let _starting = lock(&self.starting);
+        if let Some(pool) = cell.get() {
+            return Ok(pool);
+        }
+        let Topology { thread_name: prefix, cpu_workers, priority_workers, .. } = &self.topology;
+        let (name, workers, held) = match (device, lane) {
+            (_, Lane::Prioritized) => (format!("{prefix}-prio"), *priority_workers, None),
+            (Device::Cpu(i), _) => (format!("{prefix}-cpu{i}"), *cpu_workers, self.held.clone()),
+            (Device::Gpu(_), _) => unreachable!("gpu placement is refused at push"),
         };
-        cell.get_or_init(|| {
-            let Topology { thread_name: prefix, cpu_workers, priority_workers, .. } = &self.topology;
-            let (name, workers, held) = match (device, lane) {
-                (_, Lane::Prioritized) => (format!("{prefix}-prio"), *priority_workers, None),
-                (Device::Cpu(i), _) => (format!("{prefix}-cpu{i}"), *cpu_workers, self.held.clone()),
-                (Device::Gpu(_), _) => unreachable!("gpu placement is refused at push"),
-            };
-            Pool::start(&name, workers, held)
-                .unwrap_or_else(|e| panic!("cannot start {name} worker threads: {e}"))
-        })
+        let pool = Pool::start(&name, workers, held).map_err(|e| Error::pool_unavailable(&name, &e))?;
+        Ok(cell.get_or_init(|| pool))
     }
 
     /// Whether every worker of `device`'s normal pool is parking (see
@@ -144,7 +186,9 @@ impl Dispatcher {
     /// `false` for a device the engine does not have (its push is refused).
     pub(crate) fn all_parked(&self, device: Device) -> bool {
         match device {
-            Device::Cpu(i) if i < self.cpu.len() => self.pool(device, Lane::Normal).all_parked(),
+            Device::Cpu(i) if i < self.cpu.len() => {
+                self.pool(device, Lane::Normal).is_ok_and(Pool::all_parked)
+            }
             _ => false,
         }
     }

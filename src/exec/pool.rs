@@ -136,15 +136,28 @@ impl Pool {
             workers,
             held,
         });
-        let threads = (0..workers)
-            .map(|k| {
-                let shared = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("{name}-{k}"))
-                    .spawn(move || Worker::new(&shared).work())
-            })
-            .collect::<std::io::Result<Vec<_>>>()?;
-        Ok(Self { shared, threads: Mutex::new(threads) })
+        let pool = Self { shared, threads: Mutex::new(Vec::with_capacity(workers)) };
+        for k in 0..workers {
+            let shared = pool.shared.clone();
+            let started = spawn_failure(k).map_or_else(
+                || {
+                    std::thread::Builder::new()
+                        .name(format!("{name}-{k}"))
+                        .spawn(move || Worker::new(&shared).work())
+                },
+                Err,
+            );
+            match started {
+                Ok(thread) => lock(&pool.threads).push(thread),
+                Err(err) => {
+                    // The threads that did start hold no op yet: they exit.
+                    pool.stop();
+                    pool.join();
+                    return Err(err);
+                }
+            }
+        }
+        Ok(pool)
     }
 
     /// Queues a ready op.
@@ -221,6 +234,23 @@ impl Pool {
             }
         }
     }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+thread_local! {
+    /// Tests: the worker whose start fails, on this thread's next pool start.
+    pub(crate) static FAIL_SPAWN_AT: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Tests: a thread start refused as the OS would under a memory limit.
+#[inline]
+fn spawn_failure(k: usize) -> Option<std::io::Error> {
+    #[cfg(all(test, not(depengine_loom)))]
+    if FAIL_SPAWN_AT.with(std::cell::Cell::get) == Some(k) {
+        return Some(std::io::Error::from_raw_os_error(11));
+    }
+    let _ = k;
+    None
 }
 
 impl PoolShared {

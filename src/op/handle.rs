@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use super::cell::SlotRef;
+use super::job::token_left_by_own_body;
 use super::record::Header;
 use crate::error::{BoxError, Error, Kind, refuse_in_runtime};
 
@@ -178,15 +179,18 @@ impl<R: Send + 'static> Completion<R> {
 }
 
 impl<R: Send + 'static> Drop for Completion<R> {
+    /// Completes the op with [`Error::is_completion_dropped`], unless its
+    /// own body is dropping it on the thread running that body: whether
+    /// that body then panics or returns decides (`job::AsyncJob`). Whether
+    /// this thread is unwinding says nothing here: a token may be dropped
+    /// inside someone else's unwinding.
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
+            if token_left_by_own_body(slot.header()) {
+                return;
+            }
             let op = slot.header().meta.name.clone();
-            let kind = if std::thread::panicking() {
-                Kind::Panicked { op, message: "panicked before signalling its completion".into() }
-            } else {
-                Kind::CompletionDropped { op }
-            };
-            slot.store_owned(Err(Error::new(kind)));
+            slot.store_owned(Err(Error::new(Kind::CompletionDropped { op })));
         }
     }
 }

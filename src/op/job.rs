@@ -7,6 +7,8 @@
 //! made ready from inside a body in their next slot, since the body may
 //! block until that op has run.
 
+#![allow(unsafe_code)]
+
 use std::cell::Cell;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -63,8 +65,10 @@ impl<R: 'static> Running<'_, R> {
 }
 
 thread_local! {
-    /// User bodies running on this thread.
-    static IN_BODY: Cell<u32> = const { Cell::new(0) };
+    /// The op whose user body runs on this thread (innermost), or null.
+    static BODY: Cell<*const Header> = const { Cell::new(std::ptr::null()) };
+    /// Whether that body dropped its own [`Completion`] unsignalled.
+    static TOKEN_LEFT: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Whether user code of an op body is running on this thread: an op it
@@ -72,20 +76,43 @@ thread_local! {
 /// for it to return.
 #[inline]
 pub(crate) fn in_user_body() -> bool {
-    IN_BODY.with(Cell::get) != 0
+    !BODY.with(Cell::get).is_null()
 }
 
-/// Runs a user body, marking this thread as busy with it.
-fn in_body<R>(body: impl FnOnce() -> R) -> R {
-    struct Leave;
+/// The op whose user body runs on this thread (the innermost one, if
+/// bodies nest), for checks that would otherwise wait for it.
+pub(crate) fn current_body<T>(look: impl FnOnce(Option<&Header>) -> T) -> T {
+    let header = BODY.with(Cell::get);
+    // SAFETY: a non-null pointer is set by `in_body` for the duration of
+    // the body's call, during which the thread running it holds a
+    // reference to the record (`Running::task`).
+    look(unsafe { header.as_ref() })
+}
+
+/// Called by a [`Completion`] dropped unsignalled: if it is dropped by its
+/// own op's body, on the thread running it, the body's end decides what
+/// the op's result is (a panic, or a dropped token), and this returns true.
+pub(super) fn token_left_by_own_body(header: &Header) -> bool {
+    let own = std::ptr::eq(BODY.with(Cell::get), header);
+    if own {
+        TOKEN_LEFT.with(|left| left.set(true));
+    }
+    own
+}
+
+/// Runs the user body of `header`'s op, marking this thread as busy with
+/// it; also returns whether the body dropped its own token unsignalled.
+fn in_body<R>(header: &Header, body: impl FnOnce() -> R) -> (R, bool) {
+    struct Leave(*const Header, bool);
     impl Drop for Leave {
         fn drop(&mut self) {
-            IN_BODY.with(|n| n.set(n.get() - 1));
+            BODY.with(|b| b.set(self.0));
+            TOKEN_LEFT.with(|left| left.set(self.1));
         }
     }
-    IN_BODY.with(|n| n.set(n.get() + 1));
-    let _leave = Leave;
-    body()
+    let _leave = Leave(BODY.with(|b| b.replace(header)), TOKEN_LEFT.with(|left| left.replace(false)));
+    let out = body();
+    (out, TOKEN_LEFT.with(Cell::get))
 }
 
 /// Maps a body's outcome, panics included, to the op's result.
@@ -120,7 +147,7 @@ where
         let caught = catch_unwind(AssertUnwindSafe(|| {
             let reads = reads.guard(OpToken(op.task));
             let writes = writes.guard(OpToken(op.task));
-            in_body(|| body(reads, writes))
+            in_body(op.header(), || body(reads, writes)).0
         }));
         let result = op_result(op.header(), caught);
         op.store(result);
@@ -151,13 +178,18 @@ where
         let caught = catch_unwind(AssertUnwindSafe(|| {
             let reads = reads.guard(OpToken(op.task));
             let writes = writes.guard(OpToken(op.task));
-            in_body(|| body(reads, writes, done));
+            in_body(op.header(), || body(reads, writes, done)).1
         }));
-        if let Err(payload) = caught {
-            // If the token was dropped by the unwinding, it has already
-            // stored a panic error; this store is then ignored.
-            let name = op.header().meta.name.clone();
-            op.store(Err(Error::new(Kind::Panicked { op: name, message: panic_message(&*payload) })));
+        // A token the body dropped (by unwinding or not) stored nothing:
+        // what the body did decides. A token signalled before a panic has
+        // stored its result, and the store below is then ignored.
+        let name = || op.header().meta.name.clone();
+        match caught {
+            Ok(false) => {}
+            Ok(true) => op.store(Err(Error::new(Kind::CompletionDropped { op: name() }))),
+            Err(payload) => {
+                op.store(Err(Error::new(Kind::Panicked { op: name(), message: panic_message(&*payload) })));
+            }
         }
     }
 }
