@@ -64,6 +64,10 @@ impl Error {
         Self::new(Kind::Unsupported(msg.into()))
     }
 
+    pub(crate) fn would_deadlock(what: &'static str, why: &'static str) -> Self {
+        Self::new(Kind::WouldDeadlock { what, why })
+    }
+
     pub(crate) fn pool_unavailable(pool: &str, reason: &std::io::Error) -> Self {
         Self::new(Kind::PoolUnavailable { pool: pool.to_owned(), reason: reason.to_string() })
     }

@@ -38,6 +38,7 @@ const UNSAFE_FILES: &[&str] = &[
     "op/cell.rs",       // an op's body and epoch, claimed once
     "op/life.rs",       // the one-var append of a push
     "op/recycle.rs",    // a record rebuilt in place by its only holder
+    "op/job.rs",        // the body running on this thread, by address
     "exec/feed.rs",     // a pushing thread's ring of ops
 ];
 

@@ -5,7 +5,7 @@
 //! Programs mix sync, async (completion token) and future ops on all CPU
 //! lanes with random priorities, duplicate and overlapping declarations,
 //! failing and panicking bodies, dropped completions and no-skip ops. Set
-//! `DEPENGINE_DIFF_SEEDS` to run more seeds.
+//! `DEPENGINE_DIFF_SEEDS` to run more seeds (from `DEPENGINE_DIFF_SEED_FROM`).
 //!
 //! With bulk execution on, programs are mostly sync ops on the normal lane
 //! (the ops that fuse), some of which hand their guards to another thread
@@ -328,17 +328,25 @@ async fn run_program(engine: Engine, steps: &[Step], nvars: usize, label: &str) 
     }
 }
 
-fn seeds() -> u64 {
-    std::env::var("DEPENGINE_DIFF_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(16)
+/// The seeds to run: `DEPENGINE_DIFF_SEEDS` of them (16 unless set),
+/// from `DEPENGINE_DIFF_SEED_FROM` (0 unless set).
+fn seeds() -> std::ops::Range<u64> {
+    let env = |name: &str, default| std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default);
+    let from = env("DEPENGINE_DIFF_SEED_FROM", 0);
+    from..from + env("DEPENGINE_DIFF_SEEDS", 16)
 }
 
 /// Runs the seeds on engines of `kind` with `workers` per pool; with bulk
 /// execution on if `bulk`, at sizes 2, 3, 8 and 16 in turn.
 fn run_all(kind: EngineKind, workers: usize, bulk: bool) {
+    run_seeds(kind, workers, bulk, seeds());
+}
+
+fn run_seeds(kind: EngineKind, workers: usize, bulk: bool, seeds: impl IntoIterator<Item = u64>) {
     quiet_planned_panics();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let _guard = rt.enter();
-    for seed in 0..seeds() {
+    for seed in seeds {
         let nvars = 4 + (seed as usize % 5) * 6;
         let steps = program(seed, nvars, 300, bulk);
         let bulk_size = if bulk { [2, 3, 8, 16][seed as usize % 4] } else { 1 };
@@ -356,6 +364,17 @@ fn run_all(kind: EngineKind, workers: usize, bulk: bool) {
                 .unwrap_or_else(|_| panic!("{label}: timed out"))
         });
     }
+}
+
+/// Seeds that once failed: a body that dropped its token ran inside the
+/// unwinding of an unrelated panic (a guard dropped while its thread
+/// unwound made it ready), and was reported as a panic.
+#[test]
+fn seeds_that_once_ran_a_body_inside_unwinding() {
+    for workers in [1, 2, 4, 8] {
+        run_seeds(EngineKind::Threaded, workers, false, [27995]);
+    }
+    run_seeds(EngineKind::Naive, 1, false, [2539, 7862]);
 }
 
 #[test]

@@ -79,3 +79,91 @@ fn settings_the_os_would_refuse_are_refused_at_build() {
         "the bound itself is allowed"
     );
 }
+
+/// Runs `f` on another thread; fails the test if it does not return in 30 s.
+fn within_30s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(f()).unwrap());
+    rx.recv_timeout(std::time::Duration::from_secs(30)).expect("hung")
+}
+
+/// Waits inside a body that would wait for the body's own op are refused
+/// with a clear error, on the threaded and the naive engine.
+#[test]
+fn waits_that_would_wait_for_their_own_op_are_refused() {
+    for kind in [EngineKind::Threaded, EngineKind::Naive] {
+        within_30s(move || {
+            let engine = Engine::builder().kind(kind).cpu_workers(1).build().unwrap();
+            let v = engine.var(0u32);
+            let w = engine.var(0u32);
+            let e = engine.clone();
+            let (vv, ww) = (v.clone(), w.clone());
+            let errors = engine
+                .op("waits")
+                .write(&v)
+                .read(&w)
+                .run(move |(_w,), (_v,)| {
+                    let all = e.blocking_wait_for_all().unwrap_err();
+                    let on_var = e.blocking_wait_for_var(&vv).unwrap_err();
+                    let on_read_var = e.blocking_wait_for_var(&ww).unwrap_err();
+                    let behind = e.op("needs v").read(&vv).run(|(v,), ()| Ok(*v));
+                    let behind = behind.blocking_wait().unwrap_err();
+                    let shutdown = e.blocking_shutdown(depengine::ShutdownMode::Cancel).unwrap_err();
+                    Ok([all, on_var, on_read_var, behind, shutdown])
+                })
+                .blocking_wait()
+                .unwrap();
+            for err in &errors {
+                assert!(err.is_would_deadlock(), "{kind:?}: {err}");
+            }
+            assert!(errors[0].to_string().contains("blocking_wait_for_all"), "{}", errors[0]);
+            assert!(!engine.is_closed(), "{kind:?}: a refused shutdown closed the engine");
+            engine.blocking_wait_for_all().unwrap();
+            assert_eq!(engine.op("after").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap(), 0);
+        });
+    }
+}
+
+/// A body on a pool of one worker may wait for an op it pushed to that
+/// pool: the worker runs it while it waits.
+#[test]
+fn a_body_on_a_one_worker_pool_can_wait_for_an_op_it_pushed_there() {
+    let value = within_30s(|| {
+        let engine = Engine::builder().cpu_workers(1).build().unwrap();
+        let v = engine.var(5u32);
+        let e = engine.clone();
+        let outer = engine.op("outer").run(move |(), ()| {
+            let inner = e.op("inner").write(&v).run(|(), (mut v,)| {
+                *v += 1;
+                Ok(*v)
+            });
+            inner.blocking_wait().map_err(Into::into)
+        });
+        outer.blocking_wait().unwrap()
+    });
+    assert_eq!(value, 6);
+}
+
+/// `wait_for_all().await` and `shutdown().await` inside a future op of the
+/// same engine would wait for that op: they fail at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_wide_waits_inside_a_future_op_fail_clearly() {
+    let engine = Engine::builder().cpu_workers(1).build().unwrap();
+    let e = engine.clone();
+    let errors = common::timed(engine.op("future").spawn(move |(), ()| async move {
+        let all = e.wait_for_all().await.unwrap_err();
+        let shutdown = e.shutdown(depengine::ShutdownMode::Drain).await.unwrap_err();
+        // Another engine's waits are not refused.
+        let other = Engine::builder().cpu_workers(1).build().unwrap();
+        other.op("x").run(|(), ()| Ok(())).await?;
+        other.wait_for_all().await?;
+        Ok([all, shutdown])
+    }))
+    .await
+    .unwrap();
+    for err in &errors {
+        assert!(err.is_would_deadlock(), "{err}");
+    }
+    assert!(!engine.is_closed());
+    common::timed(engine.wait_for_all()).await.unwrap();
+}

@@ -15,6 +15,7 @@ use crate::error::{BoxError, Error, refuse_in_runtime};
 use crate::op::DepList;
 use crate::op::access::Decl;
 use crate::op::handle::{Completion, OpHandle};
+use crate::op::job::{current_body_holds, inside_op_of};
 use crate::sync::latch::LatchWait;
 use crate::var::{Access, AnyVar, Owner, Var};
 
@@ -218,10 +219,28 @@ impl Engine {
     /// # Errors
     ///
     /// The first op failure recorded since the previous `wait_for_all`.
+    ///
+    /// Inside a body of one of this engine's ops (a future op's included)
+    /// it resolves at once to [`Error::is_would_deadlock`]: it would wait
+    /// for that very op.
     pub fn wait_for_all(&self) -> WaitForAll {
+        if let Err(err) = self.refuse_inside_op("Engine::wait_for_all") {
+            return WaitForAll { wait: Err(Some(err)), shared: self.shared().clone() };
+        }
         self.shared().bulk.flush();
         let latch = self.shared().tracker.rotate(false);
-        WaitForAll { wait: latch.wait(), shared: self.shared().clone() }
+        WaitForAll { wait: Ok(latch.wait()), shared: self.shared().clone() }
+    }
+
+    /// Refuses an engine-wide wait inside a body of this engine's ops.
+    fn refuse_inside_op(&self, what: &'static str) -> Result<(), Error> {
+        if inside_op_of(Arc::as_ptr(self.shared()).cast()) {
+            return Err(Error::would_deadlock(
+                what,
+                "it is called inside an op of this engine, and would wait for it",
+            ));
+        }
+        Ok(())
     }
 
     /// Blocking [`wait_for_var`](Engine::wait_for_var), for non-async callers.
@@ -230,10 +249,16 @@ impl Engine {
     ///
     /// As for `wait_for_var`, and [`Error::is_blocking_in_runtime`] inside a
     /// Tokio runtime. In `spawn_blocking`, use `Handle::block_on` on the
-    /// async variant instead.
+    /// async variant instead. Inside an op body whose op declared `var`,
+    /// [`Error::is_would_deadlock`]: a write pushed before this call and
+    /// not yet completed could only run after that op.
     pub fn blocking_wait_for_var<T: Send + Sync + 'static>(&self, var: &Var<T>) -> Result<(), Error> {
-        refuse_in_runtime("Engine::blocking_wait_for_var")?;
-        futures::executor::block_on(self.wait_for_var(var))
+        const WHAT: &str = "Engine::blocking_wait_for_var";
+        refuse_in_runtime(WHAT)?;
+        if current_body_holds(var.id()) {
+            return Err(Error::would_deadlock(WHAT, "the op running this body holds the var"));
+        }
+        self.wait_for_var(var).blocking_wait()
     }
 
     /// Blocking [`wait_for_all`](Engine::wait_for_all), for non-async callers.
@@ -244,6 +269,7 @@ impl Engine {
     /// Tokio runtime.
     pub fn blocking_wait_for_all(&self) -> Result<(), Error> {
         refuse_in_runtime("Engine::blocking_wait_for_all")?;
+        self.refuse_inside_op("Engine::blocking_wait_for_all")?;
         futures::executor::block_on(self.wait_for_all())
     }
 
@@ -266,11 +292,15 @@ impl Engine {
     ///
     /// # Errors
     ///
-    /// The first op failure recorded since the last `wait_for_all`.
+    /// The first op failure recorded since the last `wait_for_all`. Inside
+    /// a body of one of this engine's ops, [`Error::is_would_deadlock`]
+    /// (it would wait for that op), and the engine is not closed.
     pub fn shutdown(&self, mode: ShutdownMode) -> impl Future<Output = Result<(), Error>> + Send + 'static {
-        let latch = self.shared().close(mode == ShutdownMode::Cancel);
-        let shared = self.shared().clone();
+        let refused = self.refuse_inside_op("Engine::shutdown");
+        let closing =
+            refused.map(|()| (self.shared().close(mode == ShutdownMode::Cancel), self.shared().clone()));
         async move {
+            let (latch, shared) = closing?;
             latch.wait().await;
             shared.dispatcher.stop_and_join();
             shared.take_error()
@@ -285,6 +315,7 @@ impl Engine {
     /// Tokio runtime.
     pub fn blocking_shutdown(&self, mode: ShutdownMode) -> Result<(), Error> {
         refuse_in_runtime("Engine::blocking_shutdown")?;
+        self.refuse_inside_op("Engine::blocking_shutdown")?;
         futures::executor::block_on(self.shutdown(mode))
     }
 }
@@ -321,7 +352,8 @@ impl Drop for EngineHandle {
 /// The future of [`Engine::wait_for_all`].
 #[must_use = "futures do nothing unless awaited"]
 pub struct WaitForAll {
-    wait: LatchWait,
+    /// The wait, or why it was refused.
+    wait: Result<LatchWait, Option<Error>>,
     shared: Arc<Shared>,
 }
 
@@ -329,9 +361,10 @@ impl Future for WaitForAll {
     type Output = Result<(), Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match Pin::new(&mut self.wait).poll(cx) {
-            Poll::Ready(()) => Poll::Ready(self.shared.take_error()),
-            Poll::Pending => Poll::Pending,
+        let this = &mut *self;
+        match &mut this.wait {
+            Ok(wait) => Pin::new(wait).poll(cx).map(|()| this.shared.take_error()),
+            Err(refused) => Poll::Ready(Err(refused.take().expect("WaitForAll polled after it resolved"))),
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::op::access::normalize;
 use crate::op::cell::{OpCell, SlotRef};
 use crate::op::job::{Job, Running};
 use crate::op::recycle::{self, Graveyard, Shell};
-use crate::op::{DepList, Host, Meta, PackedDevice, ReadyList, TaskRef, submit};
+use crate::op::{DepList, Help, Host, Meta, PackedDevice, ReadyList, TaskRef, submit};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::epoch::Tracker;
 use crate::sync::latch::Latch;
@@ -111,6 +111,10 @@ impl Host for Shared {
 
     fn release_held(&self) {
         self.bulk.flush();
+    }
+
+    fn help(&self) -> Help {
+        crate::exec::help()
     }
 }
 

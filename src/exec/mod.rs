@@ -19,3 +19,4 @@ pub(crate) use place::{Dispatcher, Topology};
 #[cfg(all(test, not(depengine_loom)))]
 pub(crate) use pool::FAIL_SPAWN_AT;
 pub(crate) use pool::Held;
+pub(crate) use thread::help;

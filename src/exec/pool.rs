@@ -141,9 +141,10 @@ impl Pool {
             let shared = pool.shared.clone();
             let started = spawn_failure(k).map_or_else(
                 || {
-                    std::thread::Builder::new()
-                        .name(format!("{name}-{k}"))
-                        .spawn(move || Worker::new(&shared).work())
+                    std::thread::Builder::new().name(format!("{name}-{k}")).spawn(move || {
+                        thread::become_worker(&shared);
+                        Worker::new(&shared).work();
+                    })
                 },
                 Err,
             );

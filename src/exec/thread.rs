@@ -20,10 +20,10 @@ use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use super::feeds::OwnFeed;
+use super::feeds::{FeedView, OwnFeed};
 use super::pool::PoolShared;
 use crate::error::panic_message;
-use crate::op::TaskRef;
+use crate::op::{Help, TaskRef};
 
 thread_local! {
     /// The pool this thread works for (0: none).
@@ -36,11 +36,40 @@ thread_local! {
     static LOCAL: RefCell<VecDeque<TaskRef>> = const { RefCell::new(VecDeque::new()) };
     /// This thread's feeds, one per pool it queued ops on from outside.
     static FEEDS: RefCell<Vec<OwnFeed>> = const { RefCell::new(Vec::new()) };
+    /// A worker's pool and its own view of the feeds, for taking ops while
+    /// a body it runs blocks on a handle ([`help`]).
+    static HELPER: RefCell<Option<(Arc<PoolShared>, FeedView)>> = const { RefCell::new(None) };
 }
 
-/// Makes this thread a worker of pool `id` (for its whole life).
-pub(super) fn become_worker(id: usize) {
-    POOL.with(|pool| pool.set(id));
+/// Makes this thread a worker of `pool` (for its whole life).
+pub(super) fn become_worker(pool: &Arc<PoolShared>) {
+    POOL.with(|id| id.set(pool.id));
+    HELPER.with(|helper| *helper.borrow_mut() = Some((pool.clone(), FeedView::default())));
+}
+
+/// Runs one op while a body on this thread blocks on a handle: first one
+/// this thread queued to run after its current op ([`LOCAL`]), else, on a
+/// worker, one from its pool's queues. The op waited for may be either.
+pub(crate) fn help() -> Help {
+    if let Some(task) = LOCAL.with(|local| local.borrow_mut().pop_front()) {
+        execute(task);
+        return Help::Ran;
+    }
+    let taken = HELPER.with(|helper| {
+        let mut helper = helper.borrow_mut();
+        let (pool, view) = helper.as_mut()?;
+        Some(pool.try_pop(view))
+    });
+    match taken {
+        Some(Some(task)) => {
+            // Inside a body of this worker: the op runs nested, and what
+            // it makes ready is queued, not kept in the next slot.
+            run_here(task, true);
+            Help::Ran
+        }
+        Some(None) => Help::Later,
+        None => Help::Nothing,
+    }
 }
 
 /// Whether this thread is a worker of pool `id`.

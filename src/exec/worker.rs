@@ -45,7 +45,6 @@ impl<'a> Worker<'a> {
 
     /// Runs ops until the pool stops.
     pub(super) fn work(mut self) {
-        thread::become_worker(self.pool.id);
         loop {
             match self.next() {
                 Next::Run(task) => self.run(task),

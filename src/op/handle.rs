@@ -4,10 +4,12 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 
 use super::cell::SlotRef;
-use super::job::token_left_by_own_body;
+use super::host::Help;
+use super::job::{token_left_by_own_body, waits_for_current_body};
 use super::record::Header;
 use crate::error::{BoxError, Error, Kind, refuse_in_runtime};
 
@@ -88,15 +90,32 @@ impl<R: Send + 'static> OpHandle<R> {
 
     /// Blocks the current thread until the op completes.
     ///
+    /// Inside an op body it may wait for ops pushed from that body: while
+    /// it waits, the thread runs the ops it would otherwise run only after
+    /// the body (an inline op, on the naive engine any op) and, on a
+    /// worker, ops of its pool's queue, so a body on a pool of one worker
+    /// can wait for an op it pushed there.
+    ///
     /// # Errors
     ///
-    /// The op's result, or [`Error::is_blocking_in_runtime`] when called
-    /// from inside a Tokio runtime, where blocking could deadlock.
-    pub fn blocking_wait(self) -> Result<R, Error> {
+    /// The op's result; [`Error::is_blocking_in_runtime`] when called from
+    /// inside a Tokio runtime, where blocking could deadlock; and
+    /// [`Error::is_would_deadlock`] inside an op body when the op waited
+    /// for needs a var that the body's op holds (with a write on either
+    /// side): it could only run once this body's op has completed.
+    pub fn blocking_wait(mut self) -> Result<R, Error> {
         refuse_in_runtime("OpHandle::blocking_wait")?;
-        if let Inner::Pushed(slot) = &self.inner {
-            release_held(slot.header());
+        let Inner::Pushed(slot) = &self.inner else {
+            return futures::executor::block_on(self);
+        };
+        if !slot.is_complete() && waits_for_current_body(slot.header()) {
+            return Err(Error::would_deadlock(
+                "OpHandle::blocking_wait",
+                "the op waited for needs a var that the op running this body holds",
+            ));
         }
+        let host = slot.header().host.clone();
+        release_held(slot.header());
         // Small ops finish within microseconds: watch for that briefly
         // before paying for parking the thread and waking it again.
         let start = std::time::Instant::now();
@@ -105,7 +124,35 @@ impl<R: Send + 'static> OpHandle<R> {
                 std::hint::spin_loop();
             }
         }
-        futures::executor::block_on(self)
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            if let Poll::Ready(result) = Pin::new(&mut self).poll(&mut cx) {
+                return result;
+            }
+            match host.help() {
+                Help::Ran => {}
+                Help::Later => std::thread::park_timeout(HELP_PARK),
+                Help::Nothing => std::thread::park(),
+            }
+        }
+    }
+}
+
+/// How long a worker blocked on a handle sleeps before it looks at its
+/// pool's queue again (nobody wakes it for new work there).
+const HELP_PARK: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// Wakes the thread blocked in [`OpHandle::blocking_wait`].
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
     }
 }
 
@@ -179,18 +226,25 @@ impl<R: Send + 'static> Completion<R> {
 }
 
 impl<R: Send + 'static> Drop for Completion<R> {
-    /// Completes the op with [`Error::is_completion_dropped`], unless its
-    /// own body is dropping it on the thread running that body: whether
-    /// that body then panics or returns decides (`job::AsyncJob`). Whether
-    /// this thread is unwinding says nothing here: a token may be dropped
-    /// inside someone else's unwinding.
+    /// Completes the op with [`Error::is_completion_dropped`], or as
+    /// panicked if the token is dropped by a panic of the code holding it.
+    /// Dropped by its own body on the thread running that body, it stores
+    /// nothing: whether that body then panics or returns decides
+    /// (`job::AsyncJob`), with the panic's own message. No body runs inside
+    /// someone else's unwinding (`exec::place`), so a token dropped while
+    /// this thread unwinds was dropped by that unwinding.
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
             if token_left_by_own_body(slot.header()) {
                 return;
             }
             let op = slot.header().meta.name.clone();
-            slot.store_owned(Err(Error::new(Kind::CompletionDropped { op })));
+            let kind = if std::thread::panicking() {
+                Kind::Panicked { op, message: "panicked before signalling its completion".into() }
+            } else {
+                Kind::CompletionDropped { op }
+            };
+            slot.store_owned(Err(Error::new(kind)));
         }
     }
 }

@@ -36,6 +36,24 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// A nested op's handle is waited on: its parent may still be held
     /// back by the engine, which is to push it now (see `nest.rs`).
     fn release_held(&self);
+
+    /// A thread blocks on an op's handle that has not completed: runs one
+    /// op this thread may run meanwhile (one it queued to run after its
+    /// current op; on a worker, one of its pool's queue, where the op
+    /// waited for may be), and says what it found.
+    fn help(&self) -> Help;
+}
+
+/// What [`Host::help`] found to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Help {
+    /// It ran an op.
+    Ran,
+    /// Nothing now; this thread is a worker, whose pool may get work that
+    /// nobody will wake it for: look again soon.
+    Later,
+    /// Nothing, ever, until this thread's wait ends: park until woken.
+    Nothing,
 }
 
 /// A record's reference to its engine.

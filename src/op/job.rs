@@ -13,6 +13,7 @@ use std::cell::Cell;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 
 use futures::FutureExt;
 
@@ -21,6 +22,7 @@ use super::cell::{OpSlot, SlotRef};
 use super::handle::Completion;
 use super::record::{Header, TaskRef};
 use crate::error::{BoxError, Error, Kind, panic_message};
+use crate::var::Access;
 
 /// An op's body, typed.
 pub(crate) trait Job: Send + 'static {
@@ -87,6 +89,51 @@ pub(crate) fn current_body<T>(look: impl FnOnce(Option<&Header>) -> T) -> T {
     // the body's call, during which the thread running it holds a
     // reference to the record (`Running::task`).
     look(unsafe { header.as_ref() })
+}
+
+tokio::task_local! {
+    /// The engine (its host's address) whose future op this task runs.
+    static FUTURE_OP_OF: usize;
+}
+
+/// Whether the caller runs inside a body of an op of the engine `host`: a
+/// body on this thread (the innermost one), or a future op's task. An
+/// engine-wide wait there would wait for that very op.
+pub(crate) fn inside_op_of(host: *const ()) -> bool {
+    let on_thread = current_body(|body| body.is_some_and(|b| std::ptr::addr_eq(Arc::as_ptr(&b.host), host)));
+    on_thread || FUTURE_OP_OF.try_with(|&of| of == host as usize).unwrap_or(false)
+}
+
+/// Whether waiting, inside the body running on this thread, for `other`
+/// (not complete) could never end: it is that op, or it needs a var that op
+/// holds, with a write on either side, so it waits for that op to complete.
+pub(crate) fn waits_for_current_body(other: &Header) -> bool {
+    current_body(|body| body.is_some_and(|body| std::ptr::eq(body, other) || conflict(body, other)))
+}
+
+/// Whether two ops share a var that one of them writes (deps are sorted by
+/// var id, one per var).
+fn conflict(a: &Header, b: &Header) -> bool {
+    let (mut a, mut b) = (a.deps.iter().peekable(), b.deps.iter().peekable());
+    while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
+        match x.var.id().cmp(&y.var.id()) {
+            std::cmp::Ordering::Less => drop(a.next()),
+            std::cmp::Ordering::Greater => drop(b.next()),
+            std::cmp::Ordering::Equal => {
+                if x.access == Access::Write || y.access == Access::Write {
+                    return true;
+                }
+                a.next();
+                b.next();
+            }
+        }
+    }
+    false
+}
+
+/// Whether the body running on this thread holds `var` (declared it).
+pub(crate) fn current_body_holds(var: u64) -> bool {
+    current_body(|body| body.is_some_and(|body| body.deps.iter().any(|d| d.var.id() == var)))
 }
 
 /// Called by a [`Completion`] dropped unsignalled: if it is dropped by its
@@ -223,14 +270,15 @@ where
             Err(payload) => return op.store(op_result(op.header(), Err(payload))),
         };
         let on_drop = StoreOnDrop(Some(op.to_owned()));
-        runtime.spawn(async move {
+        let engine = Arc::as_ptr(&op.header().host).cast::<()>() as usize;
+        runtime.spawn(FUTURE_OP_OF.scope(engine, async move {
             let on_drop = on_drop;
             let caught = AssertUnwindSafe(async move { body(reads, writes).await }).catch_unwind().await;
             if let Some(slot) = on_drop.disarm() {
                 let result = op_result(slot.header(), caught);
                 slot.store_owned(result);
             }
-        });
+        }));
     }
 }
 

@@ -25,6 +25,6 @@ mod record;
 pub(crate) mod recycle;
 mod slot;
 
-pub(crate) use host::{Host, ReadyList};
+pub(crate) use host::{Help, Host, ReadyList};
 pub(crate) use life::{LiveRef, submit};
 pub(crate) use record::{DepList, Exec, Header, Meta, PackedDevice, Task, TaskRef};
