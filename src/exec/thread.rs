@@ -32,6 +32,8 @@ thread_local! {
     static NEXT: RefCell<Option<TaskRef>> = const { RefCell::new(None) };
     /// Whether this thread is running ops through [`run_here`].
     static INLINE: Cell<bool> = const { Cell::new(false) };
+    /// Ops running nested inside a push on this thread (see [`run_here`]).
+    static NESTED: Cell<u32> = const { Cell::new(0) };
     /// Inline ops made ready on this thread, to run after the current one.
     static LOCAL: RefCell<VecDeque<TaskRef>> = const { RefCell::new(VecDeque::new()) };
     /// This thread's feeds, one per pool it queued ops on from outside.
@@ -106,16 +108,25 @@ pub(super) fn queue_on_own_feed(pool: &Arc<PoolShared>, task: TaskRef) -> Option
     task
 }
 
+/// How deep ops pushed from bodies may run nested inside their push.
+const MAX_NESTED: u32 = 32;
+
 /// Runs `task` on this thread.
 ///
 /// An op made ready while this thread already runs one (a successor released
 /// by its completion) is queued and run after it, so chains of inline ops
 /// never recurse. One made ready by a push runs at once (`now`), even inside
-/// another op: the pusher may wait for it.
+/// another op, since the pusher may wait for it, up to [`MAX_NESTED`] ops
+/// deep; deeper, it is queued as well (a trampoline: a body that pushes its
+/// continuation does not grow the stack without bound), and a pusher that
+/// blocks on its handle runs it meanwhile ([`help`]).
 pub(super) fn run_here(task: TaskRef, now: bool) {
     if INLINE.with(Cell::get) {
-        if now {
+        let depth = NESTED.with(Cell::get);
+        if now && depth < MAX_NESTED {
+            NESTED.with(|n| n.set(depth + 1));
             execute(task);
+            NESTED.with(|n| n.set(depth));
         } else {
             LOCAL.with(|local| local.borrow_mut().push_back(task));
         }

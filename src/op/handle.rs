@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
@@ -11,7 +12,7 @@ use super::cell::SlotRef;
 use super::host::Help;
 use super::job::{token_left_by_own_body, waits_for_current_body};
 use super::record::Header;
-use crate::error::{BoxError, Error, Kind, refuse_in_runtime};
+use crate::error::{BoxError, Error, Kind, panic_message, refuse_in_runtime};
 
 /// How long a blocking wait watches for completion before parking.
 const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
@@ -52,6 +53,8 @@ pub struct OpHandle<R> {
 enum Inner<R> {
     Pushed(SlotRef<R>),
     Refused(Option<Error>),
+    /// The result was returned; the record is let go (only the name kept).
+    Done(std::borrow::Cow<'static, str>),
 }
 
 impl<R: Send + 'static> OpHandle<R> {
@@ -60,7 +63,7 @@ impl<R: Send + 'static> OpHandle<R> {
     pub(crate) fn record(&self) -> Option<*const ()> {
         match &self.inner {
             Inner::Pushed(slot) => Some(std::sync::Arc::as_ptr(slot).cast()),
-            Inner::Refused(_) => None,
+            Inner::Refused(_) | Inner::Done(_) => None,
         }
     }
 
@@ -76,7 +79,7 @@ impl<R: Send + 'static> OpHandle<R> {
     pub fn is_finished(&self) -> bool {
         match &self.inner {
             Inner::Pushed(slot) => slot.is_complete(),
-            Inner::Refused(_) => true,
+            Inner::Refused(_) | Inner::Done(_) => true,
         }
     }
 
@@ -84,6 +87,7 @@ impl<R: Send + 'static> OpHandle<R> {
     pub fn name(&self) -> Option<&str> {
         match &self.inner {
             Inner::Pushed(slot) => Some(&slot.header().meta.name),
+            Inner::Done(name) => Some(name),
             Inner::Refused(_) => None,
         }
     }
@@ -160,18 +164,46 @@ impl<R: Send + 'static> Future for OpHandle<R> {
     type Output = Result<R, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.get_mut().inner {
+        let inner = &mut self.get_mut().inner;
+        match inner {
             Inner::Pushed(slot) => {
                 let result = slot.poll_result(cx);
                 if result.is_pending() {
                     release_held(slot.header());
+                    return result;
+                }
+                // The record, and with it the vars it may hold last, goes
+                // now: a handle that returned its result holds nothing.
+                let name = slot.header().meta.name.clone();
+                if let Inner::Pushed(slot) = std::mem::replace(inner, Inner::Done(name)) {
+                    let_go(slot);
                 }
                 result
             }
             Inner::Refused(err) => {
                 Poll::Ready(Err(err.take().expect("op handle polled after it returned its result")))
             }
+            Inner::Done(_) => panic!("op handle polled after it returned its result"),
         }
+    }
+}
+
+impl<R> Drop for OpHandle<R> {
+    fn drop(&mut self) {
+        if let Inner::Pushed(slot) = std::mem::replace(&mut self.inner, Inner::Refused(None)) {
+            let_go(slot);
+        }
+    }
+}
+
+/// Drops a handle's reference to its record. If it is the last one, the
+/// record's vars may be the last references to their data, whose user
+/// destructors then run here: a panic of theirs is logged and contained,
+/// as wherever else the engine drops user values, so that it neither
+/// takes the op's result with it nor unwinds into the caller.
+fn let_go<R>(slot: SlotRef<R>) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(slot))) {
+        tracing::error!(target: "depengine", "a panic escaped a destructor run by an op's handle: {}", panic_message(&*payload));
     }
 }
 
@@ -187,6 +219,7 @@ impl<R: 'static> fmt::Debug for OpHandle<R> {
         match &self.inner {
             Inner::Pushed(slot) => f.debug_tuple("OpHandle").field(&slot.header().meta.name).finish(),
             Inner::Refused(err) => f.debug_tuple("OpHandle").field(err).finish(),
+            Inner::Done(name) => f.debug_tuple("OpHandle").field(name).finish(),
         }
     }
 }

@@ -201,14 +201,16 @@ impl Returns {
                     self.bury();
                 }
             }
-            // Not the last reference: its holder frees the record.
-            Err((_, None)) => {}
-            Err((record, Some(payload))) => {
-                tracing::error!(
-                    target: "depengine",
-                    "a panic escaped a destructor run when an op finished: {}",
-                    panic_message(&*payload)
-                );
+            // Not the last reference: its holder frees the record, unless
+            // it let go of it meanwhile (then the drop here is the last).
+            Err((record, stripping)) => {
+                if let Some(payload) = stripping {
+                    tracing::error!(
+                        target: "depengine",
+                        "a panic escaped a destructor run when an op finished: {}",
+                        panic_message(&*payload)
+                    );
+                }
                 if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(record))) {
                     tracing::error!(target: "depengine", "a panic escaped an op's destructor: {}", panic_message(&*payload));
                 }
