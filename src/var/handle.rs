@@ -131,7 +131,9 @@ impl<T: Send + Sync + 'static> Var<T> {
         self.inner.core.cell.id()
     }
 
-    /// The number of writes that have completed on this var.
+    /// The number of writes that have completed on this var, whatever
+    /// their outcome: failed, skipped and cancelled writes count too (the
+    /// version orders writes; it does not say that the data changed).
     pub fn version(&self) -> u64 {
         self.any().version()
     }
@@ -195,7 +197,8 @@ impl AnyVar {
         self.cell().id()
     }
 
-    /// The number of writes that have completed on this var.
+    /// The number of writes that have completed on this var, whatever
+    /// their outcome: failed, skipped and cancelled writes count too.
     pub fn version(&self) -> u64 {
         self.cell().lock().gate.version()
     }
@@ -205,7 +208,10 @@ impl AnyVar {
         self.cell().lock().deleted
     }
 
-    /// A snapshot of the var's queue, for debugging apparent hangs.
+    /// A snapshot of the var's queue, for debugging apparent hangs: how
+    /// many reads run and whether a write runs (not which ops they are),
+    /// the ops queued in order by name (a bulk segment as one op named
+    /// `bulk`), the version and the error.
     pub fn debug_state(&self) -> VarDebug {
         let state = self.cell().lock();
         VarDebug {

@@ -28,6 +28,7 @@
 //! The segment runs its members one after the other, in push order, on one
 //! worker, with the var gate's rules applied between them (`segment.rs`).
 
+mod index;
 mod segment;
 
 use std::sync::{Arc, Weak};
@@ -45,6 +46,7 @@ use crate::sync::latch::Latch;
 use crate::sync::small::SmallList;
 use crate::sync::{Mutex, lock};
 use crate::var::Access;
+use index::VarIndex;
 use segment::Segment;
 
 /// A segment's members: inline up to 16, so that a segment needs no
@@ -67,6 +69,8 @@ struct Open {
     members: Members,
     /// The members' vars, one entry per var, a write if any member writes it.
     deps: DepList,
+    /// Where each var is in `deps`.
+    index: VarIndex,
     /// The members' device and priority.
     key: Option<(Device, i32)>,
 }
@@ -170,11 +174,12 @@ impl Shared {
             self.uncount();
             return Err(err);
         }
+        let Open { deps: merged, index, .. } = &mut *open;
         for dep in header.deps.iter() {
-            match open.deps.iter_mut().find(|d| d.var.id() == dep.var.id()) {
-                Some(merged) if dep.access == Access::Write => merged.access = Access::Write,
+            match index.position(merged.len(), |k| merged[k].var.id(), dep.var.id()) {
+                Some(k) if dep.access == Access::Write => merged[k].access = Access::Write,
                 Some(_) => {}
-                None => open.deps.push(Decl { var: dep.var.clone(), access: dep.access, typed: false }),
+                None => merged.push(Decl { var: dep.var.clone(), access: dep.access, typed: false }),
             }
         }
         let opened = open.members.is_empty();
@@ -203,6 +208,7 @@ impl Shared {
         self.bulk.any.store(false, Ordering::Relaxed);
         let members = std::mem::take(&mut open.members);
         let mut deps = std::mem::take(&mut open.deps);
+        open.index.clear();
         deps.sort_by_key(|d| d.var.id());
         let mut opts = OpOptions::new("bulk".into());
         opts.device = device;

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use super::Members;
+use super::index::VarIndex;
 use crate::engine::shared::Shared;
 use crate::error::{Error, Kind};
 use crate::op::cell::SlotRef;
@@ -45,6 +46,7 @@ impl Job for Segment {
             done,
             errors,
             writes: SmallList::new(),
+            written: VarIndex::default(),
             segment: Some(op.to_owned()),
             shared: self.shared.clone(),
         }
@@ -77,8 +79,10 @@ struct Run {
     done: Members,
     /// The error each var carries at this point of the segment.
     errors: Vec<(u64, Error)>,
-    /// Writes of each var by the members run so far.
+    /// Writes of each var by the members run so far…
     writes: SmallList<(u64, u64), 4>,
+    /// …and where each var is in that list.
+    written: VarIndex,
     /// The segment, until it has stored its result.
     segment: Option<SlotRef<()>>,
     shared: Arc<Shared>,
@@ -114,9 +118,10 @@ impl Run {
         let carry = member.carry();
         for dep in member.deps.iter().filter(|d| d.access == Access::Write) {
             let id = dep.var.id();
-            match self.writes.iter_mut().find(|(var, _)| *var == id) {
-                Some((_, n)) => *n += 1,
-                None => self.writes.push((id, 1)),
+            let writes = &mut self.writes;
+            match self.written.position(writes.len(), |k| writes[k].0, id) {
+                Some(k) => writes[k].1 += 1,
+                None => writes.push((id, 1)),
             }
             if let Some(err) = &carry {
                 match self.errors.iter_mut().find(|(var, _)| *var == id) {
@@ -146,8 +151,9 @@ impl Run {
         let Some(segment) = self.segment.take() else { return };
         let header = segment.header();
         for &(id, n) in self.writes.iter().filter(|(_, n)| *n > 1) {
-            if let Some(dep) = header.deps.iter().find(|d| d.var.id() == id) {
-                dep.var.cell().add_writes(n - 1);
+            // The segment's deps are sorted by var id.
+            if let Ok(k) = header.deps.binary_search_by_key(&id, |d| d.var.id()) {
+                header.deps[k].var.cell().add_writes(n - 1);
             }
         }
         header.carry_on_vars(std::mem::take(&mut self.errors));
