@@ -19,7 +19,8 @@ fn an_op_made_ready_by_unwinding_runs_elsewhere_and_its_dropped_token_is_not_a_p
     for kind in [EngineKind::Threaded, EngineKind::Naive] {
         let engine = Engine::builder().kind(kind).cpu_workers(1).build().unwrap();
         let v = engine.var(0u32);
-        let guard = v.write().blocking_wait().unwrap();
+        // A read guard: a write guard dropped in a panic would poison `v`.
+        let guard = v.read().blocking_wait().unwrap();
         let saw_unwinding = Arc::new(AtomicBool::new(true));
         let saw = saw_unwinding.clone();
         let op = engine.op("drops").write(&v).lane(Lane::Inline).run_async(
@@ -236,5 +237,31 @@ fn a_body_that_pushes_its_continuation_does_not_overflow_the_stack() {
             count.load(Ordering::SeqCst)
         });
         assert_eq!(count, DEPTH, "{kind:?} {lane:?}");
+    }
+}
+
+/// A write guard dropped while its thread unwinds poisons its var, as a
+/// panicking op body does: the next op is skipped, `wait_for_var` reports
+/// and clears the error, `wait_for_all` reports it. A read guard does not.
+#[test]
+fn a_write_guard_dropped_in_a_panic_poisons_its_var() {
+    for kind in [EngineKind::Threaded, EngineKind::Naive] {
+        let engine = Engine::builder().kind(kind).cpu_workers(1).build().unwrap();
+        let (v, r) = (engine.var(1u32), engine.var(2u32));
+        let (write, read) = (v.write().blocking_wait().unwrap(), r.read().blocking_wait().unwrap());
+        let panicked = std::thread::spawn(move || {
+            let (mut write, _read) = (write, read);
+            *write = 99; // half-written
+            panic!("while writing");
+        })
+        .join();
+        assert!(panicked.is_err());
+        let next = engine.op("next").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap_err();
+        assert!(next.is_skipped(), "{kind:?}: {next}");
+        assert!(next.root().is_panic() && next.root().to_string().contains("write guard"), "{}", next.root());
+        assert!(engine.blocking_wait_for_all().unwrap_err().is_panic(), "{kind:?}");
+        assert!(engine.blocking_wait_for_var(&v).unwrap_err().is_panic(), "{kind:?}");
+        assert_eq!(engine.op("again").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap(), 99);
+        assert_eq!(engine.op("r").read(&r).run(|(r,), ()| Ok(*r)).blocking_wait().unwrap(), 2, "{kind:?}");
     }
 }

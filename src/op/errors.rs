@@ -42,6 +42,9 @@ pub(crate) struct Rare {
     /// The error each var it writes is left with, where the op decided it
     /// var by var (an op that runs others: a bulk segment).
     carry_on: Vec<(u64, Error)>,
+    /// Vars whose write guard was dropped during a panic, with the error
+    /// each carries unless the op leaves another there.
+    poisoned: Vec<(u64, Error)>,
     /// Of a nested op: its handoff with its parent (`nest.rs`).
     pub(super) handoff: Handoff,
 }
@@ -118,6 +121,16 @@ impl Header {
 
     /// What its completion leaves on the vars it writes: `None` if nothing,
     /// else the error for each var.
+    /// A write guard of `var` was dropped while its thread panicked (see
+    /// `LiveRef::poison`); recorded for `wait_for_all` too.
+    pub(super) fn poison(&self, var: u64) {
+        let message = format!("a write guard of var #{var} was dropped while its thread panicked");
+        let err = Error::new(Kind::Panicked { op: self.meta.name.clone(), message });
+        self.host.note_error(&err);
+        lock(&self.errors).rare().poisoned.push((var, err));
+        self.has_errors.store(true, Ordering::Release);
+    }
+
     #[inline]
     pub(super) fn carries(&self) -> Option<Box<Carries>> {
         if !self.has_errors.load(Ordering::Acquire) {
@@ -130,7 +143,11 @@ impl Header {
     fn carries_locked(&self) -> Option<Box<Carries>> {
         let errors = lock(&self.errors);
         let rare = errors.rare.as_ref()?;
-        Some(Box::new(Carries { carry: rare.carry.clone(), each: rare.carry_on.clone() }))
+        Some(Box::new(Carries {
+            carry: rare.carry.clone(),
+            each: rare.carry_on.clone(),
+            poisoned: rare.poisoned.clone(),
+        }))
     }
 
     /// Records the op's outcome for propagation: the error it passes to the
@@ -154,19 +171,22 @@ impl Header {
 pub(super) struct Carries {
     carry: Option<Error>,
     each: Vec<(u64, Error)>,
+    poisoned: Vec<(u64, Error)>,
 }
 
 impl Carries {
     /// The error var `id` is left with.
     pub(super) fn on(&self, id: u64) -> Option<&Error> {
-        if self.each.is_empty() {
-            return self.carry.as_ref();
-        }
-        self.each.iter().find(|(var, _)| *var == id).map(|(_, err)| err)
+        let own = if self.each.is_empty() {
+            self.carry.as_ref()
+        } else {
+            self.each.iter().find(|(var, _)| *var == id).map(|(_, err)| err)
+        };
+        own.or_else(|| self.poisoned.iter().find(|(var, _)| *var == id).map(|(_, err)| err))
     }
 
-    /// Whether the op completes with an error of its own to pass on.
+    /// Whether the op completes with no error to pass on.
     pub(super) fn is_ok(&self) -> bool {
-        self.carry.is_none()
+        self.carry.is_none() && self.poisoned.is_empty()
     }
 }

@@ -172,6 +172,13 @@ impl LiveRef {
         Self(record)
     }
 
+    /// A write guard of var `var` was dropped while its thread panicked:
+    /// the var is to carry an error when the op completes (unless the op
+    /// leaves one of its own there).
+    pub(crate) fn poison(&self, var: u64) {
+        self.header().poison(var);
+    }
+
     fn header(&self) -> &Header {
         // SAFETY: this live count keeps the record alive (see the type's
         // doc), and the reference borrows `self`.

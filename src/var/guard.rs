@@ -73,8 +73,15 @@ impl<T> Drop for ReadGuard<T> {
 }
 
 impl<T> Drop for WriteGuard<T> {
+    /// Ends the write. A write guard dropped while its thread unwinds from
+    /// a panic may leave a half-written value: it poisons the var as a
+    /// failed op does (the var carries the error, the ops after it are
+    /// skipped until `wait_for_var` clears it), before its op can complete.
     fn drop(&mut self) {
         self.var.data.end_write();
+        if std::thread::panicking() {
+            self._live.poison(self.var.core.cell.id());
+        }
     }
 }
 

@@ -26,7 +26,7 @@ pub(crate) type Owner = Arc<dyn std::any::Any + Send + Sync>;
 /// second drop does on the worker), where two counts cost two lines per op
 /// that cross between the cores.
 pub(crate) struct VarCore {
-    cell: VarCell<TaskRef>,
+    pub(super) cell: VarCell<TaskRef>,
     owner: Owner,
     /// How an untyped handle reaches the count of the `VarInner<T>` this
     /// core begins.
@@ -75,7 +75,7 @@ unsafe fn release_inner<T>(core: NonNull<VarCore>) {
 /// not touch a line the pushing thread reads.
 #[repr(C)]
 pub(super) struct VarInner<T> {
-    core: VarCore,
+    pub(super) core: VarCore,
     /// The data. The gate guarantees that no two guards conflict; the cell
     /// checks it.
     pub(super) data: DataCell<T>,

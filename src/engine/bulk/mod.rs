@@ -40,7 +40,7 @@ use crate::exec::Held;
 use crate::op::access::Decl;
 use crate::op::cell::OpCell;
 use crate::op::job::Job;
-use crate::op::{DepList, Task, TaskRef};
+use crate::op::{DepList, Task, TaskRef, submit};
 use crate::sync::atomic::{AtomicBool, Ordering, fence};
 use crate::sync::latch::Latch;
 use crate::sync::small::SmallList;
@@ -159,7 +159,15 @@ impl Shared {
             self.flush_open(&mut open);
             let record = self.build(opts, role, deps, job, body, detached)?;
             let handle = (!detached).then(|| record.clone());
-            self.submit_built(record)?;
+            // Appended under the push lock, for push order; run after it is
+            // released: an op that runs where it becomes ready (an inline
+            // op) may push from its body.
+            let mut ready: SmallList<TaskRef, 4> = SmallList::new();
+            submit(record, |op| ready.push(op)).inspect_err(|_| self.uncount())?;
+            drop(open);
+            for op in ready {
+                self.dispatcher.dispatch_pushed(op);
+            }
             return Ok(handle);
         }
         let key = (opts.device, opts.priority);
