@@ -265,3 +265,83 @@ fn a_write_guard_dropped_in_a_panic_poisons_its_var() {
         assert_eq!(engine.op("r").read(&r).run(|(r,), ()| Ok(*r)).blocking_wait().unwrap(), 2, "{kind:?}");
     }
 }
+
+/// `ShutdownMode::Cancel` resolves ops that have not started at once:
+/// those queued on a var behind a running op, those queued on a pool
+/// behind a busy worker, members of a bulk segment; the running op
+/// finishes, a deletion behind it still runs, and the shutdown returns
+/// once the running op is done.
+#[test]
+fn cancel_resolves_queued_ops_without_waiting_for_the_running_ones() {
+    for bulk in [1, 16] {
+        within_30s(move || {
+            let engine = Engine::builder().cpu_workers(1).bulk_size(bulk).build().unwrap();
+            let v = engine.var(0u32);
+            let (release, held) = std::sync::mpsc::channel::<()>();
+            let (started, running_now) = std::sync::mpsc::channel::<()>();
+            let running = engine.op("long").write(&v).run(move |(), (mut v,)| {
+                started.send(()).unwrap();
+                held.recv().unwrap();
+                *v += 1;
+                Ok(*v)
+            });
+            // Ops of one segment run one after the other: those behind the
+            // long op in its own segment would wait for it.
+            engine.flush();
+            running_now.recv().unwrap();
+            let behind_var: Vec<_> = (0..3)
+                .map(|_| {
+                    engine.op("behind var").write(&v).run(|(), (mut v,)| {
+                        *v += 100;
+                        Ok(*v)
+                    })
+                })
+                .collect();
+            let behind_worker = engine.op("behind worker").run(|(), ()| Ok(7u32));
+            let deleted = engine.delete_var(&v);
+            let shutdown = {
+                let engine = engine.clone();
+                std::thread::spawn(move || engine.blocking_shutdown(depengine::ShutdownMode::Cancel))
+            };
+            for op in behind_var {
+                let err = op.blocking_wait().unwrap_err();
+                assert!(err.is_cancelled(), "bulk={bulk}: {err}");
+            }
+            assert!(behind_worker.blocking_wait().unwrap_err().is_cancelled(), "bulk={bulk}");
+            assert!(!shutdown.is_finished(), "bulk={bulk}: shutdown did not wait for the running op");
+            release.send(()).unwrap();
+            assert_eq!(running.blocking_wait().unwrap(), 1);
+            assert_eq!(
+                deleted.blocking_wait().unwrap(),
+                1,
+                "bulk={bulk}: the deletion ran after the running op"
+            );
+            let _ = shutdown.join().unwrap();
+        });
+    }
+}
+
+/// An op queued behind an async op whose token is kept unsignalled is
+/// cancelled at once; the shutdown waits for the token.
+#[test]
+fn cancel_does_not_wait_behind_an_unsignalled_token_for_queued_ops() {
+    within_30s(|| {
+        let engine = Engine::builder().cpu_workers(1).build().unwrap();
+        let v = engine.var(0u32);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let holder =
+            engine.op("holds").write(&v).run_async(move |(), (_v,), done: depengine::Completion<()>| {
+                tx.send(done).unwrap();
+            });
+        let token = rx.recv().unwrap();
+        let queued = engine.op("queued").read(&v).run(|(v,), ()| Ok(*v));
+        let shutdown = {
+            let engine = engine.clone();
+            std::thread::spawn(move || engine.blocking_shutdown(depengine::ShutdownMode::Cancel))
+        };
+        assert!(queued.blocking_wait().unwrap_err().is_cancelled());
+        token.succeed(());
+        holder.blocking_wait().unwrap();
+        let _ = shutdown.join().unwrap();
+    });
+}

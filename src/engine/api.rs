@@ -118,7 +118,9 @@ impl Engine {
     pub fn var<T: Send + Sync + 'static>(&self, value: T) -> Var<T> {
         let id = NEXT_VAR_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let owner: Owner = self.shared().clone();
-        Var::new(owner, id, value)
+        let var = Var::new(owner, id, value);
+        self.shared().register(var.queue());
+        var
     }
 
     /// A new bare tag, for state kept outside the engine (MXNet's `NewVariable`).

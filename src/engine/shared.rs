@@ -4,12 +4,12 @@
 //! path itself (check, build, submit, dispatch).
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use super::bulk::Bulk;
 use super::config::{Config, EngineKind};
 use crate::device::{Device, Lane};
-use crate::error::Error;
+use crate::error::{Error, Kind};
 use crate::exec::Dispatcher;
 use crate::op::access::normalize;
 use crate::op::cell::{OpCell, SlotRef};
@@ -21,7 +21,7 @@ use crate::sync::epoch::Tracker;
 use crate::sync::latch::Latch;
 use crate::sync::small::Padded;
 use crate::sync::{Mutex, lock};
-use crate::var::Var;
+use crate::var::{Queue, Var};
 
 /// Placement and policy of an op, as given to the builder.
 #[derive(Clone, Debug)]
@@ -90,6 +90,18 @@ pub(crate) struct Shared {
     /// Shells of op records, freed by pushes.
     graves: Padded<Graveyard>,
     pub(super) bulk: Bulk,
+    /// The engine's vars, weakly: where a cancelling shutdown finds the ops
+    /// queued on them.
+    queues: Mutex<Queues>,
+}
+
+/// Weak references to the queues of an engine's vars, pruned of the dead
+/// ones whenever the list has doubled since the last pruning.
+#[derive(Default)]
+struct Queues {
+    list: Vec<Weak<dyn Queue>>,
+    /// The list's length after the last pruning.
+    kept: usize,
 }
 
 impl Host for Shared {
@@ -132,6 +144,7 @@ impl Shared {
                 cancelling: AtomicBool::new(false),
                 graves: Padded(Graveyard::new()),
                 bulk,
+                queues: Mutex::new(Queues::default()),
             }
         })
     }
@@ -144,8 +157,50 @@ impl Shared {
         lock(&self.first_error).take().map_or(Ok(()), Err)
     }
 
+    /// Keeps (weakly) the queue of a new var.
+    pub(super) fn register(&self, queue: Weak<dyn Queue>) {
+        let mut queues = lock(&self.queues);
+        if queues.list.len() >= 2 * queues.kept + 64 {
+            queues.list.retain(|q| q.strong_count() > 0);
+            queues.kept = queues.list.len();
+        }
+        queues.list.push(queue);
+    }
+
+    /// A cancelling shutdown: resolves every op that has not started, but
+    /// for deletions and `wait_for_var`s, as cancelled at once, wherever it
+    /// waits (queued on a var behind a running op, or on a pool behind busy
+    /// workers), instead of when it would have run. Each still completes on
+    /// its vars once they let it through (see `Task::resolve_early`).
+    fn cancel_queued(&self) {
+        let queues: Vec<Arc<dyn Queue>> = lock(&self.queues).list.iter().filter_map(Weak::upgrade).collect();
+        let mut queued: Vec<TaskRef> = Vec::new();
+        let mut take = |op: &TaskRef| {
+            let meta = &op.header().meta;
+            if !meta.deletes && !meta.clears_error {
+                queued.push(op.clone());
+            }
+        };
+        for queue in &queues {
+            let mut ready = ReadyList::new();
+            queue.cell().queued_ops(&mut |op| ready.push(op), &mut take);
+            ready.drain(..).for_each(|op| self.dispatcher.dispatch_pushed(op));
+        }
+        self.dispatcher.each_queued(&mut take);
+        for op in queued {
+            let reason = "the engine was shut down in cancel mode";
+            let err = Error::new(Kind::Cancelled { op: op.header().meta.name.clone(), reason });
+            op.resolve_early(&op, err);
+        }
+        // These may be the last references to vars, whose data goes here.
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(queues))) {
+            tracing::error!(target: "depengine", "a panic escaped a var's destructor: {}", crate::error::panic_message(&*payload));
+        }
+    }
+
     /// Stops taking work; returns the latch set once everything pushed has
-    /// completed.
+    /// completed (with `cancel`, every op that had not started is resolved
+    /// at once: see `cancel_queued`).
     pub(super) fn close(self: &Arc<Self>, cancel: bool) -> Arc<Latch> {
         if cancel {
             self.cancelling.store(true, Ordering::Release);
@@ -157,6 +212,9 @@ impl Shared {
         let shells = self.tracker.with_side(|intake| std::mem::take(&mut intake.shells));
         self.graves.close();
         drop(shells);
+        if cancel {
+            self.cancel_queued();
+        }
         latch
     }
 

@@ -197,6 +197,11 @@ impl Dispatcher {
         self.cpu.iter().chain(std::iter::once(&self.priority)).filter_map(OnceLock::get)
     }
 
+    /// Calls `f` on every op queued on a pool (see [`Pool::each_queued`]).
+    pub(crate) fn each_queued(&self, mut f: impl FnMut(&TaskRef)) {
+        self.pools().for_each(|pool| pool.each_queued(&mut f));
+    }
+
     /// Tells every worker to exit once idle.
     pub(crate) fn stop(&self) {
         self.pools().for_each(Pool::stop);

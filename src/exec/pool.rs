@@ -219,6 +219,20 @@ impl Pool {
         self.shared.parking.sleepers() >= self.shared.workers
     }
 
+    /// Calls `f` on every op queued (not on those in a worker's next slot),
+    /// taking them out and queuing them again.
+    pub(crate) fn each_queued(&self, mut f: impl FnMut(&TaskRef)) {
+        let mut view = FeedView::default();
+        let mut taken = Vec::new();
+        while let Some(task) = self.shared.try_pop(&mut view) {
+            f(&task);
+            taken.push(task);
+        }
+        let n = taken.len();
+        taken.into_iter().for_each(|task| self.shared.enqueue(task));
+        self.shared.parking.notify(n);
+    }
+
     /// Tells the workers to exit once the queue is empty.
     pub(crate) fn stop(&self) {
         self.shared.stopping.store(true, Ordering::Release);

@@ -98,7 +98,12 @@ impl<J: Job> Task for OpCell<J> {
         // SAFETY: the start is claimed once; only its claimer reads `job`.
         let job = self.slot.start().then(|| self.job.with_mut(|job| unsafe { (*job).take() }));
         let Some(Some(job)) = job else {
-            debug_assert!(false, "op executed twice");
+            // Resolved early by a cancelling shutdown (else a bug: executed
+            // twice): its vars let it through now, and it completes on them
+            // once the resolution has ended.
+            if self.slot.mark_through() {
+                release_body(this);
+            }
             return;
         };
         let span = self.header.span().cloned();
@@ -121,7 +126,8 @@ impl<J: Job> Task for OpCell<J> {
             None
         } else {
             let Published::First(waker) = self.slot.publish() else {
-                debug_assert!(false, "op published twice");
+                // Its handle was resolved early (`resolve_early`).
+                debug_assert!(self.slot.is_early(), "op published twice");
                 return;
             };
             waker
@@ -146,6 +152,30 @@ impl<J: Job> Task for OpCell<J> {
         };
         let _ = catch_unwind(AssertUnwindSafe(|| job.vetoed(&err)));
         self.store(this, Err(err));
+    }
+
+    fn resolve_early(&self, this: &TaskRef, err: Error) -> bool {
+        debug_assert!(std::ptr::addr_eq(Arc::as_ptr(this), self), "`this` is this record");
+        if !self.slot.start() {
+            return false;
+        }
+        // SAFETY: this call claimed the start (`ResultSlot::start`), which
+        // makes it the only one to touch the job.
+        let job = self.job.with_mut(|job| unsafe { (*job).take() });
+        if let Some(job) = job {
+            // Drops the body: a panic of its destructor is contained.
+            let _ = catch_unwind(AssertUnwindSafe(|| job.vetoed(&err)));
+        }
+        // What `store` does, but the op does not complete: its vars have
+        // not let it through.
+        self.header.record_outcome(Err(&err));
+        self.header.host.note_error(&err);
+        let _ = self.slot.store(Err(err));
+        self.publish();
+        if self.slot.mark_early() {
+            release_body(this);
+        }
+        true
     }
 
     fn strip(&mut self) {

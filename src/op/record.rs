@@ -188,6 +188,13 @@ pub(crate) trait Task: std::any::Any + Send + Sync {
     /// Completes an op that will not run with `err`, instead of
     /// [`execute`](Self::execute) (its body is dropped unrun).
     fn abandon(&self, this: &TaskRef, err: Error);
+
+    /// Resolves an op that has not started, before its vars let it through
+    /// (a cancelling shutdown): its body is dropped unrun, its handle
+    /// resolves with `err` and it leaves its `wait_for_all` epoch now; it
+    /// stays queued on its vars, and completes on them, passing `err` on,
+    /// once they let it through. False if it had started.
+    fn resolve_early(&self, this: &TaskRef, err: Error) -> bool;
 }
 
 impl Grant for TaskRef {

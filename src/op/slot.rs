@@ -30,6 +30,12 @@ const PUBLISHED: u8 = 1 << 2;
 const TAKEN: u8 = 1 << 3;
 const WAKER: u8 = 1 << 4;
 const REGISTERING: u8 = 1 << 5;
+/// Set by a cancelling shutdown once it has resolved the op before it ran
+/// (it claimed `STARTED`): see `mark_early`.
+const EARLY: u8 = 1 << 6;
+/// Set by the `execute` that finds `STARTED` taken: the op's vars have let
+/// it through.
+const THROUGH: u8 = 1 << 7;
 
 pub(crate) struct ResultSlot<T> {
     state: AtomicU8,
@@ -63,6 +69,25 @@ impl<T> ResultSlot<T> {
     /// Claims the start of the op: true for the first call only.
     pub(crate) fn start(&self) -> bool {
         self.state.fetch_or(STARTED, Ordering::Relaxed) & STARTED == 0
+    }
+
+    /// An op resolved early (its start claimed by the resolver) has two
+    /// things left to happen before it completes on its vars: the
+    /// resolution ends (`mark_early`) and its vars let it through
+    /// (`mark_through`). Each returns whether the other had happened: the
+    /// call that comes second completes the op.
+    pub(crate) fn mark_early(&self) -> bool {
+        self.state.fetch_or(EARLY, Ordering::AcqRel) & THROUGH != 0
+    }
+
+    /// See [`mark_early`](Self::mark_early).
+    pub(crate) fn mark_through(&self) -> bool {
+        self.state.fetch_or(THROUGH, Ordering::AcqRel) & EARLY != 0
+    }
+
+    /// Whether the op was resolved early.
+    pub(crate) fn is_early(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & EARLY != 0
     }
 
     /// Stores `value` unless a value was stored already; gives it back then.

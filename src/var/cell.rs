@@ -143,6 +143,16 @@ impl<T: Grant + Linked> VarCell<T> {
         Ok(granted)
     }
 
+    /// Calls `each` on every op queued on this var, in order, the inbox's
+    /// included (moved to the gate first: ops it lets through meanwhile go
+    /// to `ready`). For a cancelling shutdown, which resolves them early.
+    pub(crate) fn queued_ops(&self, ready: &mut impl FnMut(T), each: &mut impl FnMut(&T)) {
+        let mut state = lock(&self.state);
+        self.drain(&mut state, ready);
+        self.settle(&mut state, ready);
+        state.gate.queued().for_each(|(_, op)| each(op));
+    }
+
     /// Completes one access of a finished op. A write stores `carry` (the
     /// error the op passes on) before letting successors through. The ops let
     /// through are appended to `ready`, in queue order.

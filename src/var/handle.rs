@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use super::cell::{Grant, VarCell};
 use super::data::DataCell;
@@ -31,6 +31,18 @@ pub(crate) struct VarCore {
     /// How an untyped handle reaches the count of the `VarInner<T>` this
     /// core begins.
     count: &'static Count,
+}
+
+/// A var's queue, reached without its data type: what an engine keeps of
+/// each of its vars (weakly), to find the ops queued on them.
+pub(crate) trait Queue: Send + Sync {
+    fn cell(&self) -> &VarCell<TaskRef>;
+}
+
+impl<T: Send + Sync> Queue for VarInner<T> {
+    fn cell(&self) -> &VarCell<TaskRef> {
+        &self.core.cell
+    }
 }
 
 /// A var's reference count, reached without its data type.
@@ -114,6 +126,13 @@ impl<T: Send + Sync + 'static> Var<T> {
     pub(crate) fn new(owner: Owner, id: u64, value: T) -> Self {
         let core = VarCore { cell: VarCell::new(id), owner, count: Count::of::<T>() };
         Self { inner: Arc::new(VarInner { core, data: DataCell::new(value) }) }
+    }
+
+    /// A weak reference to the var's queue, which does not keep the var
+    /// alive (see [`Queue`]).
+    pub(crate) fn queue(&self) -> Weak<dyn Queue> {
+        let weak: Weak<VarInner<T>> = Arc::downgrade(&self.inner);
+        weak
     }
 
     /// This var as an untyped handle, for low-level pushes that declare it

@@ -23,5 +23,5 @@ pub(crate) mod inbox;
 pub(crate) use cell::{Grant, VarCell, append_all};
 pub(crate) use gate::Access;
 pub use guard::{ReadGuard, WriteGuard};
-pub(crate) use handle::Owner;
 pub use handle::{AnyVar, Var, VarDebug};
+pub(crate) use handle::{Owner, Queue};

@@ -232,4 +232,9 @@ impl Task for ResumeTask {
     fn abandon(&self, _this: &TaskRef, _err: Error) {
         drop(self.take());
     }
+
+    /// Never on a var's queue: nothing to resolve.
+    fn resolve_early(&self, _this: &TaskRef, _err: Error) -> bool {
+        false
+    }
 }
