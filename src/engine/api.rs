@@ -65,7 +65,11 @@ pub enum ShutdownMode {
     #[default]
     Drain,
     /// Resolve every op that has not started with
-    /// [`Error::is_cancelled`]; running ops finish, deletions still run.
+    /// [`Error::is_cancelled`] at once, wherever it waits (queued on a var
+    /// behind a running op, or on a pool behind busy workers); running ops
+    /// finish, and the shutdown waits for them. Deletions and
+    /// `wait_for_var`s still run, in order; ops of a bulk segment already
+    /// running are cancelled when the segment reaches them.
     Cancel,
 }
 
