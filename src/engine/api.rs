@@ -429,9 +429,46 @@ mod tests {
             Ok(*v)
         });
         assert_eq!(after.blocking_wait().unwrap(), 11);
-        assert_eq!(threads_named("nostart-cpu0"), 3);
+        // A new thread names itself once it runs.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while threads_named("nostart-cpu0") != 3 {
+            assert!(std::time::Instant::now() < deadline, "{} workers", threads_named("nostart-cpu0"));
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         engine.blocking_shutdown(ShutdownMode::Cancel).unwrap();
         assert_eq!(threads_named("nostart-cpu0"), 0);
+    }
+
+    /// Threads that pushed once and then stayed idle cost the workers
+    /// nothing: their feeds leave the pool's list (and their rings are
+    /// freed); a thread that pushes again gets a new feed, and its ops run.
+    #[test]
+    fn idle_feeds_are_retired_and_come_back_when_used() {
+        let engine = Engine::builder().cpu_workers(2).build().unwrap();
+        let gate = Arc::new(std::sync::Barrier::new(17));
+        let threads: Vec<_> = (0..16u32)
+            .map(|i| {
+                let (engine, gate) = (engine.clone(), gate.clone());
+                std::thread::spawn(move || {
+                    engine.op("once").run(|(), ()| Ok(())).blocking_wait().unwrap();
+                    gate.wait();
+                    gate.wait();
+                    let again: Vec<_> =
+                        (0..3).map(|k| engine.op("again").run(move |(), ()| Ok(i + k))).collect();
+                    again.into_iter().map(|h| h.blocking_wait().unwrap()).sum::<u32>()
+                })
+            })
+            .collect();
+        gate.wait();
+        assert!(engine.shared().dispatcher.feeds_listed() >= 16);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while engine.shared().dispatcher.feeds_listed() > 0 {
+            assert!(std::time::Instant::now() < deadline, "idle feeds were never retired");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        gate.wait();
+        let sums: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(sums, (0..16).map(|i| 3 * i + 3).sum::<u32>());
     }
 
     /// Ops, and the shells their records leave, hold engine references:

@@ -23,14 +23,29 @@
 //! one producer): slot `i % N` holds op `i` once its sequence is `i + 1`,
 //! and is free for op `i + N` once the worker that took op `i` sets it to
 //! `i + N`.
+//!
+//! **Retirement.** The ring belongs to the pool's feed list and to the
+//! workers' copies of it, not to its owner, which reaches it through a raw
+//! pointer: so a feed whose thread stopped pushing can leave the list
+//! (`feeds.rs` retires it) and its memory goes with the last copy, while
+//! its thread lives on. The owner and a retiring worker meet in a
+//! handshake on the owner's [`Flags`]: the owner marks itself as pushing,
+//! issues the light half of an asymmetric barrier pair, and looks at
+//! `retired`; the worker sets `retired`, issues the heavy half, and then
+//! looks at `pushing` and at the ring. So either the owner sees `retired`
+//! and never touches the ring again (it starts a new feed), or the worker
+//! sees the push (the owner marked, or its op in the ring) and does not
+//! retire the feed. `README.md` beside this file has the argument.
 
 #![allow(unsafe_code)]
 
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::sync::barrier::Barriers;
 use crate::sync::cell::UnsafeCell;
 use crate::sync::small::Padded;
 use crate::sync::spin::SpinLock;
@@ -52,8 +67,23 @@ struct Slot<T> {
     task: UnsafeCell<MaybeUninit<T>>,
 }
 
-/// The part of a feed the workers reach.
+/// What the owner and a retiring worker share (see the module docs):
+/// written by the owner on every push, so on a line of its own.
+#[repr(align(64))]
+pub(crate) struct Flags {
+    /// The owner is inside a push (or taking back its ops).
+    pushing: AtomicBool,
+    /// A worker retired the feed, or is retiring it.
+    retired: AtomicBool,
+}
+
+/// The part of a feed the workers reach: its ring, owned by the pool's
+/// feed list and the workers' copies of it.
 pub(crate) struct FeedShared<T> {
+    flags: Arc<Flags>,
+    /// The head at the last sweep (see `feeds.rs`): unchanged over a sweep,
+    /// with the ring empty, the feed is idle.
+    pub(crate) swept_head: AtomicUsize,
     /// The next op to take; claimed by a CAS.
     head: Padded<AtomicUsize>,
     slots: Box<[Slot<T>]>,
@@ -74,36 +104,74 @@ unsafe impl<T: Send> Sync for FeedShared<T> {}
 
 /// The owner's end of a feed.
 pub(crate) struct Feed<T> {
-    shared: Arc<FeedShared<T>>,
+    /// The ring, alive until the feed is retired (see the module docs).
+    shared: NonNull<FeedShared<T>>,
+    flags: Arc<Flags>,
+    barriers: Barriers,
     /// The next ring position to write (only the owner knows it).
     tail: usize,
     /// Whether the last op went to the spill.
     spilling: bool,
 }
 
+// SAFETY: the owner's end is used by one thread at a time (`&mut self`);
+// it reaches the ring as the workers do, which is `Sync`, and owns no op.
+unsafe impl<T: Send> Send for Feed<T> {}
+
 impl<T> Feed<T> {
-    pub(crate) fn new() -> Self {
+    /// A new feed, and its ring: the caller keeps the ring (a clone of the
+    /// `Arc`) until the feed is retired, for the owner reaches it through
+    /// a raw pointer meanwhile (see the module docs).
+    pub(crate) fn new(barriers: Barriers) -> (Self, Arc<FeedShared<T>>) {
         let slots = (0..SLOTS)
             .map(|i| Slot { seq: AtomicUsize::new(i), task: UnsafeCell::new(MaybeUninit::uninit()) })
             .collect();
+        let flags = Arc::new(Flags { pushing: AtomicBool::new(false), retired: AtomicBool::new(false) });
         let shared = Arc::new(FeedShared {
+            flags: flags.clone(),
+            swept_head: AtomicUsize::new(usize::MAX),
             head: Padded(AtomicUsize::new(0)),
             slots,
             spilled: Padded(AtomicBool::new(false)),
             spill: SpinLock::new(VecDeque::new()),
         });
-        Self { shared, tail: 0, spilling: false }
+        let ring = NonNull::from(&*shared);
+        (Self { shared: ring, flags, barriers, tail: 0, spilling: false }, shared)
     }
 
-    /// The workers' end.
-    pub(crate) fn shared(&self) -> &Arc<FeedShared<T>> {
-        &self.shared
+    /// Runs `f` on the ring unless the feed is retired (then hands `task`
+    /// back): the owner's half of the handshake.
+    #[inline]
+    fn with_ring<R>(&mut self, f: impl FnOnce(&mut Self, &FeedShared<T>) -> R) -> Option<R> {
+        self.flags.pushing.store(true, Ordering::Relaxed);
+        self.barriers.light();
+        if self.flags.retired.load(Ordering::Relaxed) {
+            self.flags.pushing.store(false, Ordering::Relaxed);
+            return None;
+        }
+        // SAFETY: the feed is not retired and this thread is marked as
+        // pushing, so no worker retires it before the store below: the
+        // ring is still in the pool's feed list, which keeps it alive.
+        let ring = unsafe { self.shared.as_ref() };
+        let out = f(self, ring);
+        // Release: a retiring worker that sees the mark cleared sees the
+        // ops queued meanwhile.
+        self.flags.pushing.store(false, Ordering::Release);
+        Some(out)
     }
 
-    /// Queues an op.
-    pub(crate) fn push(&mut self, task: T) {
+    /// Queues an op; hands it back if the feed was retired.
+    pub(crate) fn push(&mut self, task: T) -> Result<(), T> {
+        let mut task = Some(task);
+        match self.with_ring(|feed, ring| feed.push_on(ring, task.take().expect("pushed once"))) {
+            Some(()) => Ok(()),
+            None => Err(task.take().expect("handed back")),
+        }
+    }
+
+    fn push_on(&mut self, ring: &FeedShared<T>, task: T) {
         if self.spilling {
-            let mut spill = self.shared.spill.lock();
+            let mut spill = ring.spill.lock();
             if !spill.is_empty() {
                 spill.push_back((self.tail, task));
                 return;
@@ -113,16 +181,16 @@ impl<T> Feed<T> {
             self.spilling = false;
         }
         let tail = self.tail;
-        let slot = &self.shared.slots[tail % SLOTS];
+        let slot = &ring.slots[tail % SLOTS];
         // Acquire: the worker that took the slot's last op is done with it.
         if slot.seq.load(Ordering::Acquire) != tail {
             // Full.
             self.spilling = true;
-            let mut spill = self.shared.spill.lock();
+            let mut spill = ring.spill.lock();
             spill.push_back((tail, task));
             // Release: a worker that sees the flag sees the op (it takes
             // the lock besides).
-            self.shared.spilled.store(true, Ordering::Release);
+            ring.spilled.store(true, Ordering::Release);
             return;
         }
         // SAFETY: the slot is free (its sequence is `tail`): no worker reads
@@ -131,18 +199,36 @@ impl<T> Feed<T> {
         // Release: the worker that sees the sequence sees the op.
         slot.seq.store(tail + 1, Ordering::Release);
         self.tail = tail + 1;
-        let ahead = &self.shared.slots[(tail + AHEAD) % SLOTS];
+        let ahead = &ring.slots[(tail + AHEAD) % SLOTS];
         crate::sync::prefetch::for_write(std::ptr::from_ref(ahead).cast(), size_of::<Slot<T>>());
     }
 
-    /// Takes back the oldest op (the owner is leaving).
-    pub(crate) fn pop(&mut self) -> Option<T> {
-        // The spill is flagged whenever it holds ops: `take` looks at it.
-        self.shared.take()
+    /// Takes back every op still queued (the owner is leaving) and runs
+    /// `leave` on the ring before the feed can be retired; nothing if it
+    /// was retired (it held no op then).
+    pub(crate) fn leave(&mut self, mut each: impl FnMut(T), leave: impl FnOnce(&Arc<FeedShared<T>>)) {
+        self.with_ring(|_, ring| {
+            // The spill is flagged whenever it holds ops: `take` looks at it.
+            while let Some(task) = ring.take() {
+                each(task);
+            }
+            // SAFETY: `ring` is alive (see `with_ring`) and was made by an
+            // `Arc` (`new`): a new reference to it, from its own count.
+            let ring = unsafe {
+                Arc::increment_strong_count(std::ptr::from_ref(ring));
+                Arc::from_raw(std::ptr::from_ref(ring))
+            };
+            leave(&ring);
+        });
     }
 }
 
 impl<T> FeedShared<T> {
+    /// The next ring position to take.
+    pub(crate) fn head(&self) -> usize {
+        self.head.load(Ordering::Relaxed)
+    }
+
     /// Takes the oldest op, if any.
     pub(crate) fn take(&self) -> Option<T> {
         loop {
@@ -203,6 +289,29 @@ impl<T> FeedShared<T> {
         }
     }
 
+    /// A worker's half of the retirement handshake (see the module docs),
+    /// for feeds that look idle: marks them retired, issues the heavy
+    /// barrier once for all, and keeps retired those whose owner is not
+    /// pushing and whose ring is empty; the others are let go. Returns
+    /// which stay retired.
+    pub(crate) fn retire(feeds: &[Arc<Self>], barriers: Barriers) -> Vec<bool> {
+        for feed in feeds {
+            feed.flags.retired.store(true, Ordering::Relaxed);
+        }
+        barriers.heavy();
+        feeds
+            .iter()
+            .map(|feed| {
+                // Acquire: pairs with the end of the owner's push.
+                let idle = !feed.flags.pushing.load(Ordering::Acquire) && feed.is_empty();
+                if !idle {
+                    feed.flags.retired.store(false, Ordering::Relaxed);
+                }
+                idle
+            })
+            .collect()
+    }
+
     /// Whether no op is queued, as far as this thread sees (no fence: a
     /// hint for a watching worker, which then takes with [`Self::take`]).
     pub(crate) fn is_empty(&self) -> bool {
@@ -227,20 +336,17 @@ mod tests {
     /// the order they were queued, through spilling and back to the ring.
     #[test]
     fn ops_are_taken_in_queue_order_through_spills() {
-        let mut feed = Feed::new();
-        let taker = feed.shared().clone();
+        let (mut feed, taker) = Feed::new(Barriers::new());
         let mut queued = 0..;
         let mut taken = Vec::new();
         for (push, take) in [(3 * SLOTS, SLOTS / 2), (SLOTS + 7, 3 * SLOTS), (5, 4 * SLOTS), (2 * SLOTS, 1)] {
             for _ in 0..push {
-                feed.push(queued.next().unwrap());
+                feed.push(queued.next().unwrap()).unwrap();
             }
             taken.extend(std::iter::from_fn(|| taker.take()).take(take));
         }
         assert!(feed.spilling, "the last pushes spilled");
-        while let Some(op) = feed.pop() {
-            taken.push(op);
-        }
+        feed.leave(|op| taken.push(op), |_| {});
         let all = queued.next().unwrap();
         assert_eq!(taken, (0..all).collect::<Vec<_>>());
         assert!(taker.take().is_none() && taker.is_empty());
@@ -251,11 +357,10 @@ mod tests {
     #[test]
     fn ops_left_in_a_dropped_feed_are_dropped_once() {
         let op = Arc::new(());
-        let mut feed = Feed::new();
+        let (mut feed, taker) = Feed::new(Barriers::new());
         for _ in 0..SLOTS + 10 {
-            feed.push(op.clone());
+            feed.push(op.clone()).unwrap();
         }
-        let taker = feed.shared().clone();
         drop(taker.take());
         drop(feed);
         assert_eq!(Arc::strong_count(&op), SLOTS + 10);
@@ -268,10 +373,10 @@ mod tests {
     #[test]
     fn racing_takers_take_each_op_once_in_order() {
         const OPS: usize = 20_000;
-        let mut feed = Feed::new();
+        let (mut feed, ring) = Feed::new(Barriers::new());
         let takers: Vec<_> = (0..3)
             .map(|_| {
-                let taker = feed.shared().clone();
+                let taker = ring.clone();
                 std::thread::spawn(move || {
                     let mut got = Vec::new();
                     while got.last() != Some(&usize::MAX) {
@@ -286,10 +391,10 @@ mod tests {
             })
             .collect();
         for op in 0..OPS {
-            feed.push(op);
+            feed.push(op).unwrap();
         }
         for _ in 0..3 {
-            feed.push(usize::MAX);
+            feed.push(usize::MAX).unwrap();
         }
         let mut all = Vec::new();
         for taker in takers {
@@ -314,25 +419,25 @@ mod loom_tests {
     #[test]
     fn two_takers_and_the_owner() {
         loom::model(|| {
-            let mut feed = Feed::new();
+            let (mut feed, ring) = Feed::new(Barriers::new());
             let takers: Vec<_> = (0..2)
                 .map(|_| {
-                    let taker = feed.shared().clone();
+                    let taker = ring.clone();
                     thread::spawn(move || taker.take())
                 })
                 .collect();
-            feed.push(1u32);
-            feed.push(2u32);
+            feed.push(1u32).unwrap();
+            feed.push(2u32).unwrap();
             let mut got: Vec<_> = takers.into_iter().filter_map(|t| t.join().unwrap()).collect();
-            got.extend(std::iter::from_fn(|| feed.pop()));
+            got.extend(std::iter::from_fn(|| ring.take()));
             got.sort_unstable();
             assert_eq!(got, [1, 2]);
             assert!(!feed.spilling);
             // Both slots were freed: the ring takes the next two.
-            feed.push(3);
-            feed.push(4);
+            feed.push(3).unwrap();
+            feed.push(4).unwrap();
             assert!(!feed.spilling);
-            assert_eq!((feed.pop(), feed.pop(), feed.pop()), (Some(3), Some(4), None));
+            assert_eq!((ring.take(), ring.take(), ring.take()), (Some(3), Some(4), None));
         });
     }
 
@@ -341,13 +446,13 @@ mod loom_tests {
     #[test]
     fn one_taker_sees_queue_order() {
         loom::model(|| {
-            let mut feed = Feed::new();
-            let taker = feed.shared().clone();
+            let (mut feed, ring) = Feed::new(Barriers::new());
+            let taker = ring.clone();
             let worker = thread::spawn(move || [taker.take(), taker.take()]);
-            feed.push(1u32);
-            feed.push(2u32);
+            feed.push(1u32).unwrap();
+            feed.push(2u32).unwrap();
             let got: Vec<u32> = worker.join().unwrap().into_iter().flatten().collect();
-            let rest: Vec<u32> = std::iter::from_fn(|| feed.pop()).collect();
+            let rest: Vec<u32> = std::iter::from_fn(|| ring.take()).collect();
             assert_eq!([got, rest].concat(), [1, 2]);
         });
     }
@@ -358,15 +463,38 @@ mod loom_tests {
     #[test]
     fn spilled_ops_come_after_the_ring() {
         loom::model(|| {
-            let mut feed = Feed::new();
-            let taker = feed.shared().clone();
+            let (mut feed, ring) = Feed::new(Barriers::new());
+            let taker = ring.clone();
             let worker = thread::spawn(move || [taker.take(), taker.take()]);
             for op in 1..=3u32 {
-                feed.push(op);
+                feed.push(op).unwrap();
             }
             let got: Vec<u32> = worker.join().unwrap().into_iter().flatten().collect();
-            let rest: Vec<u32> = std::iter::from_fn(|| feed.pop()).collect();
+            let rest: Vec<u32> = std::iter::from_fn(|| ring.take()).collect();
             assert_eq!([got, rest].concat(), [1, 2, 3]);
+        });
+    }
+
+    /// A worker retires the feed while its owner queues an op: never both
+    /// (an op queued on a ring that left the list would be stranded). If
+    /// the push went ahead, the op is on the ring; if the owner saw the
+    /// retirement, it got its op back.
+    #[test]
+    fn a_push_and_a_retirement_never_both_go_ahead() {
+        loom::model(|| {
+            let (mut feed, ring) = Feed::new(Barriers::new());
+            let worker = {
+                let ring = ring.clone();
+                thread::spawn(move || FeedShared::retire(&[ring], Barriers::new())[0])
+            };
+            let pushed = feed.push(1u32).is_ok();
+            let retired = worker.join().unwrap();
+            assert!(!(pushed && retired), "an op was queued on a retired feed");
+            assert_eq!(ring.take(), pushed.then_some(1));
+            if retired {
+                // The owner never reaches a retired ring again.
+                assert_eq!(feed.push(2), Err(2));
+            }
         });
     }
 }

@@ -4,22 +4,43 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use super::feed::{Feed, FeedShared};
 use super::pool::{PoolShared, lock};
 use crate::op::TaskRef;
+use crate::sync::barrier::Barriers;
 
 /// How many ops a worker takes in a row from one queue (a feed, the
 /// injector) while others hold ops too, before it looks at the next.
 pub(super) const SOURCE_STREAK: u32 = 64;
+
+/// How often an idle worker looks for idle feeds to retire: a feed whose
+/// thread queued nothing between two looks (and that is empty) leaves the
+/// list, so it is retired after 50 to 100 ms without a push.
+pub(super) const SWEEP_EVERY: Duration = Duration::from_millis(50);
+
 /// The feeds of a pool: the taking ends of the FIFOs of the threads that
 /// queue ops on it from outside.
-#[derive(Default)]
+///
+/// A feed whose thread has stopped queuing ops is retired: it leaves the
+/// list, so that workers no longer look at it, and its ring is freed once
+/// no worker's copy of the list holds it (a worker about to sleep for good
+/// drops its copy). Its thread, should it queue an op again, starts a new
+/// feed. The handshake that makes this safe is `feed.rs`'s.
 pub(super) struct Feeds {
     list: Mutex<Vec<Arc<FeedShared<TaskRef>>>>,
     /// Bumped under `list`'s lock whenever it changes, so that workers
     /// refresh their copies ([`FeedView`]) without taking the lock.
     version: AtomicUsize,
+    /// When the last sweep for idle feeds was (see [`Feeds::sweep`]).
+    swept: Mutex<Instant>,
+}
+
+impl Default for Feeds {
+    fn default() -> Self {
+        Self { list: Mutex::default(), version: AtomicUsize::new(0), swept: Mutex::new(Instant::now()) }
+    }
 }
 
 /// A worker's copy of its pool's feed list, and where its next look starts.
@@ -38,6 +59,14 @@ pub(super) struct Turns {
     turn: usize,
     /// …and how many ops in a row came from it.
     streak: u32,
+}
+
+impl FeedView {
+    /// Drops the copy; the next look refreshes it.
+    pub(super) fn forget(&mut self) {
+        self.feeds = Vec::new();
+        self.version = usize::MAX;
+    }
 }
 
 impl Turns {
@@ -82,6 +111,51 @@ impl Feeds {
         self.version.fetch_add(1, Ordering::Release);
     }
 
+    /// Retires the feeds that stayed empty, with nothing queued on them,
+    /// since the last sweep (at most one sweep per [`SWEEP_EVERY`], by one
+    /// worker at a time): they leave the list. Called by idle workers.
+    pub(super) fn sweep(&self, barriers: Barriers) {
+        let Ok(mut swept) = self.swept.try_lock() else {
+            return;
+        };
+        if swept.elapsed() < SWEEP_EVERY {
+            return;
+        }
+        *swept = Instant::now();
+        let mut list = lock(&self.list);
+        let idle: Vec<Arc<FeedShared<TaskRef>>> = list
+            .iter()
+            .filter(|feed| {
+                let head = feed.head();
+                feed.swept_head.swap(head, Ordering::Relaxed) == head && feed.is_empty()
+            })
+            .cloned()
+            .collect();
+        if idle.is_empty() {
+            return;
+        }
+        let retired = FeedShared::retire(&idle, barriers);
+        let mut gone =
+            idle.iter().zip(retired).filter(|(_, retired)| *retired).map(|(feed, _)| Arc::as_ptr(feed));
+        let gone: std::collections::HashSet<*const FeedShared<TaskRef>> = gone.by_ref().collect();
+        if gone.is_empty() {
+            return;
+        }
+        list.retain(|feed| !gone.contains(&Arc::as_ptr(feed)));
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
+    /// Whether any feed is listed.
+    pub(super) fn any(&self) -> bool {
+        !lock(&self.list).is_empty()
+    }
+
+    /// The feeds in the list.
+    #[cfg(all(test, not(depengine_loom)))]
+    pub(super) fn len(&self) -> usize {
+        lock(&self.list).len()
+    }
+
     /// Brings a worker's copy up to date: a plain load while nothing changed.
     pub(super) fn refresh(&self, view: &mut FeedView) {
         if self.version.load(Ordering::Acquire) == view.version {
@@ -101,20 +175,32 @@ pub(super) struct OwnFeed {
 }
 
 impl OwnFeed {
-    /// This thread's feed on `pool` among its `feeds`, set up on first use
-    /// (and the feeds of pools that are gone dropped then).
-    pub(super) fn of<'a>(feeds: &'a mut Vec<OwnFeed>, pool: &Arc<PoolShared>) -> &'a mut Feed<TaskRef> {
+    /// Queues `task` on this thread's feed on `pool` among its `feeds`, set
+    /// up on first use (and the feeds of pools that are gone dropped then),
+    /// or anew if a worker retired it while this thread queued nothing.
+    pub(super) fn push(feeds: &mut Vec<OwnFeed>, pool: &Arc<PoolShared>, task: TaskRef) {
         let found = match feeds.iter().position(|feed| feed.pool_id == pool.id) {
             Some(k) => k,
             None => {
                 feeds.retain(OwnFeed::pool_alive);
-                let feed = Feed::new();
-                pool.feeds.add(feed.shared().clone());
+                let feed = Self::start(pool);
                 feeds.push(OwnFeed { pool_id: pool.id, pool: Arc::downgrade(pool), feed });
                 feeds.len() - 1
             }
         };
-        &mut feeds[found].feed
+        let own = &mut feeds[found].feed;
+        let mut task = task;
+        while let Err(back) = own.push(task) {
+            task = back;
+            *own = Self::start(pool);
+        }
+    }
+
+    /// A new feed on `pool`, in its list.
+    fn start(pool: &Arc<PoolShared>) -> Feed<TaskRef> {
+        let (feed, ring) = Feed::new(pool.parking.barriers());
+        pool.feeds.add(ring);
+        feed
     }
 
     /// Whether its pool still exists.
@@ -131,11 +217,13 @@ impl Drop for OwnFeed {
             return;
         };
         let mut moved = 0;
-        while let Some(task) = self.feed.pop() {
-            pool.enqueue(task);
-            moved += 1;
-        }
-        pool.feeds.remove(self.feed.shared());
+        self.feed.leave(
+            |task| {
+                pool.enqueue(task);
+                moved += 1;
+            },
+            |ring| pool.feeds.remove(ring),
+        );
         pool.parking.notify(moved);
     }
 }

@@ -58,6 +58,11 @@ impl Parking {
         Self { sleepers: AtomicUsize::new(0), lock: Mutex::new(()), available: Condvar::new(), barriers }
     }
 
+    /// The barrier pair of this pool's handshakes.
+    pub(crate) fn barriers(&self) -> Barriers {
+        self.barriers
+    }
+
     /// Wakes up to `n` parked workers; called after `n` ops were queued.
     pub(crate) fn notify(&self, n: usize) {
         self.barriers.light();
@@ -84,8 +89,15 @@ impl Parking {
 
     /// Parks the calling worker until `poll` yields an op (returned) or
     /// `stop` holds (`None`). `poll` must see every op queued before the
-    /// matching `notify` once it is visible to this thread.
-    pub(crate) fn park<T>(&self, mut poll: impl FnMut() -> Option<T>, stop: impl Fn() -> bool) -> Option<T> {
+    /// matching `notify` once it is visible to this thread. `nap` runs
+    /// before each long wait, and says how long it may last at most (none:
+    /// until woken).
+    pub(crate) fn park<T>(
+        &self,
+        mut poll: impl FnMut() -> Option<T>,
+        stop: impl Fn() -> bool,
+        mut nap: impl FnMut() -> Option<Duration>,
+    ) -> Option<T> {
         let mut guard = lock(&self.lock);
         loop {
             self.sleepers.fetch_add(1, Ordering::Relaxed);
@@ -103,7 +115,10 @@ impl Parking {
                     self.sleepers.fetch_sub(1, Ordering::Relaxed);
                     return found;
                 }
-                guard = self.available.wait(guard).unwrap_or_else(|e| e.into_inner());
+                guard = match nap() {
+                    None => self.available.wait(guard).unwrap_or_else(|e| e.into_inner()),
+                    Some(most) => wait_timeout(&self.available, guard, most).0,
+                };
             }
             self.sleepers.fetch_sub(1, Ordering::Relaxed);
         }
@@ -137,7 +152,7 @@ mod tests {
                     }
                     queued.swap(false, Ordering::AcqRel).then_some(())
                 };
-                parking.park(poll, || false)
+                parking.park(poll, || false, || None)
             })
         };
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -164,7 +179,7 @@ mod tests {
                 std::thread::spawn(move || {
                     for _ in 0..ROUNDS {
                         let take = || queued.swap(false, Ordering::AcqRel).then_some(());
-                        parking.park(take, || false).expect("never told to stop");
+                        parking.park(take, || false, || None).expect("never told to stop");
                     }
                 })
             };
@@ -229,7 +244,7 @@ mod loom_tests {
                 })
                 .collect();
             for _ in 0..2 {
-                let got = queue.pop().or_else(|| parking.park(|| queue.pop(), || false));
+                let got = queue.pop().or_else(|| parking.park(|| queue.pop(), || false, || None));
                 assert!(got.is_some());
             }
             submitters.into_iter().for_each(|t| t.join().unwrap());
@@ -244,7 +259,9 @@ mod loom_tests {
             let stopping = Arc::new(AtomicBool::new(false));
             let worker = {
                 let (parking, stopping) = (parking.clone(), stopping.clone());
-                loom::thread::spawn(move || parking.park(|| None::<()>, || stopping.load(Ordering::Relaxed)))
+                loom::thread::spawn(move || {
+                    parking.park(|| None::<()>, || stopping.load(Ordering::Relaxed), || None)
+                })
             };
             stopping.store(true, Ordering::Relaxed);
             parking.notify_all();

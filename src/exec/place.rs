@@ -202,6 +202,12 @@ impl Dispatcher {
         self.pools().for_each(|pool| pool.each_queued(&mut f));
     }
 
+    /// The feeds listed on `Cpu(0)`'s normal pool (0 if it has not started).
+    #[cfg(all(test, not(depengine_loom)))]
+    pub(crate) fn feeds_listed(&self) -> usize {
+        self.cpu[0].get().map_or(0, Pool::feeds_listed)
+    }
+
     /// Tells every worker to exit once idle.
     pub(crate) fn stop(&self) {
         self.pools().for_each(Pool::stop);

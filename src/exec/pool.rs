@@ -233,6 +233,12 @@ impl Pool {
         self.shared.parking.notify(n);
     }
 
+    /// The feeds in the pool's list.
+    #[cfg(all(test, not(depengine_loom)))]
+    pub(crate) fn feeds_listed(&self) -> usize {
+        self.shared.feeds.len()
+    }
+
     /// Tells the workers to exit once the queue is empty.
     pub(crate) fn stop(&self) {
         self.shared.stopping.store(true, Ordering::Release);

@@ -102,7 +102,7 @@ pub(super) fn queue_on_own_feed(pool: &Arc<PoolShared>, task: TaskRef) -> Option
     let mut task = Some(task);
     let _ = FEEDS.try_with(|feeds| {
         if let Ok(mut feeds) = feeds.try_borrow_mut() {
-            OwnFeed::of(&mut feeds, pool).push(task.take().expect("queued once"));
+            OwnFeed::push(&mut feeds, pool, task.take().expect("queued once"));
         }
     });
     task

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::feeds::FeedView;
+use super::feeds::{FeedView, SWEEP_EVERY};
 use super::pool::PoolShared;
 use super::thread;
 use crate::op::TaskRef;
@@ -90,6 +90,7 @@ impl<'a> Worker<'a> {
     /// Nothing queued: gives back the records it holds, then waits.
     fn idle(&mut self) -> Next {
         self.returns.bury();
+        self.pool.feeds.sweep(self.pool.parking.barriers());
         match self.wait() {
             Some(Some(task)) => Next::Run(task),
             Some(None) => {
@@ -121,9 +122,19 @@ impl<'a> Worker<'a> {
             }
         }
         let held = || pool.held.as_ref().is_some_and(|held| held.any());
+        // The look and the nap both use the view: one at a time.
+        let view = std::cell::RefCell::new(view);
         pool.parking.park(
-            || pool.try_pop(view).map(Some).or_else(|| held().then_some(None)),
+            || pool.try_pop(&mut view.borrow_mut()).map(Some).or_else(|| held().then_some(None)),
             || pool.stopping.load(Ordering::Acquire),
+            // Asleep for long, the worker keeps no copy of the feed list,
+            // which would keep the rings of retired feeds alive; while
+            // feeds are listed, it wakes now and then to retire idle ones.
+            || {
+                view.borrow_mut().forget();
+                pool.feeds.sweep(pool.parking.barriers());
+                pool.feeds.any().then_some(SWEEP_EVERY)
+            },
         )
     }
 }
