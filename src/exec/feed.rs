@@ -161,14 +161,24 @@ impl<T> Feed<T> {
     }
 
     /// Queues an op; hands it back if the feed was retired.
+    #[inline]
     pub(crate) fn push(&mut self, task: T) -> Result<(), T> {
-        let mut task = Some(task);
-        match self.with_ring(|feed, ring| feed.push_on(ring, task.take().expect("pushed once"))) {
-            Some(()) => Ok(()),
-            None => Err(task.take().expect("handed back")),
+        // The owner's half of the handshake, as in `with_ring`, written out
+        // for the push's cost.
+        self.flags.pushing.store(true, Ordering::Relaxed);
+        self.barriers.light();
+        if self.flags.retired.load(Ordering::Relaxed) {
+            self.flags.pushing.store(false, Ordering::Relaxed);
+            return Err(task);
         }
+        // SAFETY: as in `with_ring`: not retired, and marked as pushing.
+        let ring = unsafe { self.shared.as_ref() };
+        self.push_on(ring, task);
+        self.flags.pushing.store(false, Ordering::Release);
+        Ok(())
     }
 
+    #[inline]
     fn push_on(&mut self, ring: &FeedShared<T>, task: T) {
         if self.spilling {
             let mut spill = ring.spill.lock();

@@ -178,21 +178,35 @@ impl OwnFeed {
     /// Queues `task` on this thread's feed on `pool` among its `feeds`, set
     /// up on first use (and the feeds of pools that are gone dropped then),
     /// or anew if a worker retired it while this thread queued nothing.
+    #[inline]
     pub(super) fn push(feeds: &mut Vec<OwnFeed>, pool: &Arc<PoolShared>, task: TaskRef) {
-        let found = match feeds.iter().position(|feed| feed.pool_id == pool.id) {
-            Some(k) => k,
-            None => {
-                feeds.retain(OwnFeed::pool_alive);
-                let feed = Self::start(pool);
-                feeds.push(OwnFeed { pool_id: pool.id, pool: Arc::downgrade(pool), feed });
-                feeds.len() - 1
-            }
+        let own = match feeds.iter_mut().find(|feed| feed.pool_id == pool.id) {
+            Some(own) => own,
+            None => Self::first(feeds, pool),
         };
-        let own = &mut feeds[found].feed;
-        let mut task = task;
-        while let Err(back) = own.push(task) {
-            task = back;
-            *own = Self::start(pool);
+        if let Err(task) = own.feed.push(task) {
+            Self::again(&mut own.feed, pool, task);
+        }
+    }
+
+    /// This thread's first feed on `pool`.
+    #[cold]
+    fn first<'a>(feeds: &'a mut Vec<OwnFeed>, pool: &Arc<PoolShared>) -> &'a mut OwnFeed {
+        feeds.retain(OwnFeed::pool_alive);
+        let feed = Self::start(pool);
+        feeds.push(OwnFeed { pool_id: pool.id, pool: Arc::downgrade(pool), feed });
+        feeds.last_mut().expect("just pushed")
+    }
+
+    /// Queues `task` on a new feed: `feed` was retired.
+    #[cold]
+    fn again(feed: &mut Feed<TaskRef>, pool: &Arc<PoolShared>, mut task: TaskRef) {
+        loop {
+            *feed = Self::start(pool);
+            match feed.push(task) {
+                Ok(()) => return,
+                Err(back) => task = back,
+            }
         }
     }
 

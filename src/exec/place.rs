@@ -148,6 +148,7 @@ impl Dispatcher {
         }
     }
 
+    #[inline]
     fn cell(&self, device: Device, lane: Lane) -> &OnceLock<Pool> {
         match (device, lane) {
             (_, Lane::Prioritized) => &self.priority,
@@ -162,11 +163,18 @@ impl Dispatcher {
     ///
     /// Its threads cannot start ([`Error::is_pool_unavailable`]); those
     /// that did are stopped, and a later push tries again.
+    #[inline(always)]
     fn pool(&self, device: Device, lane: Lane) -> Result<&Pool, Error> {
-        let cell = self.cell(device, lane);
-        if let Some(pool) = cell.get() {
-            return Ok(pool);
+        match self.cell(device, lane).get() {
+            Some(pool) => Ok(pool),
+            None => self.start(device, lane),
         }
+    }
+
+    /// Starts the pool for `device` and `lane` (see [`pool`](Self::pool)).
+    #[cold]
+    fn start(&self, device: Device, lane: Lane) -> Result<&Pool, Error> {
+        let cell = self.cell(device, lane);
         let _starting = lock(&self.starting);
         if let Some(pool) = cell.get() {
             return Ok(pool);

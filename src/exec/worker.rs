@@ -16,6 +16,10 @@ use crate::op::recycle::Returns;
 /// by a long chain).
 const NEXT_STREAK: u32 = 64;
 
+/// How many times a worker finds nothing to do between two looks for idle
+/// feeds to retire (see `feeds.rs`).
+const SWEEP_IDLES: u32 = 256;
+
 /// How long an idle worker watches the queue before it parks.
 const SPIN: Duration = Duration::from_micros(50);
 
@@ -35,12 +39,14 @@ pub(super) struct Worker<'a> {
     view: FeedView,
     /// Ops run in a row from the next slot.
     streak: u32,
+    /// Times it found nothing to do.
+    idles: u32,
     returns: Returns,
 }
 
 impl<'a> Worker<'a> {
     pub(super) fn new(pool: &'a PoolShared) -> Self {
-        Self { pool, view: FeedView::default(), streak: 0, returns: Returns::new() }
+        Self { pool, view: FeedView::default(), streak: 0, idles: 0, returns: Returns::new() }
     }
 
     /// Runs ops until the pool stops.
@@ -90,7 +96,12 @@ impl<'a> Worker<'a> {
     /// Nothing queued: gives back the records it holds, then waits.
     fn idle(&mut self) -> Next {
         self.returns.bury();
-        self.pool.feeds.sweep(self.pool.parking.barriers());
+        // A look at the clock is not free: a sweep is considered once per
+        // `SWEEP_IDLES` idle turns (and when parking for long).
+        self.idles = self.idles.wrapping_add(1);
+        if self.idles % SWEEP_IDLES == 0 {
+            self.pool.feeds.sweep(self.pool.parking.barriers());
+        }
         match self.wait() {
             Some(Some(task)) => Next::Run(task),
             Some(None) => {

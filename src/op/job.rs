@@ -148,18 +148,31 @@ pub(super) fn token_left_by_own_body(header: &Header) -> bool {
 }
 
 /// Runs the user body of `header`'s op, marking this thread as busy with
-/// it; also returns whether the body dropped its own token unsignalled.
-fn in_body<R>(header: &Header, body: impl FnOnce() -> R) -> (R, bool) {
-    struct Leave(*const Header, bool);
+/// it.
+#[inline]
+fn in_body<R>(header: &Header, body: impl FnOnce() -> R) -> R {
+    struct Leave(*const Header);
     impl Drop for Leave {
         fn drop(&mut self) {
             BODY.with(|b| b.set(self.0));
-            TOKEN_LEFT.with(|left| left.set(self.1));
         }
     }
-    let _leave = Leave(BODY.with(|b| b.replace(header)), TOKEN_LEFT.with(|left| left.replace(false)));
-    let out = body();
-    (out, TOKEN_LEFT.with(Cell::get))
+    let _leave = Leave(BODY.with(|b| b.replace(header)));
+    body()
+}
+
+/// [`in_body`] for a body that receives a token: also returns whether it
+/// dropped its own token unsignalled.
+fn in_body_with_token(header: &Header, body: impl FnOnce()) -> bool {
+    struct Leave(bool);
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            TOKEN_LEFT.with(|left| left.set(self.0));
+        }
+    }
+    let _leave = Leave(TOKEN_LEFT.with(|left| left.replace(false)));
+    in_body(header, body);
+    TOKEN_LEFT.with(Cell::get)
 }
 
 /// Maps a body's outcome, panics included, to the op's result.
@@ -194,7 +207,7 @@ where
         let caught = catch_unwind(AssertUnwindSafe(|| {
             let reads = reads.guard(OpToken(op.task));
             let writes = writes.guard(OpToken(op.task));
-            in_body(op.header(), || body(reads, writes)).0
+            in_body(op.header(), || body(reads, writes))
         }));
         let result = op_result(op.header(), caught);
         op.store(result);
@@ -225,7 +238,7 @@ where
         let caught = catch_unwind(AssertUnwindSafe(|| {
             let reads = reads.guard(OpToken(op.task));
             let writes = writes.guard(OpToken(op.task));
-            in_body(op.header(), || body(reads, writes, done)).1
+            in_body_with_token(op.header(), || body(reads, writes, done))
         }));
         // A token the body dropped (by unwinding or not) stored nothing:
         // what the body did decides. A token signalled before a panic has

@@ -114,6 +114,7 @@ impl<T: Linked> Inbox<T> {
     /// closed, so an op in the inbox is one that a later holder of the lock
     /// moves to the gate (see `VarCell::settle`): after it, the
     /// pusher has nothing more to do, and does not touch the var again.
+    #[inline]
     pub(crate) fn push(&self, op: T) -> Pushed<T> {
         let mut top = self.top.load(Ordering::Relaxed);
         if top == open() {
