@@ -253,3 +253,104 @@ fn checker_detects_inconsistent_order() {
     });
     assert!(result.is_err());
 }
+
+/// A value that counts its drops.
+struct Counted(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Sixteen threads push ops over shared vars while the engine is shut down
+/// in the middle (draining or cancelling): every push is refused or its
+/// handle resolves (run, or cancelled), every body is dropped exactly once,
+/// the ops that ran are exactly those whose writes are counted, and
+/// nothing hangs.
+#[test]
+fn a_storm_of_pushes_with_a_shutdown_in_the_middle() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    for round in 0..12u64 {
+        let mode =
+            if round % 2 == 0 { depengine::ShutdownMode::Drain } else { depengine::ShutdownMode::Cancel };
+        let engine = Engine::builder().cpu_workers(1 + round as usize % 4).build().unwrap();
+        let vars: Vec<Var<u64>> = (0..NVARS).map(|_| engine.var(0)).collect();
+        let writes: Arc<Vec<AtomicU64>> = Arc::new((0..NVARS).map(|_| AtomicU64::new(0)).collect());
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = mpsc::channel();
+        let pushers: Vec<_> = (0..16u64)
+            .map(|t| {
+                let (engine, vars, writes, dropped) =
+                    (engine.clone(), vars.clone(), writes.clone(), dropped.clone());
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    let mut rng = Rng(round * 100 + t + 1);
+                    let (mut handles, mut refused, mut written) = (Vec::new(), 0u64, Vec::new());
+                    for _ in 0..150 {
+                        let mut mine: Vec<usize> = (0..1 + rng.below(3)).map(|_| rng.below(NVARS)).collect();
+                        mine.sort_unstable();
+                        mine.dedup();
+                        let picked: Vec<Var<u64>> = mine.iter().map(|&k| vars[k].clone()).collect();
+                        let (counted, writes, ids) = (Counted(dropped.clone()), writes.clone(), mine.clone());
+                        let pushed = engine.op("storm").write_all(&picked).try_run(move |(), (mut vs,)| {
+                            let _keep = &counted;
+                            for (v, &k) in vs.iter_mut().zip(&ids) {
+                                **v += 1;
+                                writes[k].fetch_add(1, Ordering::SeqCst);
+                            }
+                            Ok(())
+                        });
+                        match pushed {
+                            Ok(handle) => {
+                                handles.push(handle);
+                                written.push(mine.len() as u64);
+                            }
+                            Err(err) => {
+                                assert!(err.is_shutdown(), "{err}");
+                                refused += 1;
+                            }
+                        }
+                    }
+                    let mut ran = 0;
+                    for (handle, n) in handles.into_iter().zip(written) {
+                        match handle.blocking_wait() {
+                            Ok(()) => ran += n,
+                            Err(err) => assert!(
+                                err.is_cancelled() && mode == depengine::ShutdownMode::Cancel,
+                                "{err}"
+                            ),
+                        }
+                    }
+                    tx.send(()).unwrap();
+                    (ran, refused)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_micros(200 * (round % 5)));
+        let shut = engine.clone();
+        let shutdown = std::thread::spawn(move || shut.blocking_shutdown(mode));
+        for _ in 0..16 {
+            rx.recv_timeout(Duration::from_secs(30)).expect("a pusher hung");
+        }
+        let results: Vec<(u64, u64)> = pushers.into_iter().map(|p| p.join().unwrap()).collect();
+        // A cancelling shutdown reports its cancellations as the first failure.
+        if let Err(err) = shutdown.join().unwrap() {
+            assert!(err.is_cancelled() && mode == depengine::ShutdownMode::Cancel, "{err}");
+        }
+        drop(vars);
+        let ran: u64 = results.iter().map(|r| r.0).sum();
+        assert_eq!(writes.iter().map(|w| w.load(Ordering::SeqCst)).sum::<u64>(), ran, "round {round}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while dropped.load(Ordering::SeqCst) < 16 * 150 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: {} bodies dropped",
+                dropped.load(Ordering::SeqCst)
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(dropped.load(Ordering::SeqCst), 16 * 150, "round {round}: a body was dropped twice");
+    }
+}
