@@ -22,6 +22,11 @@
 //! With `wide` it times rounds of 8 pushes of an op writing 10,000 vars and
 //! a wait for them (run it with `DEPENGINE_BULK_SIZE=16` to see what bulk
 //! execution's merging of var lists costs).
+//!
+//! With `idle N` it first starts N threads that each push one op and then
+//! stay alive, idle, and then times rounds of 100,000 ops without vars
+//! pushed and waited for, and shows the process's resident memory before
+//! and after the threads came: what threads that pushed once cost later.
 
 use std::time::Instant;
 
@@ -46,9 +51,10 @@ fn main() -> Result<(), depengine::Error> {
             return Ok(());
         }
         "wide" => return wide(&engine, rounds),
+        "idle" => return idle(&engine, rounds),
         "all" | "novars" | "onevar" => {}
         other => {
-            eprintln!("unknown mode `{other}`: all, novars, onevar, batched, batched1, wide");
+            eprintln!("unknown mode `{other}`: all, novars, onevar, batched, batched1, wide, idle");
             std::process::exit(2);
         }
     }
@@ -127,5 +133,58 @@ fn wide(engine: &Engine, rounds: usize) -> Result<(), depengine::Error> {
         engine.bulk_size(),
         times[times.len() / 2].as_secs_f64() * 1e3
     );
+    Ok(())
+}
+
+/// The process's resident memory, in MiB (Linux; 0 elsewhere).
+fn resident_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok());
+    kib.unwrap_or(0.0) / 1024.0
+}
+
+/// `idle N`: N threads push one op each and stay alive; then rounds of
+/// 100,000 ops without vars (the second argument is N).
+fn idle(engine: &Engine, threads: usize) -> Result<(), depengine::Error> {
+    let before = resident_mib();
+    let (stay, stop) = std::sync::mpsc::channel::<()>();
+    let stop = std::sync::Arc::new(std::sync::Mutex::new(stop));
+    let mut alive = Vec::new();
+    for _ in 0..threads {
+        let (engine, stop) = (engine.clone(), stop.clone());
+        let (pushed, done) = std::sync::mpsc::channel::<()>();
+        alive.push(
+            std::thread::Builder::new()
+                .stack_size(64 << 10)
+                .spawn(move || {
+                    engine.op("once").run(|(), ()| Ok(())).blocking_wait().unwrap();
+                    pushed.send(()).unwrap();
+                    let _ = stop.lock().unwrap().recv();
+                })
+                .expect("thread"),
+        );
+        done.recv().unwrap();
+    }
+    // Idle feeds are retired after 50 to 100 ms.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let after = resident_mib();
+    let mut times = Vec::new();
+    for _ in 0..10 {
+        let start = Instant::now();
+        for _ in 0..N {
+            engine.op("noop").run_detached(|(), ()| Ok(()))?;
+        }
+        engine.blocking_wait_for_all()?;
+        times.push(start.elapsed().as_nanos() as f64 / N as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "idle: threads={threads} resident_before={before:.1}MiB resident_after={after:.1}MiB median_ns_per_op={:.1}",
+        times[times.len() / 2]
+    );
+    drop(stay);
     Ok(())
 }
