@@ -1,0 +1,184 @@
+//! Unit tests of the engine that reach inside it: record reuse, freeing,
+//! pools that cannot start, idle feeds.
+
+use super::*;
+use crate::op::Host;
+
+impl Shared {
+    /// Shells waiting, in the pushes' list and buried.
+    fn shells(&self) -> usize {
+        self.tracker.with_side(|intake| intake.shells.len() + self.graveyard().len())
+    }
+}
+
+/// The names of this process's threads that start with `prefix`.
+fn threads_named(prefix: &str) -> usize {
+    let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.starts_with(prefix))
+        .count()
+}
+
+/// A pool whose threads the OS refuses fails the push that needed it:
+/// its var is left as if the op had never been pushed, the threads
+/// that did start are stopped, and a later push starts the pool.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_pool_that_cannot_start_fails_the_push_and_leaves_the_var_alone() {
+    let engine = Engine::builder().cpu_workers(3).thread_name("nostart").build().unwrap();
+    let v = engine.var(1u32);
+    crate::exec::FAIL_SPAWN_AT.with(|at| at.set(Some(2)));
+    let err = engine.op("first").write(&v).try_run(|(), (mut v,)| {
+        *v += 1;
+        Ok(())
+    });
+    crate::exec::FAIL_SPAWN_AT.with(|at| at.set(None));
+    let err = err.unwrap_err();
+    assert!(err.is_pool_unavailable(), "{err}");
+    assert!(err.to_string().contains("nostart-cpu0"), "{err}");
+    let state = v.any().debug_state();
+    assert!(!state.write_running && state.queued.is_empty() && state.version == 0, "{state:?}");
+    assert_eq!(threads_named("nostart-cpu0"), 0, "started workers were not stopped");
+    engine.blocking_wait_for_all().unwrap();
+    // The next push starts the pool and runs.
+    let after = engine.op("after").write(&v).run(|(), (mut v,)| {
+        *v += 10;
+        Ok(*v)
+    });
+    assert_eq!(after.blocking_wait().unwrap(), 11);
+    // A new thread names itself once it runs.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while threads_named("nostart-cpu0") != 3 {
+        assert!(std::time::Instant::now() < deadline, "{} workers", threads_named("nostart-cpu0"));
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    engine.blocking_shutdown(ShutdownMode::Cancel).unwrap();
+    assert_eq!(threads_named("nostart-cpu0"), 0);
+}
+
+/// Threads that pushed once and then stayed idle cost the workers
+/// nothing: their feeds leave the pool's list (and their rings are
+/// freed); a thread that pushes again gets a new feed, and its ops run.
+#[test]
+fn idle_feeds_are_retired_and_come_back_when_used() {
+    let engine = Engine::builder().cpu_workers(2).build().unwrap();
+    let gate = Arc::new(std::sync::Barrier::new(17));
+    let threads: Vec<_> = (0..16u32)
+        .map(|i| {
+            let (engine, gate) = (engine.clone(), gate.clone());
+            std::thread::spawn(move || {
+                engine.op("once").run(|(), ()| Ok(())).blocking_wait().unwrap();
+                gate.wait();
+                gate.wait();
+                let again: Vec<_> = (0..3).map(|k| engine.op("again").run(move |(), ()| Ok(i + k))).collect();
+                again.into_iter().map(|h| h.blocking_wait().unwrap()).sum::<u32>()
+            })
+        })
+        .collect();
+    gate.wait();
+    assert!(engine.shared().dispatcher.feeds_listed() >= 16);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while engine.shared().dispatcher.feeds_listed() > 0 {
+        assert!(std::time::Instant::now() < deadline, "idle feeds were never retired");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    gate.wait();
+    let sums: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(sums, (0..16).map(|i| 3 * i + 3).sum::<u32>());
+}
+
+/// Ops, and the shells their records leave, hold engine references:
+/// dropping the last handle must still free the engine once the ops
+/// are done.
+#[test]
+fn dropped_engine_is_freed_after_its_ops() {
+    let engine = Engine::builder().cpu_workers(2).build().unwrap();
+    let weak = Arc::downgrade(engine.shared());
+    for i in 0..100u64 {
+        drop(engine.op("noop").run(move |(), ()| Ok(i)));
+    }
+    drop(engine);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while weak.strong_count() > 0 {
+        assert!(std::time::Instant::now() < deadline, "engine still alive: {} refs", weak.strong_count());
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// A push builds its op in the last buried shell when that shell held
+/// an op of the same type (and frees it otherwise); the rebuilt op runs
+/// and returns its own result.
+#[test]
+fn push_builds_its_op_in_a_shell_of_its_type() {
+    // Bulk execution off: segments rebuild records of their own.
+    let engine = Engine::builder().cpu_workers(1).bulk_size(1).build().unwrap();
+    let shared = engine.shared().clone();
+    let var = engine.var(0u64);
+    let add = |i: u64| {
+        engine.op("add").write(&var).run(move |(), (mut v,)| {
+            *v += i;
+            Ok(*v)
+        })
+    };
+    for i in 0..100 {
+        drop(add(i));
+    }
+    engine.blocking_wait_for_all().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while shared.shells() == 0 {
+        assert!(std::time::Instant::now() < deadline, "no shell buried");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let rebuilt = || crate::op::recycle::REBUILT.with(std::cell::Cell::get);
+    let shells = shared.tracker.with_side(|intake| shared.graveyard().addresses(&intake.shells));
+    let before = rebuilt();
+    let reused = add(1000);
+    assert_eq!(rebuilt(), before + 1, "the op was not built in a shell");
+    assert_eq!(reused.record(), shells.last().copied(), "the op was not built in the last shell");
+    assert_eq!(reused.blocking_wait().unwrap(), 4950 + 1000);
+
+    let before = rebuilt();
+    let other = engine.op("read").read(&var).run(|(v,), ()| Ok(format!("{}", *v)));
+    assert_eq!(rebuilt(), before, "a shell of another op type was reused");
+    assert_eq!(other.blocking_wait().unwrap(), "5950");
+}
+
+/// Records of detached ops go back to the pushing thread as shells that
+/// hold nothing their ops used: a var whose handles are all dropped is
+/// freed, and a result nobody took is dropped, as soon as the ops finish.
+#[test]
+fn shells_hold_nothing_their_ops_used() {
+    let engine = Engine::builder().cpu_workers(1).build().unwrap();
+    let shared = engine.shared().clone();
+    let data = Arc::new(());
+    let result = Arc::new(());
+    let var = engine.var(data.clone());
+    for _ in 0..100 {
+        let result = result.clone();
+        drop(engine.op("touch").write(&var).run(move |(), (v,)| {
+            drop(v);
+            Ok(result)
+        }));
+    }
+    drop(var);
+    engine.blocking_wait_for_all().unwrap();
+    // The worker buries its shells when it runs out of work.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while shared.shells() == 0 || Arc::strong_count(&data) > 1 || Arc::strong_count(&result) > 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "shells {}, var data refs {}, result refs {}",
+            shared.shells(),
+            Arc::strong_count(&data),
+            Arc::strong_count(&result)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // A push frees shells on the pushing thread; closing frees the rest.
+    let before = shared.shells();
+    drop(engine.op("noop").run(|(), ()| Ok(())));
+    assert!(shared.shells() < before, "{} shells before the push, {} after", before, shared.shells());
+    engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
+    assert_eq!(shared.shells(), 0);
+}
