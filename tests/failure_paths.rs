@@ -345,3 +345,29 @@ fn cancel_does_not_wait_behind_an_unsignalled_token_for_queued_ops() {
         let _ = shutdown.join().unwrap();
     });
 }
+
+/// What `debug_state()` and `version()` say, as README says it: the
+/// queued ops by name (not the running ones), and a version that counts a
+/// cancelled write too.
+#[test]
+fn debug_state_and_version_say_what_the_readme_says() {
+    let engine = Engine::builder().cpu_workers(1).bulk_size(1).build().unwrap();
+    let v = engine.var(0u32);
+    let guard = v.write().blocking_wait().unwrap();
+    let queued = engine.op("queued write").write(&v).run(|(), (mut v,)| {
+        *v += 1;
+        Ok(*v)
+    });
+    let state = v.any().debug_state();
+    assert!(state.write_running && state.running_reads == 0, "{state:?}");
+    assert_eq!(state.queued, [(true, "queued write".to_string())]);
+    let shutdown = {
+        let engine = engine.clone();
+        std::thread::spawn(move || engine.blocking_shutdown(depengine::ShutdownMode::Cancel))
+    };
+    assert!(queued.blocking_wait().unwrap_err().is_cancelled());
+    drop(guard);
+    let _ = shutdown.join().unwrap();
+    // The acquire's write and the cancelled one.
+    assert_eq!(v.version(), 2);
+}
