@@ -77,7 +77,7 @@ fn idle_feeds_are_retired_and_come_back_when_used() {
         })
         .collect();
     gate.wait();
-    assert!(engine.shared().dispatcher.feeds_listed() >= 16);
+    // (Feeds of the first threads may be retired already.)
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while engine.shared().dispatcher.feeds_listed() > 0 {
         assert!(std::time::Instant::now() < deadline, "idle feeds were never retired");
