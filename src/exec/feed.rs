@@ -135,7 +135,8 @@ impl<T> Feed<T> {
             spilled: Padded(AtomicBool::new(false)),
             spill: SpinLock::new(VecDeque::new()),
         });
-        let ring = NonNull::from(&*shared);
+        // From the `Arc`'s own pointer: it may be turned back into one.
+        let ring = NonNull::new(Arc::as_ptr(&shared).cast_mut()).expect("an Arc's pointer is not null");
         (Self { shared: ring, flags, barriers, tail: 0, spilling: false }, shared)
     }
 
@@ -217,16 +218,18 @@ impl<T> Feed<T> {
     /// `leave` on the ring before the feed can be retired; nothing if it
     /// was retired (it held no op then).
     pub(crate) fn leave(&mut self, mut each: impl FnMut(T), leave: impl FnOnce(&Arc<FeedShared<T>>)) {
+        let raw = self.shared.as_ptr().cast_const();
         self.with_ring(|_, ring| {
             // The spill is flagged whenever it holds ops: `take` looks at it.
             while let Some(task) = ring.take() {
                 each(task);
             }
-            // SAFETY: `ring` is alive (see `with_ring`) and was made by an
-            // `Arc` (`new`): a new reference to it, from its own count.
+            // SAFETY: the ring is alive (see `with_ring`), and `raw` is the
+            // pointer of the `Arc` it was made in (`new`): a new reference
+            // to it, from its own count.
             let ring = unsafe {
-                Arc::increment_strong_count(std::ptr::from_ref(ring));
-                Arc::from_raw(std::ptr::from_ref(ring))
+                Arc::increment_strong_count(raw);
+                Arc::from_raw(raw)
             };
             leave(&ring);
         });
