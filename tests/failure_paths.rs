@@ -371,3 +371,50 @@ fn debug_state_and_version_say_what_the_readme_says() {
     // The acquire's write and the cancelled one.
     assert_eq!(v.version(), 2);
 }
+
+/// `OpHandle::abort` cancels an op that has not started, wherever it
+/// waits, and leaves no error on its vars nor for `wait_for_all`; an op
+/// that has started runs on. `cancel_on_drop` does the same when the
+/// handle is dropped. With bulk execution on, a member of a segment is
+/// aborted too.
+#[test]
+fn abort_and_cancel_on_drop_cancel_ops_that_have_not_started() {
+    for bulk in [1, 16] {
+        within_30s(move || {
+            let engine = Engine::builder().cpu_workers(1).bulk_size(bulk).build().unwrap();
+            let v = engine.var(0u32);
+            let (release, held) = std::sync::mpsc::channel::<()>();
+            let (started, running_now) = std::sync::mpsc::channel::<()>();
+            let running = engine.op("long").write(&v).run(move |(), (mut v,)| {
+                started.send(()).unwrap();
+                held.recv().unwrap();
+                *v += 1;
+                Ok(*v)
+            });
+            engine.flush();
+            running_now.recv().unwrap();
+            let ran = Arc::new(AtomicU64::new(0));
+            let body = |ran: &Arc<AtomicU64>| {
+                let ran = ran.clone();
+                move |(): (), (mut v,): (depengine::WriteGuard<u32>,)| {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    *v += 10;
+                    Ok(*v)
+                }
+            };
+            let aborted = engine.op("aborted").write(&v).run(body(&ran));
+            let dropped = engine.op("dropped").write(&v).cancel_on_drop(true).run(body(&ran));
+            let kept = engine.op("kept").write(&v).run(body(&ran));
+            assert!(!running.abort(), "bulk={bulk}: a running op was aborted");
+            assert!(aborted.abort(), "bulk={bulk}");
+            assert!(!aborted.abort(), "bulk={bulk}: aborted twice");
+            drop(dropped);
+            release.send(()).unwrap();
+            assert_eq!(running.blocking_wait().unwrap(), 1);
+            assert!(aborted.blocking_wait().unwrap_err().is_cancelled(), "bulk={bulk}");
+            assert_eq!(kept.blocking_wait().unwrap(), 11, "bulk={bulk}: no error was left on the var");
+            engine.blocking_wait_for_all().unwrap();
+            assert_eq!(ran.load(Ordering::SeqCst), 1, "bulk={bulk}: a cancelled body ran");
+        });
+    }
+}

@@ -143,6 +143,16 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
         self.opts.no_skip = no_skip;
         self
     }
+
+    /// Cancels the op if its handle is dropped before the op starts
+    /// (default false: a dropped handle detaches the op, which still runs).
+    /// For request-scoped work: the op of a request whose client hung up
+    /// costs no worker. It is cancelled as by
+    /// [`OpHandle::abort`](crate::OpHandle::abort).
+    pub fn cancel_on_drop(mut self, cancel: bool) -> Self {
+        self.opts.cancel_on_drop = cancel;
+        self
+    }
 }
 
 impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {

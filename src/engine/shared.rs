@@ -15,7 +15,7 @@ use crate::op::access::normalize;
 use crate::op::cell::{OpCell, SlotRef};
 use crate::op::job::{Job, Running};
 use crate::op::recycle::{self, Graveyard, Shell};
-use crate::op::{DepList, Help, Host, Meta, PackedDevice, ReadyList, TaskRef, submit};
+use crate::op::{DepList, HandleKind, Help, Host, Meta, PackedDevice, ReadyList, TaskRef, submit};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::epoch::Tracker;
 use crate::sync::latch::Latch;
@@ -31,11 +31,19 @@ pub(crate) struct OpOptions {
     pub(crate) lane: Lane,
     pub(crate) priority: i32,
     pub(crate) no_skip: bool,
+    pub(crate) cancel_on_drop: bool,
 }
 
 impl OpOptions {
     pub(crate) fn new(name: Cow<'static, str>) -> Self {
-        Self { name, device: Device::Cpu(0), lane: Lane::Normal, priority: 0, no_skip: false }
+        Self {
+            name,
+            device: Device::Cpu(0),
+            lane: Lane::Normal,
+            priority: 0,
+            no_skip: false,
+            cancel_on_drop: false,
+        }
     }
 
     /// Options of an engine-internal op: run where it becomes ready.
@@ -190,7 +198,7 @@ impl Shared {
         for op in queued {
             let reason = "the engine was shut down in cancel mode";
             let err = Error::new(Kind::Cancelled { op: op.header().meta.name.clone(), reason });
-            op.resolve_early(&op, err);
+            op.resolve_early(&op, err, true);
         }
         // These may be the last references to vars, whose data goes here.
         if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(queues))) {
@@ -313,7 +321,11 @@ impl Shared {
             clears_error: role == Role::WaitForVar,
             cancellable: role == Role::User || role == Role::Member,
             deletes: role == Role::Delete,
-            detached,
+            handle: match (detached, opts.cancel_on_drop) {
+                (true, _) => HandleKind::Detached,
+                (false, false) => HandleKind::Handle,
+                (false, true) => HandleKind::CancelOnDrop,
+            },
             nested: role == Role::Member,
         };
         Ok(recycle::build(shell, self, meta, deps, job, epoch))

@@ -122,7 +122,7 @@ impl<J: Job> Task for OpCell<J> {
 
     fn publish(&self) {
         // Nobody reads a detached op's result: the slot is left alone.
-        let waker = if self.header.meta.detached {
+        let waker = if self.header.meta.detached() {
             None
         } else {
             let Published::First(waker) = self.slot.publish() else {
@@ -154,7 +154,7 @@ impl<J: Job> Task for OpCell<J> {
         self.store(this, Err(err));
     }
 
-    fn resolve_early(&self, this: &TaskRef, err: Error) -> bool {
+    fn resolve_early(&self, this: &TaskRef, err: Error, pass_on: bool) -> bool {
         debug_assert!(std::ptr::addr_eq(Arc::as_ptr(this), self), "`this` is this record");
         if !self.slot.start() {
             return false;
@@ -168,8 +168,10 @@ impl<J: Job> Task for OpCell<J> {
         }
         // What `store` does, but the op does not complete: its vars have
         // not let it through.
-        self.header.record_outcome(Err(&err));
-        self.header.host.note_error(&err);
+        if pass_on {
+            self.header.record_outcome(Err(&err));
+            self.header.host.note_error(&err);
+        }
         let _ = self.slot.store(Err(err));
         self.publish();
         if self.slot.mark_early() {
@@ -195,7 +197,7 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
         // result nobody reads: only its outcome is kept, and an error (a
         // user's type, whose drop may panic) is stored all the same, so that
         // it is dropped with the record, where such a panic is contained.
-        if !(self.header.meta.detached && result.is_ok()) {
+        if !(self.header.meta.detached() && result.is_ok()) {
             if let Err(ignored) = self.slot.store(result) {
                 drop(ignored);
                 return;

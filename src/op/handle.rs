@@ -12,6 +12,7 @@ use super::cell::SlotRef;
 use super::host::Help;
 use super::job::{token_left_by_own_body, waits_for_current_body};
 use super::record::Header;
+use super::record::{HandleKind, TaskRef};
 use crate::error::{BoxError, Error, Kind, panic_message, refuse_in_runtime};
 
 /// How long a blocking wait watches for completion before parking.
@@ -46,11 +47,11 @@ const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
 /// # Panics
 ///
 /// Polling again after it returned `Ready` panics.
-pub struct OpHandle<R> {
+pub struct OpHandle<R: 'static> {
     inner: Inner<R>,
 }
 
-enum Inner<R> {
+enum Inner<R: 'static> {
     Pushed(SlotRef<R>),
     Refused(Option<Error>),
     /// The result was returned; the record is let go (only the name kept).
@@ -89,6 +90,20 @@ impl<R: Send + 'static> OpHandle<R> {
             Inner::Pushed(slot) => Some(&slot.header().meta.name),
             Inner::Done(name) => Some(name),
             Inner::Refused(_) => None,
+        }
+    }
+
+    /// Cancels the op if it has not started, as tokio's
+    /// `JoinHandle::abort`: its body is dropped unrun, and the handle
+    /// resolves with [`Error::is_cancelled`]. The op leaves no error on the
+    /// vars it writes (a write of it still counts in their
+    /// [`version`](crate::Var::version), as every completed write does),
+    /// and `wait_for_all` does not report its cancellation. Returns whether
+    /// it was cancelled; an op that has started runs on.
+    pub fn abort(&self) -> bool {
+        match &self.inner {
+            Inner::Pushed(slot) => abort(slot, "aborted through its handle"),
+            Inner::Refused(_) | Inner::Done(_) => false,
         }
     }
 
@@ -188,12 +203,23 @@ impl<R: Send + 'static> Future for OpHandle<R> {
     }
 }
 
-impl<R> Drop for OpHandle<R> {
+impl<R: 'static> Drop for OpHandle<R> {
     fn drop(&mut self) {
         if let Inner::Pushed(slot) = std::mem::replace(&mut self.inner, Inner::Refused(None)) {
+            if slot.header().meta.handle == HandleKind::CancelOnDrop && !slot.is_complete() {
+                abort(&slot, "its handle was dropped before it started");
+            }
             let_go(slot);
         }
     }
+}
+
+/// Resolves the op of `slot` as cancelled if it has not started, leaving
+/// no trace on its vars (see [`OpHandle::abort`]).
+fn abort<R: 'static>(slot: &SlotRef<R>, reason: &'static str) -> bool {
+    let op = slot.header().meta.name.clone();
+    let task: TaskRef = slot.clone();
+    task.resolve_early(&task, Error::new(Kind::Cancelled { op, reason }), false)
 }
 
 /// Drops a handle's reference to its record. If it is the last one, the
@@ -201,7 +227,7 @@ impl<R> Drop for OpHandle<R> {
 /// destructors then run here: a panic of theirs is logged and contained,
 /// as wherever else the engine drops user values, so that it neither
 /// takes the op's result with it nor unwinds into the caller.
-fn let_go<R>(slot: SlotRef<R>) {
+fn let_go<R: 'static>(slot: SlotRef<R>) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(slot))) {
         tracing::error!(target: "depengine", "a panic escaped a destructor run by an op's handle: {}", panic_message(&*payload));
     }

@@ -72,15 +72,32 @@ pub(crate) struct Meta {
     pub(crate) cancellable: bool,
     /// Deletes its one (written) var: appended with `append_delete`.
     pub(crate) deletes: bool,
-    /// Pushed without a handle: nobody will read its result.
-    pub(crate) detached: bool,
+    /// Who reads its result.
+    pub(crate) handle: HandleKind,
     /// Run by a parent op, which holds its vars and publishes it (see
     /// `nest.rs`).
     pub(crate) nested: bool,
     pub(crate) name: Cow<'static, str>,
 }
 
+/// Who reads an op's result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HandleKind {
+    /// Pushed without a handle: nobody will.
+    Detached,
+    /// Its handle; dropped, the handle detaches the op, which still runs.
+    Handle,
+    /// Its handle; dropped before the op starts, it cancels the op.
+    CancelOnDrop,
+}
+
 impl Meta {
+    /// Whether the op was pushed without a handle.
+    #[inline]
+    pub(crate) fn detached(&self) -> bool {
+        self.handle == HandleKind::Detached
+    }
+
     /// The op's device.
     #[inline]
     pub(crate) fn device(&self) -> Device {
@@ -190,11 +207,14 @@ pub(crate) trait Task: std::any::Any + Send + Sync {
     fn abandon(&self, this: &TaskRef, err: Error);
 
     /// Resolves an op that has not started, before its vars let it through
-    /// (a cancelling shutdown): its body is dropped unrun, its handle
-    /// resolves with `err` and it leaves its `wait_for_all` epoch now; it
-    /// stays queued on its vars, and completes on them, passing `err` on,
-    /// once they let it through. False if it had started.
-    fn resolve_early(&self, this: &TaskRef, err: Error) -> bool;
+    /// (a cancelling shutdown, an abort through its handle): its body is
+    /// dropped unrun, its handle resolves with `err` and it leaves its
+    /// `wait_for_all` epoch now; it stays queued on its vars, and completes
+    /// on them once they let it through. With `pass_on`, as a vetoed op:
+    /// `err` is recorded for `wait_for_all` and left on the vars it writes;
+    /// without, the op leaves no trace on its vars, as if never pushed.
+    /// False if it had started.
+    fn resolve_early(&self, this: &TaskRef, err: Error, pass_on: bool) -> bool;
 }
 
 impl Grant for TaskRef {

@@ -234,7 +234,7 @@ impl Task for ResumeTask {
     }
 
     /// Never on a var's queue: nothing to resolve.
-    fn resolve_early(&self, _this: &TaskRef, _err: Error) -> bool {
+    fn resolve_early(&self, _this: &TaskRef, _err: Error, _pass_on: bool) -> bool {
         false
     }
 }
