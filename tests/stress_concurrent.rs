@@ -287,25 +287,42 @@ fn a_storm_of_pushes_with_a_shutdown_in_the_middle() {
                 let tx = tx.clone();
                 std::thread::spawn(move || {
                     let mut rng = Rng(round * 100 + t + 1);
-                    let (mut handles, mut refused, mut written) = (Vec::new(), 0u64, Vec::new());
+                    let (mut handles, mut refused, mut ops) = (Vec::new(), 0u64, Vec::new());
                     for _ in 0..150 {
                         let mut mine: Vec<usize> = (0..1 + rng.below(3)).map(|_| rng.below(NVARS)).collect();
                         mine.sort_unstable();
                         mine.dedup();
                         let picked: Vec<Var<u64>> = mine.iter().map(|&k| vars[k].clone()).collect();
                         let (counted, writes, ids) = (Counted(dropped.clone()), writes.clone(), mine.clone());
-                        let pushed = engine.op("storm").write_all(&picked).try_run(move |(), (mut vs,)| {
-                            let _keep = &counted;
-                            for (v, &k) in vs.iter_mut().zip(&ids) {
-                                **v += 1;
-                                writes[k].fetch_add(1, Ordering::SeqCst);
-                            }
-                            Ok(())
-                        });
+                        // How often the body ran: once, or never if cancelled.
+                        let runs = Arc::new(AtomicUsize::new(0));
+                        let body_runs = runs.clone();
+                        // Some ops are aborted at once, some dropped with a
+                        // handle that cancels them, racing the workers.
+                        let action = rng.below(8);
+                        let pushed =
+                            engine.op("storm").write_all(&picked).cancel_on_drop(action == 2).try_run(
+                                move |(), (mut vs,)| {
+                                    let _keep = &counted;
+                                    body_runs.fetch_add(1, Ordering::SeqCst);
+                                    for (v, &k) in vs.iter_mut().zip(&ids) {
+                                        **v += 1;
+                                        writes[k].fetch_add(1, Ordering::SeqCst);
+                                    }
+                                    Ok(())
+                                },
+                            );
                         match pushed {
                             Ok(handle) => {
-                                handles.push(handle);
-                                written.push(mine.len() as u64);
+                                ops.push((runs, mine.len() as u64));
+                                match action {
+                                    0 | 1 => {
+                                        let aborted = handle.abort();
+                                        handles.push((handle, aborted));
+                                    }
+                                    2 => drop(handle),
+                                    _ => handles.push((handle, false)),
+                                }
                             }
                             Err(err) => {
                                 assert!(err.is_shutdown(), "{err}");
@@ -313,18 +330,17 @@ fn a_storm_of_pushes_with_a_shutdown_in_the_middle() {
                             }
                         }
                     }
-                    let mut ran = 0;
-                    for (handle, n) in handles.into_iter().zip(written) {
+                    for (handle, aborted) in handles {
                         match handle.blocking_wait() {
-                            Ok(()) => ran += n,
+                            Ok(()) => assert!(!aborted, "an aborted op ran"),
                             Err(err) => assert!(
-                                err.is_cancelled() && mode == depengine::ShutdownMode::Cancel,
+                                err.is_cancelled() && (aborted || mode == depengine::ShutdownMode::Cancel),
                                 "{err}"
                             ),
                         }
                     }
                     tx.send(()).unwrap();
-                    (ran, refused)
+                    (ops, refused)
                 })
             })
             .collect();
@@ -334,13 +350,18 @@ fn a_storm_of_pushes_with_a_shutdown_in_the_middle() {
         for _ in 0..16 {
             rx.recv_timeout(Duration::from_secs(30)).expect("a pusher hung");
         }
-        let results: Vec<(u64, u64)> = pushers.into_iter().map(|p| p.join().unwrap()).collect();
+        let results: Vec<_> = pushers.into_iter().map(|p| p.join().unwrap()).collect();
         // A cancelling shutdown reports its cancellations as the first failure.
         if let Err(err) = shutdown.join().unwrap() {
             assert!(err.is_cancelled() && mode == depengine::ShutdownMode::Cancel, "{err}");
         }
         drop(vars);
-        let ran: u64 = results.iter().map(|r| r.0).sum();
+        let mut ran = 0;
+        for (runs, n) in results.iter().flat_map(|(ops, _)| ops) {
+            let runs = runs.load(Ordering::SeqCst);
+            assert!(runs <= 1, "round {round}: a body ran {runs} times");
+            ran += n * runs as u64;
+        }
         assert_eq!(writes.iter().map(|w| w.load(Ordering::SeqCst)).sum::<u64>(), ran, "round {round}");
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while dropped.load(Ordering::SeqCst) < 16 * 150 {

@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 
 use super::host::Host;
 use super::job::{Job, Running};
-use super::life::release_body;
+use super::life::{release_body, release_body_late};
 use super::record::{DepList, Header, Meta, Task, TaskRef};
 use super::slot::{Published, ResultSlot};
 use crate::error::Error;
@@ -147,7 +147,10 @@ impl<J: Job> Task for OpCell<J> {
         // SAFETY: the start is claimed once; only its claimer reads `job`.
         let job = self.slot.start().then(|| self.job.with_mut(|job| unsafe { (*job).take() }));
         let Some(Some(job)) = job else {
-            debug_assert!(false, "op abandoned after it started");
+            // Resolved early (see `execute`): it will not run, as asked.
+            if self.slot.mark_through() {
+                release_body(this);
+            }
             return;
         };
         let _ = catch_unwind(AssertUnwindSafe(|| job.vetoed(&err)));
@@ -175,7 +178,7 @@ impl<J: Job> Task for OpCell<J> {
         let _ = self.slot.store(Err(err));
         self.publish();
         if self.slot.mark_early() {
-            release_body(this);
+            release_body_late(this);
         }
         true
     }

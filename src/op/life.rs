@@ -81,7 +81,21 @@ pub(crate) fn submit(task: TaskRef, mut dispatch: impl FnMut(TaskRef)) -> Result
 /// yet given. Without guards, nothing but this call can reach the count
 /// (no guard can be made once the body has returned), so it releases it
 /// with a plain store.
+#[inline]
 pub(crate) fn release_body(task: &TaskRef) {
+    release(task, false);
+}
+
+/// [`release_body`] for an op resolved early (`Task::resolve_early`) whose
+/// resolution ended after its vars let it through: for a nested op, as if a
+/// guard had outlived its body, since its parent saw it unfinished and
+/// waits to be told.
+pub(crate) fn release_body_late(task: &TaskRef) {
+    release(task, true);
+}
+
+#[inline]
+fn release(task: &TaskRef, late: bool) {
     let live = &task.header().live;
     // Acquire: the writes made through guards already dropped happen
     // before the completion below.
@@ -97,7 +111,7 @@ pub(crate) fn release_body(task: &TaskRef) {
         finalize(task, true);
     } else {
         live.release_sole();
-        finalize(task, false);
+        finalize(task, late);
     }
 }
 

@@ -254,6 +254,38 @@ mod loom_tests {
     use super::*;
     use std::sync::Arc;
 
+    /// An early resolution racing the op's let-through (`execute` or a
+    /// segment's `abandon`): exactly one side claims the start, and when the
+    /// resolver claimed it, exactly one side completes the op; the value the
+    /// resolver stored is published.
+    #[test]
+    fn early_resolution_and_let_through_complete_once() {
+        loom::model(|| {
+            let slot = Arc::new(ResultSlot::new());
+            let through = {
+                let slot = slot.clone();
+                loom::thread::spawn(
+                    move || if slot.start() { (true, false) } else { (false, slot.mark_through()) },
+                )
+            };
+            let (resolved, completes) = if slot.start() {
+                slot.store(1u32).unwrap();
+                let _ = slot.publish();
+                (true, slot.mark_early())
+            } else {
+                (false, false)
+            };
+            let (ran, through_completes) = through.join().unwrap();
+            assert!(resolved != ran, "one side claims the start");
+            if resolved {
+                assert!(completes != through_completes, "exactly one side completes the op");
+                assert!(slot.is_published());
+            } else {
+                assert!(!through_completes);
+            }
+        });
+    }
+
     /// A handle polling (twice, with different wakers) while another thread
     /// stores and publishes: in every interleaving, a poll that returned
     /// `Pending` last has its waker woken, and the value arrives intact.
