@@ -109,8 +109,8 @@ struct ReadmeDoctests;
 
 pub use device::{Device, Lane};
 pub use engine::{
-    Acquire, AcquireBuilder, Engine, EngineBuilder, EngineKind, MAX_CPU_DEVICES, MAX_WORKERS, OpBuilder,
-    ShutdownMode, WaitForAll,
+    Acquire, AcquireBuilder, DEFAULT_SPIN, Engine, EngineBuilder, EngineKind, MAX_CPU_DEVICES, MAX_SPIN,
+    MAX_WORKERS, OpBuilder, ShutdownMode, WaitForAll,
 };
 pub use error::{BoxError, Error, Result};
 pub use op::handle::{Completion, OpHandle};

@@ -10,9 +10,13 @@ use depengine::{Engine, EngineKind};
 fn child(test: &str, env: &[(&str, &str)]) -> String {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", test, "--ignored", "--nocapture", "--test-threads=1"]);
-    for var in
-        ["DEPENGINE_TYPE", "DEPENGINE_CPU_WORKERS", "DEPENGINE_CPU_PRIORITY_WORKERS", "DEPENGINE_BULK_SIZE"]
-    {
+    for var in [
+        "DEPENGINE_TYPE",
+        "DEPENGINE_CPU_WORKERS",
+        "DEPENGINE_CPU_PRIORITY_WORKERS",
+        "DEPENGINE_BULK_SIZE",
+        "DEPENGINE_SPIN_US",
+    ] {
         cmd.env_remove(var);
     }
     cmd.envs(env.iter().copied());
@@ -22,7 +26,13 @@ fn child(test: &str, env: &[(&str, &str)]) -> String {
 
 fn report(built: depengine::Result<Engine>) {
     match built {
-        Ok(e) => println!("config: kind={:?} workers={} bulk={}", e.kind(), e.cpu_workers(), e.bulk_size()),
+        Ok(e) => println!(
+            "config: kind={:?} workers={} bulk={} spin={:?}",
+            e.kind(),
+            e.cpu_workers(),
+            e.bulk_size(),
+            e.spin()
+        ),
         Err(e) => println!("config error: {e}"),
     }
 }
@@ -81,4 +91,32 @@ fn invalid_environment_is_a_clear_error() {
 fn environment_is_not_read_for_settings_the_code_gave() {
     let out = child("child_with_explicit_settings", &[("DEPENGINE_CPU_WORKERS", "many")]);
     assert!(out.contains("config: kind=Threaded workers=7 bulk=1"), "{out}");
+}
+
+/// The spin budget: the builder's, else the environment's (microseconds),
+/// else the default; bounded; zero parks at once, and ops still run.
+#[test]
+fn spin_budget_is_a_setting() {
+    let out = child("child_with_defaults", &[]);
+    assert!(out.contains(&format!("spin={:?}", depengine::DEFAULT_SPIN)), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_SPIN_US", "0")]);
+    assert!(out.contains("spin=0ns"), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_SPIN_US", "soon")]);
+    assert!(out.contains("DEPENGINE_SPIN_US=\"soon\": expected a number of microseconds"), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_SPIN_US", "2000000")]);
+    assert!(out.contains("past its bound"), "{out}");
+    let engine = Engine::builder().spin(std::time::Duration::ZERO).cpu_workers(2).build().unwrap();
+    let v = engine.var(0u32);
+    for _ in 0..100 {
+        engine
+            .op("inc")
+            .write(&v)
+            .run_detached(|(), (mut v,)| {
+                *v += 1;
+                Ok(())
+            })
+            .unwrap();
+        std::thread::yield_now();
+    }
+    assert_eq!(engine.op("get").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap(), 100);
 }

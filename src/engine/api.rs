@@ -107,6 +107,12 @@ impl Engine {
         self.shared().config.topology.cpu_workers
     }
 
+    /// How long an idle worker watches its queues before it parks (see
+    /// [`EngineBuilder::spin`]).
+    pub fn spin(&self) -> std::time::Duration {
+        self.shared().config.topology.spin
+    }
+
     /// Whether the engine has stopped taking work.
     pub fn is_closed(&self) -> bool {
         self.shared().tracker.is_closed()

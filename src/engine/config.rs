@@ -2,6 +2,7 @@
 //! the code left unset.
 
 use std::num::NonZeroUsize;
+use std::time::Duration;
 
 use super::Engine;
 use crate::error::Error;
@@ -26,6 +27,12 @@ pub(crate) const ENV_TYPE: &str = "DEPENGINE_TYPE";
 pub(crate) const ENV_CPU_WORKERS: &str = "DEPENGINE_CPU_WORKERS";
 pub(crate) const ENV_PRIORITY_WORKERS: &str = "DEPENGINE_CPU_PRIORITY_WORKERS";
 pub(crate) const ENV_BULK_SIZE: &str = "DEPENGINE_BULK_SIZE";
+pub(crate) const ENV_SPIN_US: &str = "DEPENGINE_SPIN_US";
+
+/// How long an idle worker watches its queues before it parks, by default.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+/// The longest such watch a setting may ask for.
+pub const MAX_SPIN: Duration = Duration::from_secs(1);
 
 /// The most worker threads one pool may have, and the most CPU devices: a
 /// setting past these is a mistake (a typo, a unit error) far more often
@@ -71,6 +78,7 @@ pub struct EngineBuilder {
     cpu_devices: Option<usize>,
     bulk_size: Option<usize>,
     thread_name: Option<String>,
+    spin: Option<Duration>,
     runtime: Option<tokio::runtime::Handle>,
 }
 
@@ -131,6 +139,16 @@ impl EngineBuilder {
         self
     }
 
+    /// How long an idle worker watches its queues (yielding its core)
+    /// before it parks, at most [`MAX_SPIN`]. Longer keeps a steady stream
+    /// of ops from paying for wake-ups; shorter costs less CPU while the
+    /// engine is mostly idle; zero parks at once. Environment:
+    /// `DEPENGINE_SPIN_US` (microseconds). Default: [`DEFAULT_SPIN`].
+    pub fn spin(mut self, spin: Duration) -> Self {
+        self.spin = Some(spin);
+        self
+    }
+
     /// The Tokio runtime that future ops run on. Default: the runtime
     /// current when [`build`](Self::build) is called, if any.
     pub fn runtime(mut self, handle: tokio::runtime::Handle) -> Self {
@@ -173,6 +191,7 @@ impl EngineBuilder {
             )?,
             cpu_devices: setting("cpu_devices", self.cpu_devices, "", 1, MAX_CPU_DEVICES)?,
             thread_name: thread_name(self.thread_name)?,
+            spin: spin(self.spin)?,
         };
         let bulk_size = setting("bulk_size", self.bulk_size, ENV_BULK_SIZE, 1, usize::MAX)?;
         let config = Config { kind, topology, bulk_size };
@@ -188,6 +207,24 @@ fn env_kind() -> Result<Option<EngineKind>, Error> {
         "naive" | "naiveengine" => Ok(Some(EngineKind::Naive)),
         _ => Err(Error::invalid(format!("{ENV_TYPE}={value:?}: expected `threaded` or `naive`"))),
     }
+}
+
+/// The spin budget: the builder's, else `DEPENGINE_SPIN_US`, else the
+/// default; at most [`MAX_SPIN`].
+fn spin(given: Option<Duration>) -> Result<Duration, Error> {
+    let spin = match given {
+        Some(spin) => spin,
+        None => match std::env::var(ENV_SPIN_US) {
+            Ok(s) => Duration::from_micros(s.trim().parse::<u64>().map_err(|_| {
+                Error::invalid(format!("{ENV_SPIN_US}={s:?}: expected a number of microseconds"))
+            })?),
+            Err(_) => DEFAULT_SPIN,
+        },
+    };
+    if spin > MAX_SPIN {
+        return Err(Error::invalid(format!("spin {spin:?} is past its bound of {MAX_SPIN:?}")));
+    }
+    Ok(spin)
 }
 
 /// The thread name prefix, checked: the OS refuses a name with a NUL byte.

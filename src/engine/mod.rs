@@ -16,4 +16,4 @@ mod shared;
 pub use acquire::{Acquire, AcquireBuilder};
 pub use api::{Engine, ShutdownMode, WaitForAll};
 pub use builder::OpBuilder;
-pub use config::{EngineBuilder, EngineKind, MAX_CPU_DEVICES, MAX_WORKERS};
+pub use config::{DEFAULT_SPIN, EngineBuilder, EngineKind, MAX_CPU_DEVICES, MAX_SPIN, MAX_WORKERS};

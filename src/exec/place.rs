@@ -20,6 +20,8 @@ pub(crate) struct Topology {
     pub(crate) cpu_workers: usize,
     pub(crate) priority_workers: usize,
     pub(crate) thread_name: String,
+    /// How long an idle worker watches its queues before it parks.
+    pub(crate) spin: std::time::Duration,
 }
 
 pub(crate) struct Dispatcher {
@@ -185,7 +187,8 @@ impl Dispatcher {
             (Device::Cpu(i), _) => (format!("{prefix}-cpu{i}"), *cpu_workers, self.held.clone()),
             (Device::Gpu(_), _) => unreachable!("gpu placement is refused at push"),
         };
-        let pool = Pool::start(&name, workers, held).map_err(|e| Error::pool_unavailable(&name, &e))?;
+        let pool = Pool::start(&name, workers, held, self.topology.spin)
+            .map_err(|e| Error::pool_unavailable(&name, &e))?;
         Ok(cell.get_or_init(|| pool))
     }
 

@@ -36,6 +36,7 @@ use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crossbeam_deque::{Injector, Steal};
 
@@ -81,6 +82,8 @@ pub(super) struct PoolShared {
     pub(super) stopping: AtomicBool,
     workers: usize,
     pub(super) held: Option<Arc<dyn Held>>,
+    /// How long an idle worker watches the queues before it parks.
+    pub(super) spin: Duration,
 }
 
 #[derive(Default)]
@@ -120,9 +123,15 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Pool {
-    /// Starts `workers` threads named `{name}-{k}`; before they park, they
-    /// release what `held` holds back.
-    pub(crate) fn start(name: &str, workers: usize, held: Option<Arc<dyn Held>>) -> std::io::Result<Self> {
+    /// Starts `workers` threads named `{name}-{k}`, which watch the queues
+    /// for `spin` when idle before they park; before they park, they release
+    /// what `held` holds back.
+    pub(crate) fn start(
+        name: &str,
+        workers: usize,
+        held: Option<Arc<dyn Held>>,
+        spin: Duration,
+    ) -> std::io::Result<Self> {
         let workers = workers.max(1);
         let shared = Arc::new(PoolShared {
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
@@ -135,6 +144,7 @@ impl Pool {
             stopping: AtomicBool::new(false),
             workers,
             held,
+            spin,
         });
         let pool = Self { shared, threads: Mutex::new(Vec::with_capacity(workers)) };
         for k in 0..workers {

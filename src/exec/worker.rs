@@ -3,7 +3,7 @@
 //! the queues a while and then park.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::feeds::{FeedView, SWEEP_EVERY};
 use super::pool::PoolShared;
@@ -19,9 +19,6 @@ const NEXT_STREAK: u32 = 64;
 /// How many times a worker finds nothing to do between two looks for idle
 /// feeds to retire (see `feeds.rs`).
 const SWEEP_IDLES: u32 = 256;
-
-/// How long an idle worker watches the queue before it parks.
-const SPIN: Duration = Duration::from_micros(50);
 
 /// What a worker does next.
 enum Next {
@@ -122,11 +119,11 @@ impl<'a> Worker<'a> {
         let view = &mut self.view;
         let start = Instant::now();
         let mut spins = 0u32;
-        while !pool.has_work(view) && !pool.stopping.load(Ordering::Acquire) {
+        while !pool.spin.is_zero() && !pool.has_work(view) && !pool.stopping.load(Ordering::Acquire) {
             spins += 1;
             if spins < 64 {
                 std::hint::spin_loop();
-            } else if start.elapsed() < SPIN {
+            } else if start.elapsed() < pool.spin {
                 std::thread::yield_now();
             } else {
                 break;
