@@ -266,6 +266,26 @@ fn a_write_guard_dropped_in_a_panic_poisons_its_var() {
     }
 }
 
+/// Pushes an op writing `v` (adding one) that runs until the returned
+/// sender sends, and returns once it runs, alone (not in a bulk segment:
+/// ops behind it in its own segment would wait for it).
+fn hold_in_a_write(
+    engine: &Engine,
+    v: &depengine::Var<u32>,
+) -> (std::sync::mpsc::Sender<()>, depengine::OpHandle<u32>) {
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let (started, running_now) = std::sync::mpsc::channel::<()>();
+    let running = engine.op("long").write(v).run(move |(), (mut v,)| {
+        started.send(()).unwrap();
+        held.recv().unwrap();
+        *v += 1;
+        Ok(*v)
+    });
+    engine.flush();
+    running_now.recv().unwrap();
+    (release, running)
+}
+
 /// `ShutdownMode::Cancel` resolves ops that have not started at once:
 /// those queued on a var behind a running op, those queued on a pool
 /// behind a busy worker, members of a bulk segment; the running op
@@ -277,18 +297,7 @@ fn cancel_resolves_queued_ops_without_waiting_for_the_running_ones() {
         within_30s(move || {
             let engine = Engine::builder().cpu_workers(1).bulk_size(bulk).build().unwrap();
             let v = engine.var(0u32);
-            let (release, held) = std::sync::mpsc::channel::<()>();
-            let (started, running_now) = std::sync::mpsc::channel::<()>();
-            let running = engine.op("long").write(&v).run(move |(), (mut v,)| {
-                started.send(()).unwrap();
-                held.recv().unwrap();
-                *v += 1;
-                Ok(*v)
-            });
-            // Ops of one segment run one after the other: those behind the
-            // long op in its own segment would wait for it.
-            engine.flush();
-            running_now.recv().unwrap();
+            let (release, running) = hold_in_a_write(&engine, &v);
             let behind_var: Vec<_> = (0..3)
                 .map(|_| {
                     engine.op("behind var").write(&v).run(|(), (mut v,)| {
@@ -383,16 +392,7 @@ fn abort_and_cancel_on_drop_cancel_ops_that_have_not_started() {
         within_30s(move || {
             let engine = Engine::builder().cpu_workers(1).bulk_size(bulk).build().unwrap();
             let v = engine.var(0u32);
-            let (release, held) = std::sync::mpsc::channel::<()>();
-            let (started, running_now) = std::sync::mpsc::channel::<()>();
-            let running = engine.op("long").write(&v).run(move |(), (mut v,)| {
-                started.send(()).unwrap();
-                held.recv().unwrap();
-                *v += 1;
-                Ok(*v)
-            });
-            engine.flush();
-            running_now.recv().unwrap();
+            let (release, running) = hold_in_a_write(&engine, &v);
             let ran = Arc::new(AtomicU64::new(0));
             let body = |ran: &Arc<AtomicU64>| {
                 let ran = ran.clone();

@@ -236,7 +236,12 @@ impl Engine {
     /// it resolves at once to [`Error::is_would_deadlock`]: it would wait
     /// for that very op.
     pub fn wait_for_all(&self) -> WaitForAll {
-        if let Err(err) = self.refuse_inside_op("Engine::wait_for_all") {
+        self.wait_all("Engine::wait_for_all")
+    }
+
+    /// `wait_for_all`, refused as `what` inside an op of this engine.
+    fn wait_all(&self, what: &'static str) -> WaitForAll {
+        if let Err(err) = self.refuse_inside_op(what) {
             return WaitForAll { wait: Err(Some(err)), shared: self.shared().clone() };
         }
         self.shared().bulk.flush();
@@ -280,9 +285,9 @@ impl Engine {
     /// As for `wait_for_all`, and [`Error::is_blocking_in_runtime`] inside a
     /// Tokio runtime.
     pub fn blocking_wait_for_all(&self) -> Result<(), Error> {
-        refuse_in_runtime("Engine::blocking_wait_for_all")?;
-        self.refuse_inside_op("Engine::blocking_wait_for_all")?;
-        futures::executor::block_on(self.wait_for_all())
+        const WHAT: &str = "Engine::blocking_wait_for_all";
+        refuse_in_runtime(WHAT)?;
+        futures::executor::block_on(self.wait_all(WHAT))
     }
 
     /// Deletes `var` once every op pushed on it so far has completed, and
@@ -308,7 +313,16 @@ impl Engine {
     /// a body of one of this engine's ops, [`Error::is_would_deadlock`]
     /// (it would wait for that op), and the engine is not closed.
     pub fn shutdown(&self, mode: ShutdownMode) -> impl Future<Output = Result<(), Error>> + Send + 'static {
-        let refused = self.refuse_inside_op("Engine::shutdown");
+        self.close_and_wait(mode, "Engine::shutdown")
+    }
+
+    /// `shutdown`, refused as `what` inside an op of this engine.
+    fn close_and_wait(
+        &self,
+        mode: ShutdownMode,
+        what: &'static str,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        let refused = self.refuse_inside_op(what);
         let closing =
             refused.map(|()| (self.shared().close(mode == ShutdownMode::Cancel), self.shared().clone()));
         async move {
@@ -326,9 +340,9 @@ impl Engine {
     /// As for `shutdown`, and [`Error::is_blocking_in_runtime`] inside a
     /// Tokio runtime.
     pub fn blocking_shutdown(&self, mode: ShutdownMode) -> Result<(), Error> {
-        refuse_in_runtime("Engine::blocking_shutdown")?;
-        self.refuse_inside_op("Engine::blocking_shutdown")?;
-        futures::executor::block_on(self.shutdown(mode))
+        const WHAT: &str = "Engine::blocking_shutdown";
+        refuse_in_runtime(WHAT)?;
+        futures::executor::block_on(self.close_and_wait(mode, WHAT))
     }
 }
 

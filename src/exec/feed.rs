@@ -140,43 +140,31 @@ impl<T> Feed<T> {
         (Self { shared: ring, flags, barriers, tail: 0, spilling: false }, shared)
     }
 
-    /// Runs `f` on the ring unless the feed is retired (then hands `task`
-    /// back): the owner's half of the handshake.
+    /// Runs `f` on the ring with `arg` unless the feed is retired (then
+    /// hands `arg` back): the owner's half of the handshake.
     #[inline]
-    fn with_ring<R>(&mut self, f: impl FnOnce(&mut Self, &FeedShared<T>) -> R) -> Option<R> {
+    fn with_ring<A, R>(&mut self, arg: A, f: impl FnOnce(&mut Self, &FeedShared<T>, A) -> R) -> Result<R, A> {
         self.flags.pushing.store(true, Ordering::Relaxed);
         self.barriers.light();
         if self.flags.retired.load(Ordering::Relaxed) {
             self.flags.pushing.store(false, Ordering::Relaxed);
-            return None;
+            return Err(arg);
         }
         // SAFETY: the feed is not retired and this thread is marked as
         // pushing, so no worker retires it before the store below: the
         // ring is still in the pool's feed list, which keeps it alive.
         let ring = unsafe { self.shared.as_ref() };
-        let out = f(self, ring);
+        let out = f(self, ring, arg);
         // Release: a retiring worker that sees the mark cleared sees the
         // ops queued meanwhile.
         self.flags.pushing.store(false, Ordering::Release);
-        Some(out)
+        Ok(out)
     }
 
     /// Queues an op; hands it back if the feed was retired.
     #[inline]
     pub(crate) fn push(&mut self, task: T) -> Result<(), T> {
-        // The owner's half of the handshake, as in `with_ring`, written out
-        // for the push's cost.
-        self.flags.pushing.store(true, Ordering::Relaxed);
-        self.barriers.light();
-        if self.flags.retired.load(Ordering::Relaxed) {
-            self.flags.pushing.store(false, Ordering::Relaxed);
-            return Err(task);
-        }
-        // SAFETY: as in `with_ring`: not retired, and marked as pushing.
-        let ring = unsafe { self.shared.as_ref() };
-        self.push_on(ring, task);
-        self.flags.pushing.store(false, Ordering::Release);
-        Ok(())
+        self.with_ring(task, |feed, ring, task| feed.push_on(ring, task))
     }
 
     #[inline]
@@ -219,7 +207,7 @@ impl<T> Feed<T> {
     /// was retired (it held no op then).
     pub(crate) fn leave(&mut self, mut each: impl FnMut(T), leave: impl FnOnce(&Arc<FeedShared<T>>)) {
         let raw = self.shared.as_ptr().cast_const();
-        self.with_ring(|_, ring| {
+        let _ = self.with_ring((), |_, ring, ()| {
             // The spill is flagged whenever it holds ops: `take` looks at it.
             while let Some(task) = ring.take() {
                 each(task);

@@ -135,9 +135,12 @@ impl Feeds {
             return;
         }
         let retired = FeedShared::retire(&idle, barriers);
-        let mut gone =
-            idle.iter().zip(retired).filter(|(_, retired)| *retired).map(|(feed, _)| Arc::as_ptr(feed));
-        let gone: std::collections::HashSet<*const FeedShared<TaskRef>> = gone.by_ref().collect();
+        let gone: std::collections::HashSet<*const FeedShared<TaskRef>> = idle
+            .iter()
+            .zip(retired)
+            .filter(|(_, retired)| *retired)
+            .map(|(feed, _)| Arc::as_ptr(feed))
+            .collect();
         if gone.is_empty() {
             return;
         }

@@ -88,6 +88,17 @@ impl<J: Job> OpCell<J> {
     }
 }
 
+impl<J: Job> OpCell<J> {
+    /// An op resolved early (`Task::resolve_early`) is let through by its
+    /// vars (or its segment): it completes on them now if the resolution
+    /// has ended, else the resolution's end completes it.
+    fn through_early(&self, this: &TaskRef) {
+        if self.slot.mark_through() {
+            release_body(this);
+        }
+    }
+}
+
 impl<J: Job> Task for OpCell<J> {
     fn header(&self) -> &Header {
         &self.header
@@ -98,12 +109,8 @@ impl<J: Job> Task for OpCell<J> {
         // SAFETY: the start is claimed once; only its claimer reads `job`.
         let job = self.slot.start().then(|| self.job.with_mut(|job| unsafe { (*job).take() }));
         let Some(Some(job)) = job else {
-            // Resolved early by a cancelling shutdown (else a bug: executed
-            // twice): its vars let it through now, and it completes on them
-            // once the resolution has ended.
-            if self.slot.mark_through() {
-                release_body(this);
-            }
+            // Resolved early (else a bug: executed twice).
+            self.through_early(this);
             return;
         };
         let span = self.header.span().cloned();
@@ -147,10 +154,8 @@ impl<J: Job> Task for OpCell<J> {
         // SAFETY: the start is claimed once; only its claimer reads `job`.
         let job = self.slot.start().then(|| self.job.with_mut(|job| unsafe { (*job).take() }));
         let Some(Some(job)) = job else {
-            // Resolved early (see `execute`): it will not run, as asked.
-            if self.slot.mark_through() {
-                release_body(this);
-            }
+            // Resolved early: it will not run, as asked.
+            self.through_early(this);
             return;
         };
         let _ = catch_unwind(AssertUnwindSafe(|| job.vetoed(&err)));
