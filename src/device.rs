@@ -10,8 +10,11 @@ pub enum Device {
     /// [`EngineBuilder::cpu_devices`](crate::EngineBuilder::cpu_devices)) give
     /// separate pools, e.g. one per NUMA node.
     Cpu(usize),
-    /// GPU `i`. Refused with [`Error::is_unsupported`](crate::Error::is_unsupported)
-    /// by this build: GPU execution is not available yet.
+    /// GPU `i`: its compute workers, copy lanes and prioritized lane, each
+    /// worker owning a stream; GPU ops are pushed with
+    /// [`OpBuilder::run_gpu`](crate::OpBuilder::run_gpu). Real through CUDA
+    /// with feature `cuda`, or simulated (see
+    /// [`EngineBuilder::simulated_gpus`](crate::EngineBuilder::simulated_gpus)).
     Gpu(usize),
 }
 

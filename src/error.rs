@@ -49,6 +49,11 @@ pub(crate) enum Kind {
     WouldDeadlock { what: &'static str, why: &'static str },
     /// A worker pool could not start its threads.
     PoolUnavailable { pool: String, reason: String },
+    /// A GPU device cannot be used (no driver, no such device).
+    GpuUnavailable { device: usize, reason: String },
+    /// A CUDA error: from enqueueing an op's work, from the query of its
+    /// event, or the device's sticky fault.
+    Gpu { op: Option<Cow<'static, str>>, device: usize, error: String },
 }
 
 impl Error {
@@ -70,6 +75,14 @@ impl Error {
 
     pub(crate) fn pool_unavailable(pool: &str, reason: &std::io::Error) -> Self {
         Self::new(Kind::PoolUnavailable { pool: pool.to_owned(), reason: reason.to_string() })
+    }
+
+    pub(crate) fn gpu_unavailable(device: usize, reason: String) -> Self {
+        Self::new(Kind::GpuUnavailable { device, reason })
+    }
+
+    pub(crate) fn gpu(op: Option<Cow<'static, str>>, device: usize, error: String) -> Self {
+        Self::new(Kind::Gpu { op, device, error })
     }
 
     pub(crate) fn kind(&self) -> &Kind {
@@ -155,6 +168,20 @@ impl Error {
         matches!(self.kind(), Kind::PoolUnavailable { .. })
     }
 
+    /// A GPU device cannot be used: no CUDA driver, no such device, a build
+    /// without the `cuda` feature. The message names what is missing.
+    pub fn is_gpu_unavailable(&self) -> bool {
+        matches!(self.kind(), Kind::GpuUnavailable { .. })
+    }
+
+    /// A CUDA error failed the op (enqueueing its work, or the query of its
+    /// event), or the device had a sticky fault, which fails every pending
+    /// op of the device and refuses later pushes to it. The message has the
+    /// CUDA error's name.
+    pub fn is_gpu(&self) -> bool {
+        matches!(self.kind(), Kind::Gpu { .. })
+    }
+
     /// The name of the op this error belongs to, if any.
     pub fn op_name(&self) -> Option<&str> {
         match self.kind() {
@@ -163,6 +190,7 @@ impl Error {
             | Kind::CompletionDropped { op }
             | Kind::Skipped { op, .. }
             | Kind::Cancelled { op, .. } => Some(op),
+            Kind::Gpu { op, .. } => op.as_deref(),
             _ => None,
         }
     }
@@ -199,6 +227,11 @@ impl fmt::Display for Error {
             Kind::PoolUnavailable { pool, reason } => {
                 write!(f, "cannot start the worker threads of pool `{pool}`: {reason}")
             }
+            Kind::GpuUnavailable { device, reason } => write!(f, "gpu({device}) is unavailable: {reason}"),
+            Kind::Gpu { op: Some(op), device, error } => {
+                write!(f, "op `{op}` failed on gpu({device}): {error}")
+            }
+            Kind::Gpu { op: None, device, error } => write!(f, "gpu({device}) failed: {error}"),
         }
     }
 }

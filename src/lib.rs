@@ -91,6 +91,7 @@ mod device;
 mod engine;
 mod error;
 mod exec;
+mod gpu;
 mod op;
 mod sync;
 mod var;
@@ -113,5 +114,9 @@ pub use engine::{
     MAX_WORKERS, OpBuilder, ShutdownMode, WaitForAll,
 };
 pub use error::{BoxError, Error, Result};
+pub use gpu::{
+    Gpu, GpuBuffer, GpuContext, MAX_GPU_DEVICES, SimBuffer, SimGpu, SimRead, SimStream, SimWrite, Stream,
+    Touch,
+};
 pub use op::handle::{Completion, OpHandle};
 pub use var::{AnyVar, ReadGuard, Var, VarDebug, WriteGuard};

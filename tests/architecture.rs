@@ -13,8 +13,16 @@
 use std::path::{Path, PathBuf};
 
 /// The layers, lowest first: a module imports only from lower ranks.
-const LAYERS: &[(&str, u32)] =
-    &[("error", 0), ("device", 0), ("sync", 1), ("var", 2), ("op", 3), ("exec", 4), ("engine", 5)];
+const LAYERS: &[(&str, u32)] = &[
+    ("error", 0),
+    ("device", 0),
+    ("sync", 1),
+    ("gpu", 2),
+    ("var", 2),
+    ("op", 3),
+    ("exec", 4),
+    ("engine", 5),
+];
 
 /// Imports against the order that are allowed: (file, module imported,
 /// the only items it may name there).
@@ -40,6 +48,7 @@ const UNSAFE_FILES: &[&str] = &[
     "op/recycle.rs",    // a record rebuilt in place by its only holder
     "op/job.rs",        // the body running on this thread, by address
     "exec/feed.rs",     // a pushing thread's ring of ops
+    "gpu/cuda.rs",      // cudarc's unsafe probes of the driver
 ];
 
 fn src() -> PathBuf {

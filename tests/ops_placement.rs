@@ -37,8 +37,9 @@ fn workers_are_named_per_device_and_lane() {
 #[test]
 fn placement_is_checked_at_push() {
     let engine = Engine::new();
+    // A CPU body on a GPU: GPU ops are pushed with run_gpu.
     let err = engine.op("g").device(Device::Gpu(0)).try_run(|(), ()| Ok(())).unwrap_err();
-    assert!(err.is_unsupported(), "{err}");
+    assert!(err.is_invalid_argument() && err.to_string().contains("run_gpu"), "{err}");
     let err = engine.op("c").device(Device::Cpu(3)).try_run(|(), ()| Ok(())).unwrap_err();
     assert!(err.is_invalid_argument() && err.to_string().contains("cpu(3)"), "{err}");
     let err = engine.op("l").lane(Lane::CopyToGpu).try_run(|(), ()| Ok(())).unwrap_err();

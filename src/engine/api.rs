@@ -12,6 +12,7 @@ use super::builder::OpBuilder;
 use super::config::{Config, EngineBuilder, EngineKind};
 use super::shared::{Body, DeleteJob, OpOptions, Role, Shared, WaitJob};
 use crate::error::{BoxError, Error, refuse_in_runtime};
+use crate::gpu::Gpu;
 use crate::op::DepList;
 use crate::op::access::Decl;
 use crate::op::handle::{Completion, OpHandle};
@@ -111,6 +112,18 @@ impl Engine {
     /// [`EngineBuilder::spin`]).
     pub fn spin(&self) -> std::time::Duration {
         self.shared().config.topology.spin
+    }
+
+    /// GPU `ordinal`, opened (its pools started) if it had not been: to
+    /// allocate buffers and to reach its simulator or CUDA context.
+    ///
+    /// # Errors
+    ///
+    /// The device cannot be used ([`Error::is_gpu_unavailable`], naming
+    /// what is missing: a build without feature `cuda`, no driver, no such
+    /// device), or its pools cannot start.
+    pub fn gpu(&self, ordinal: usize) -> Result<Gpu, Error> {
+        self.shared().dispatcher.gpu(ordinal)
     }
 
     /// Whether the engine has stopped taking work.

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use super::shared::{Body, OpOptions, Shared};
 use crate::device::{Device, Lane};
 use crate::error::{BoxError, Error, Kind};
+use crate::gpu::GpuContext;
 use crate::op::DepList;
 use crate::op::access::{Append, Decl, Decls, Item, Reading, Writing};
+use crate::op::gpu::GpuJob;
 use crate::op::handle::{Completion, OpHandle};
 use crate::op::job::{AsyncJob, FutureJob, Job, SyncJob};
 use crate::var::{Access, AnyVar, Var};
@@ -275,6 +277,50 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
                 Ok(FutureJob { reads, writes, body, runtime })
             },
             Body::Hands,
+        )
+    }
+
+    /// Pushes a GPU op, to be placed on a GPU with
+    /// [`device`](Self::device)`(Device::Gpu(i))` (and a copy lane with
+    /// [`lane`](Self::lane) for transfers). The body receives the guards
+    /// and a [`GpuContext`] with its worker's stream; it only *enqueues*
+    /// work there and returns. The engine records an event behind that work
+    /// and the device's poller completes the op when the event completes:
+    /// the handle, `wait_for_var` and CPU ops that use its vars see the
+    /// work done. No thread waits on the GPU meanwhile.
+    pub fn run_gpu<R, F>(self, body: F) -> OpHandle<R>
+    where
+        F: FnOnce(Rd::Guard, Wr::Guard, &GpuContext<'_>) -> Result<R, BoxError> + Send + 'static,
+        R: Send + 'static,
+    {
+        self.try_run_gpu(body).unwrap_or_else(OpHandle::refused)
+    }
+
+    /// Like [`run_gpu`](Self::run_gpu), returning a refused push as an error.
+    ///
+    /// # Errors
+    ///
+    /// As for [`try_run`](Self::try_run); a device that is not a GPU or the
+    /// inline lane ([`Error::is_invalid_argument`]); a GPU that cannot be
+    /// used ([`Error::is_gpu_unavailable`], naming what is missing); a GPU
+    /// with a sticky fault ([`Error::is_gpu`]).
+    pub fn try_run_gpu<R, F>(self, body: F) -> Result<OpHandle<R>, Error>
+    where
+        F: FnOnce(Rd::Guard, Wr::Guard, &GpuContext<'_>) -> Result<R, BoxError> + Send + 'static,
+        R: Send + 'static,
+    {
+        let (device, lane, name) = (self.opts.device, self.opts.lane, self.opts.name.clone());
+        self.push(
+            move |reads, writes, shared| {
+                if !matches!(device, Device::Gpu(_)) {
+                    return Err(Error::invalid(format!(
+                        "op `{name}` is a GPU op (run_gpu) placed on {device}; choose a GPU with .device(Device::Gpu(i))"
+                    )));
+                }
+                let lane = shared.dispatcher.gpu_lane(device, lane)?;
+                Ok(GpuJob { reads, writes, body, lane })
+            },
+            Body::Gpu,
         )
     }
 

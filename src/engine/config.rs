@@ -28,6 +28,9 @@ pub(crate) const ENV_CPU_WORKERS: &str = "DEPENGINE_CPU_WORKERS";
 pub(crate) const ENV_PRIORITY_WORKERS: &str = "DEPENGINE_CPU_PRIORITY_WORKERS";
 pub(crate) const ENV_BULK_SIZE: &str = "DEPENGINE_BULK_SIZE";
 pub(crate) const ENV_SPIN_US: &str = "DEPENGINE_SPIN_US";
+pub(crate) const ENV_GPU_WORKERS: &str = "DEPENGINE_GPU_WORKERS";
+pub(crate) const ENV_GPU_COPY_WORKERS: &str = "DEPENGINE_GPU_COPY_WORKERS";
+pub(crate) const ENV_SIM_GPUS: &str = "DEPENGINE_SIM_GPUS";
 
 /// How long an idle worker watches its queues before it parks, by default.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
@@ -80,6 +83,9 @@ pub struct EngineBuilder {
     thread_name: Option<String>,
     spin: Option<Duration>,
     runtime: Option<tokio::runtime::Handle>,
+    gpu_workers: Option<usize>,
+    gpu_copy_workers: Option<usize>,
+    simulated_gpus: Option<usize>,
 }
 
 impl EngineBuilder {
@@ -149,6 +155,31 @@ impl EngineBuilder {
         self
     }
 
+    /// Compute workers per GPU device, each owning its own stream, at most
+    /// [`MAX_WORKERS`]. Environment: `DEPENGINE_GPU_WORKERS`. Default: 1.
+    pub fn gpu_workers(mut self, n: usize) -> Self {
+        self.gpu_workers = Some(n);
+        self
+    }
+
+    /// Workers per GPU device for each copy lane ([`Lane::CopyToGpu`](crate::Lane),
+    /// [`Lane::CopyFromGpu`](crate::Lane)), each owning its own stream, at
+    /// most [`MAX_WORKERS`]. Environment: `DEPENGINE_GPU_COPY_WORKERS`.
+    /// Default: 1.
+    pub fn gpu_copy_workers(mut self, n: usize) -> Self {
+        self.gpu_copy_workers = Some(n);
+        self
+    }
+
+    /// Simulates GPUs `Gpu(0)` to `Gpu(n - 1)` (see [`SimGpu`](crate::SimGpu))
+    /// instead of opening them through CUDA; at most
+    /// [`MAX_GPU_DEVICES`](crate::MAX_GPU_DEVICES). Environment:
+    /// `DEPENGINE_SIM_GPUS`. Default: 0.
+    pub fn simulated_gpus(mut self, n: usize) -> Self {
+        self.simulated_gpus = Some(n);
+        self
+    }
+
     /// The Tokio runtime that future ops run on. Default: the runtime
     /// current when [`build`](Self::build) is called, if any.
     pub fn runtime(mut self, handle: tokio::runtime::Handle) -> Self {
@@ -192,6 +223,15 @@ impl EngineBuilder {
             cpu_devices: setting("cpu_devices", self.cpu_devices, "", 1, MAX_CPU_DEVICES)?,
             thread_name: thread_name(self.thread_name)?,
             spin: spin(self.spin)?,
+            gpu_workers: setting("gpu_workers", self.gpu_workers, ENV_GPU_WORKERS, 1, MAX_WORKERS)?,
+            gpu_copy_workers: setting(
+                "gpu_copy_workers",
+                self.gpu_copy_workers,
+                ENV_GPU_COPY_WORKERS,
+                1,
+                MAX_WORKERS,
+            )?,
+            simulated_gpus: simulated_gpus(self.simulated_gpus)?,
         };
         let bulk_size = setting("bulk_size", self.bulk_size, ENV_BULK_SIZE, 1, usize::MAX)?;
         let config = Config { kind, topology, bulk_size };
@@ -225,6 +265,25 @@ fn spin(given: Option<Duration>) -> Result<Duration, Error> {
         return Err(Error::invalid(format!("spin {spin:?} is past its bound of {MAX_SPIN:?}")));
     }
     Ok(spin)
+}
+
+/// GPUs to simulate: the builder's, else `DEPENGINE_SIM_GPUS`, else 0.
+fn simulated_gpus(given: Option<usize>) -> Result<usize, Error> {
+    let max = crate::gpu::MAX_GPU_DEVICES;
+    let n = match given {
+        Some(n) => n,
+        None => match std::env::var(ENV_SIM_GPUS) {
+            Ok(s) => s
+                .trim()
+                .parse::<usize>()
+                .map_err(|_| Error::invalid(format!("{ENV_SIM_GPUS}={s:?}: expected a number of devices")))?,
+            Err(_) => 0,
+        },
+    };
+    if n > max {
+        return Err(Error::invalid(format!("simulated_gpus={n} is past its bound of {max}")));
+    }
+    Ok(n)
 }
 
 /// The thread name prefix, checked: the OS refuses a name with a NUL byte.

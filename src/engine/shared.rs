@@ -10,7 +10,7 @@ use super::bulk::Bulk;
 use super::config::{Config, EngineKind};
 use crate::device::{Device, Lane};
 use crate::error::{Error, Kind};
-use crate::exec::Dispatcher;
+use crate::exec::{Dispatcher, Runs};
 use crate::op::access::normalize;
 use crate::op::cell::{OpCell, SlotRef};
 use crate::op::job::{Job, Running};
@@ -63,6 +63,9 @@ pub(crate) enum Body {
     /// A body that only hands work on (a future spawned, guards handed
     /// out): it runs where the op becomes ready.
     Hands,
+    /// A GPU op's body: it enqueues work on its worker's stream, and the op
+    /// completes when the event recorded behind that work completes.
+    Gpu,
 }
 
 /// What engine-internal ops do besides user ops.
@@ -299,7 +302,12 @@ impl Shared {
         body: Body,
         detached: bool,
     ) -> Result<Arc<OpCell<J>>, Error> {
-        let exec = self.dispatcher.place(&opts.name, opts.device, opts.lane, body == Body::Hands)?;
+        let runs = match body {
+            Body::Hands => Runs::WhereReady,
+            Body::Gpu => Runs::OnGpu,
+            Body::Sync | Body::Async => Runs::OnWorker,
+        };
+        let exec = self.dispatcher.place(&opts.name, opts.device, opts.lane, runs)?;
         if !deps.is_empty() {
             normalize(&mut deps, &opts.name, Arc::as_ptr(self).cast())?;
         }

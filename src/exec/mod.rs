@@ -9,13 +9,14 @@
 
 mod feed;
 mod feeds;
+mod gpu;
 mod park;
 mod place;
 mod pool;
 mod thread;
 mod worker;
 
-pub(crate) use place::{Dispatcher, Topology};
+pub(crate) use place::{Dispatcher, Runs, Topology};
 #[cfg(all(test, not(depengine_loom)))]
 pub(crate) use pool::FAIL_SPAWN_AT;
 pub(crate) use pool::Held;

@@ -4,10 +4,12 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::gpu::GpuPools;
 use super::pool::{Held, Pool, lock};
 use super::thread;
 use crate::device::{Device, Lane};
 use crate::error::Error;
+use crate::gpu::{Fences, GpuLane, Held as Fenced, MAX_GPU_DEVICES};
 use crate::op::{Exec, TaskRef};
 use crate::sync::small::SmallList;
 
@@ -22,6 +24,24 @@ pub(crate) struct Topology {
     pub(crate) thread_name: String,
     /// How long an idle worker watches its queues before it parks.
     pub(crate) spin: std::time::Duration,
+    /// Compute workers per GPU device.
+    pub(crate) gpu_workers: usize,
+    /// Workers per GPU device and copy lane.
+    pub(crate) gpu_copy_workers: usize,
+    /// GPUs `0..simulated_gpus` are simulated.
+    pub(crate) simulated_gpus: usize,
+}
+
+/// What an op's body is, as far as its placement goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Runs {
+    /// On a worker of its lane (or inline, if its lane says so).
+    OnWorker,
+    /// It only hands work on (a future op spawns, an acquire hands out
+    /// guards): where the op becomes ready.
+    WhereReady,
+    /// A GPU op: on a worker of its GPU lane, owning a stream.
+    OnGpu,
 }
 
 pub(crate) struct Dispatcher {
@@ -30,6 +50,11 @@ pub(crate) struct Dispatcher {
     cpu: Vec<OnceLock<Pool>>,
     /// The shared pool of prioritized CPU ops.
     priority: OnceLock<Pool>,
+    /// The pools of each GPU device, started on first use.
+    gpu: Vec<OnceLock<GpuPools>>,
+    /// GPU work in flight per var, after GPU ops let their vars go at
+    /// enqueue: what other ops are held back for (see `gpu/fence.rs`).
+    fences: Arc<Fences>,
     /// What the engine holds back, for idle CPU workers to push.
     held: Option<Arc<dyn Held>>,
     /// Taken to start a pool, so that two pushes never both start one.
@@ -39,40 +64,47 @@ pub(crate) struct Dispatcher {
 impl Dispatcher {
     pub(crate) fn new(topology: Topology, held: Option<Arc<dyn Held>>) -> Self {
         let cpu = (0..topology.cpu_devices).map(|_| OnceLock::new()).collect();
-        Self { topology, cpu, priority: OnceLock::new(), held, starting: Mutex::new(()) }
+        let gpu = (0..MAX_GPU_DEVICES).map(|_| OnceLock::new()).collect();
+        Self {
+            topology,
+            cpu,
+            priority: OnceLock::new(),
+            gpu,
+            fences: Arc::default(),
+            held,
+            starting: Mutex::new(()),
+        }
     }
 
     /// Checks an op's device and lane; decides where its body starts once
-    /// it is ready. `starts_inline`: the body only hands work on (a future
-    /// op spawns, an acquire hands out guards), so it runs where the op
-    /// became ready.
-    pub(crate) fn place(
-        &self,
-        name: &str,
-        device: Device,
-        lane: Lane,
-        starts_inline: bool,
-    ) -> Result<Exec, Error> {
-        match device {
-            Device::Gpu(i) => {
-                return Err(Error::unsupported(format!(
-                    "op `{name}` targets gpu({i}), but this build of depengine has no GPU support"
+    /// it is ready. `runs`: what the body is (see [`Runs`]).
+    pub(crate) fn place(&self, name: &str, device: Device, lane: Lane, runs: Runs) -> Result<Exec, Error> {
+        match (device, runs) {
+            (Device::Gpu(_), Runs::OnGpu) => return self.place_gpu(name, device, lane),
+            (Device::Gpu(i), _) => {
+                return Err(Error::invalid(format!(
+                    "op `{name}` targets gpu({i}) with a CPU body; GPU ops are pushed with run_gpu"
                 )));
             }
-            Device::Cpu(i) if i >= self.topology.cpu_devices => {
+            (Device::Cpu(i), Runs::OnGpu) => {
+                return Err(Error::invalid(format!(
+                    "op `{name}` is a GPU op (run_gpu) placed on cpu({i}); choose a GPU with .device(Device::Gpu(i))"
+                )));
+            }
+            (Device::Cpu(i), _) if i >= self.topology.cpu_devices => {
                 return Err(Error::invalid(format!(
                     "op `{name}` targets cpu({i}), but the engine has {} cpu device(s); see EngineBuilder::cpu_devices",
                     self.topology.cpu_devices
                 )));
             }
-            Device::Cpu(_) => {}
+            (Device::Cpu(_), _) => {}
         }
         match lane {
             Lane::CopyToGpu | Lane::CopyFromGpu => Err(Error::invalid(format!(
                 "op `{name}`: lane {lane:?} is for GPU copies and needs a GPU device"
             ))),
             Lane::Inline => Ok(Exec::Inline),
-            _ if starts_inline => Ok(Exec::Inline),
+            _ if runs == Runs::WhereReady => Ok(Exec::Inline),
             _ if self.topology.naive => Ok(Exec::Pool),
             _ => {
                 // Started here, before the op reaches its vars: a pool that
@@ -83,20 +115,132 @@ impl Dispatcher {
         }
     }
 
+    /// Places a GPU op: on its device's lane pool (started now), also on
+    /// the naive engine, whose GPU work completes through the poller too.
+    fn place_gpu(&self, name: &str, device: Device, lane: Lane) -> Result<Exec, Error> {
+        if lane == Lane::Inline {
+            return Err(Error::invalid(format!(
+                "op `{name}`: a GPU op runs on a worker owning a stream; lane Inline is for CPU ops"
+            )));
+        }
+        self.gpu_lane(device, lane)?;
+        Ok(Exec::Pool)
+    }
+
+    /// The lane of GPU `device` an op of `lane` runs on, the device opened
+    /// and its pools started if they had not.
+    ///
+    /// # Errors
+    ///
+    /// No such device ([`Error::is_gpu_unavailable`]), its sticky fault
+    /// ([`Error::is_gpu`]), or pools that cannot start.
+    pub(crate) fn gpu_lane(&self, device: Device, lane: Lane) -> Result<GpuLane, Error> {
+        let Device::Gpu(i) = device else {
+            return Err(Error::invalid(format!("{device} is not a GPU")));
+        };
+        let pools = self.gpu_pools(i)?;
+        if let Some(fault) = pools.device().fault() {
+            return Err(Error::gpu(
+                None,
+                i,
+                format!("{fault} (a sticky fault: the device takes no more work)"),
+            ));
+        }
+        let (_, gpu_lane) =
+            pools.lane(lane).ok_or_else(|| Error::invalid(format!("a GPU has no lane {lane:?}")))?;
+        Ok(gpu_lane.clone())
+    }
+
+    /// GPU `i`, opened (its pools started) if it had not been.
+    ///
+    /// # Errors
+    ///
+    /// As for [`gpu_lane`](Self::gpu_lane), but for the sticky fault.
+    pub(crate) fn gpu(&self, i: usize) -> Result<crate::gpu::Gpu, Error> {
+        let pools = self.gpu_pools(i)?;
+        Ok(crate::gpu::Gpu { device: pools.device().clone() })
+    }
+
+    /// The pools of GPU `i`, started if they had not.
+    fn gpu_pools(&self, i: usize) -> Result<&GpuPools, Error> {
+        let cell = self.gpu.get(i).ok_or_else(|| {
+            Error::gpu_unavailable(i, format!("an engine uses at most {MAX_GPU_DEVICES} GPU devices"))
+        })?;
+        if let Some(pools) = cell.get() {
+            return Ok(pools);
+        }
+        let _starting = lock(&self.starting);
+        if let Some(pools) = cell.get() {
+            return Ok(pools);
+        }
+        let pools = GpuPools::start(i, &self.topology, &self.fences)?;
+        Ok(cell.get_or_init(|| pools))
+    }
+
     /// The pool that runs `task`; `None` if it runs on the thread that made
-    /// it ready (inline placement, the naive engine).
+    /// it ready (inline placement, the naive engine but for GPU ops).
     fn pool_for(&self, task: &TaskRef) -> Option<&Pool> {
         let meta = &task.header().meta;
-        (meta.exec == Exec::Pool && !self.topology.naive).then(|| {
-            self.cell(meta.device(), meta.lane).get().expect("an op's pool is started when it is pushed")
-        })
+        if meta.exec != Exec::Pool {
+            return None;
+        }
+        match meta.device() {
+            Device::Gpu(i) => {
+                let pools = self.gpu[i].get().expect("a GPU op's pools are started when it is pushed");
+                pools.lane(meta.lane).map(|(pool, _)| pool)
+            }
+            device if !self.topology.naive => {
+                Some(self.cell(device, meta.lane).get().expect("an op's pool is started when it is pushed"))
+            }
+            _ => None,
+        }
     }
 
     /// Runs an op that became ready inside its push: on its pool, or here.
     pub(crate) fn dispatch_pushed(&self, task: TaskRef) {
+        let Some(task) = self.unfenced(task) else { return };
         match self.pool_for(&task) {
             Some(pool) => pool.submit(task),
             None => self.run_here(task, true),
+        }
+    }
+
+    /// The op, if no GPU work in flight on its vars holds it back; else
+    /// `None`, and it is dispatched again once that work completes (see
+    /// `gpu/fence.rs`). Work of a device with a sticky fault resolves it
+    /// with the fault at once (but for a deletion), and it goes on.
+    #[inline]
+    fn unfenced(&self, task: TaskRef) -> Option<TaskRef> {
+        if !self.fences.any() {
+            return Some(task);
+        }
+        let header = task.header();
+        let on = match header.meta.device() {
+            Device::Gpu(i) => Some(i),
+            Device::Cpu(_) => None,
+        };
+        let deps = header.deps.iter().map(|d| (d.var.id(), d.access == crate::var::Access::Write));
+        match self.fences.held(deps, on) {
+            Fenced::Free => Some(task),
+            Fenced::Fault(ordinal, fault) => {
+                if !header.meta.deletes {
+                    let err = Error::gpu(Some(header.meta.name.clone()), ordinal, fault);
+                    task.resolve_early(&task, err, true);
+                }
+                Some(task)
+            }
+            Fenced::Wait(device, events) => {
+                device.after_all(
+                    events,
+                    Box::new(move |_| {
+                        let host = task.header().host.clone();
+                        let mut ready = crate::op::ReadyList::new();
+                        ready.push(task);
+                        host.dispatch_ready(&mut ready);
+                    }),
+                );
+                None
+            }
         }
     }
 
@@ -107,7 +251,14 @@ impl Dispatcher {
     /// pool cannot start.
     fn run_here(&self, task: TaskRef, now: bool) {
         if std::thread::panicking() {
-            match self.pool(task.header().meta.device(), Lane::Normal) {
+            let device = task.header().meta.device();
+            let pool = match device {
+                Device::Gpu(i) => {
+                    self.gpu_pools(i).map(|p| &p.lane(Lane::Normal).expect("a GPU has a compute lane").0)
+                }
+                Device::Cpu(_) => self.pool(device, Lane::Normal),
+            };
+            match pool {
                 Ok(pool) => return pool.submit(task),
                 Err(err) => {
                     tracing::error!(target: "depengine", "{err}; running the op on an unwinding thread")
@@ -124,6 +275,7 @@ impl Dispatcher {
         let mut slot_offered = false;
         let mut batch: Option<(&Pool, SmallList<TaskRef, 8>)> = None;
         for task in tasks {
+            let Some(task) = self.unfenced(task) else { continue };
             let Some(pool) = self.pool_for(&task) else {
                 self.run_here(task, false);
                 continue;
@@ -155,7 +307,7 @@ impl Dispatcher {
         match (device, lane) {
             (_, Lane::Prioritized) => &self.priority,
             (Device::Cpu(i), _) => &self.cpu[i],
-            (Device::Gpu(_), _) => unreachable!("gpu placement is refused at push"),
+            (Device::Gpu(_), _) => unreachable!("GPU pools are kept per device"),
         }
     }
 
@@ -185,9 +337,9 @@ impl Dispatcher {
         let (name, workers, held) = match (device, lane) {
             (_, Lane::Prioritized) => (format!("{prefix}-prio"), *priority_workers, None),
             (Device::Cpu(i), _) => (format!("{prefix}-cpu{i}"), *cpu_workers, self.held.clone()),
-            (Device::Gpu(_), _) => unreachable!("gpu placement is refused at push"),
+            (Device::Gpu(_), _) => unreachable!("GPU pools are kept per device"),
         };
-        let pool = Pool::start(&name, workers, held, self.topology.spin)
+        let pool = Pool::start(&name, workers, held, self.topology.spin, None)
             .map_err(|e| Error::pool_unavailable(&name, &e))?;
         Ok(cell.get_or_init(|| pool))
     }
@@ -208,9 +360,14 @@ impl Dispatcher {
         self.cpu.iter().chain(std::iter::once(&self.priority)).filter_map(OnceLock::get)
     }
 
+    fn gpus(&self) -> impl Iterator<Item = &GpuPools> {
+        self.gpu.iter().filter_map(OnceLock::get)
+    }
+
     /// Calls `f` on every op queued on a pool (see [`Pool::each_queued`]).
     pub(crate) fn each_queued(&self, mut f: impl FnMut(&TaskRef)) {
         self.pools().for_each(|pool| pool.each_queued(&mut f));
+        self.gpus().for_each(|gpu| gpu.each_queued(&mut f));
     }
 
     /// The feeds listed on `Cpu(0)`'s normal pool (0 if it has not started).
@@ -222,11 +379,13 @@ impl Dispatcher {
     /// Tells every worker to exit once idle.
     pub(crate) fn stop(&self) {
         self.pools().for_each(Pool::stop);
+        self.gpus().for_each(GpuPools::stop);
     }
 
     /// Stops every worker and waits for the threads to exit.
     pub(crate) fn stop_and_join(&self) {
-        self.stop();
+        self.pools().for_each(Pool::stop);
         self.pools().for_each(Pool::join);
+        self.gpus().for_each(GpuPools::stop_and_join);
     }
 }

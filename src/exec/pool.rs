@@ -60,6 +60,10 @@ pub(crate) trait Held: Send + Sync {
     fn release(&self);
 }
 
+/// Called first on worker thread `k` of a pool (a GPU worker binds its
+/// device and takes its stream).
+pub(crate) type ThreadInit = Arc<dyn Fn(usize) + Send + Sync>;
+
 pub(crate) struct Pool {
     shared: Arc<PoolShared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -131,6 +135,7 @@ impl Pool {
         workers: usize,
         held: Option<Arc<dyn Held>>,
         spin: Duration,
+        init: Option<ThreadInit>,
     ) -> std::io::Result<Self> {
         let workers = workers.max(1);
         let shared = Arc::new(PoolShared {
@@ -149,9 +154,13 @@ impl Pool {
         let pool = Self { shared, threads: Mutex::new(Vec::with_capacity(workers)) };
         for k in 0..workers {
             let shared = pool.shared.clone();
+            let init = init.clone();
             let started = spawn_failure(k).map_or_else(
                 || {
                     std::thread::Builder::new().name(format!("{name}-{k}")).spawn(move || {
+                        if let Some(init) = init {
+                            init(k);
+                        }
                         thread::become_worker(&shared);
                         Worker::new(&shared).work();
                     })

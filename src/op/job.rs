@@ -150,7 +150,7 @@ pub(super) fn token_left_by_own_body(header: &Header) -> bool {
 /// Runs the user body of `header`'s op, marking this thread as busy with
 /// it.
 #[inline]
-fn in_body<R>(header: &Header, body: impl FnOnce() -> R) -> R {
+pub(super) fn in_body<R>(header: &Header, body: impl FnOnce() -> R) -> R {
     struct Leave(*const Header);
     impl Drop for Leave {
         fn drop(&mut self) {
@@ -176,7 +176,10 @@ fn in_body_with_token(header: &Header, body: impl FnOnce()) -> bool {
 }
 
 /// Maps a body's outcome, panics included, to the op's result.
-fn op_result<R>(name: &Header, caught: std::thread::Result<Result<R, BoxError>>) -> Result<R, Error> {
+pub(super) fn op_result<R>(
+    name: &Header,
+    caught: std::thread::Result<Result<R, BoxError>>,
+) -> Result<R, Error> {
     let op = || name.meta.name.clone();
     match caught {
         Ok(Ok(value)) => Ok(value),

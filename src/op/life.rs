@@ -5,6 +5,7 @@
 
 #![allow(unsafe_code)]
 
+use crate::sync::atomic::Ordering;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -115,6 +116,34 @@ fn release(task: &TaskRef, late: bool) {
     }
 }
 
+/// Lets a running GPU op's vars go before it completes (early release, see
+/// `gpu/README.md`): each var completed in turn, as `finalize` would, and
+/// the ops that became ready dispatched; the op itself completes later, and
+/// `finalize` then leaves the vars alone (`vars_gone`: read by whoever
+/// completes the op, after the poller saw the event that this thread
+/// registered after setting it). Refused (false) for an op that carries an
+/// error to its vars: it releases them at completion, with the error.
+pub(crate) fn release_vars_early(task: &TaskRef) -> bool {
+    let header = task.header();
+    if header.meta.nested || header.carries().is_some() {
+        return false;
+    }
+    header.vars_gone.store(true, Ordering::Relaxed);
+    let mut ready = ReadyList::new();
+    for dep in header.deps.iter() {
+        dep.var.cell().complete(dep.access, None, &mut |op: TaskRef| {
+            if op.header().pending.release(1) {
+                ready.push(op);
+            }
+        });
+    }
+    if !ready.is_empty() {
+        header.host.dispatch_ready(&mut ready);
+    }
+    small::discard(ready);
+    true
+}
+
 /// Completes an op whose body has finished and whose guards are gone: each
 /// var completed in turn (one lock at a time), successors dispatched, the
 /// result published. `after_guards`: a guard outlived the body.
@@ -125,7 +154,8 @@ fn finalize(task: &TaskRef, after_guards: bool) {
         return;
     }
     let carries = header.carries();
-    if !header.deps.is_empty() {
+    // A GPU op whose vars went early (`release_vars_early`) has them no more.
+    if !header.deps.is_empty() && !header.vars_gone.load(Ordering::Relaxed) {
         // The ops this completion made ready: let through on a var here,
         // and on every other var already.
         let mut ready = ReadyList::new();

@@ -16,6 +16,7 @@
 pub(crate) mod access;
 pub(crate) mod cell;
 mod errors;
+pub(crate) mod gpu;
 pub(crate) mod handle;
 mod host;
 pub(crate) mod job;

@@ -125,6 +125,9 @@ pub(crate) struct Header {
     /// Whether `errors` holds anything: the common, error-free path never
     /// takes its lock.
     pub(super) has_errors: AtomicBool,
+    /// A GPU op let its vars go at enqueue (`life::release_vars_early`):
+    /// its completion leaves them alone. In the padding before `link`.
+    pub(super) vars_gone: AtomicBool,
     /// Its place in a var's inbox, if it has one var (see `var::inbox`):
     /// read by the worker that takes it out, which then lets it through.
     link: Link<TaskRef>,
@@ -144,6 +147,7 @@ impl Header {
             pending: Countdown::new(deps.len()),
             live: Countdown::new(1),
             has_errors: AtomicBool::new(false),
+            vars_gone: AtomicBool::new(false),
             link: Link::new(),
             span: op_span(&meta),
             meta,

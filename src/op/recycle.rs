@@ -299,6 +299,7 @@ impl Header {
         self.pending = Countdown::new(deps.len());
         self.live = Countdown::new(1);
         self.has_errors = AtomicBool::new(false);
+        self.vars_gone = AtomicBool::new(false);
         self.meta = meta;
         // The stripped fields hold nothing: what they are replaced with is
         // not dropped (a drop call each, for nothing, on every push).

@@ -1,0 +1,72 @@
+//! The CUDA backend, through cudarc (feature `cuda`): probing the driver
+//! without letting its panics out, the context, streams and events.
+
+#![allow(unsafe_code)]
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
+
+/// The name of a CUDA error, as the driver spells it.
+pub(crate) fn name(err: &DriverError) -> String {
+    format!("{:?}", err.0)
+}
+
+/// Runs a driver call that may panic (cudarc panics when libcuda cannot be
+/// loaded, or lacks a symbol its bindings need), turning the panic into text.
+fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T, String> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(err)) => Err(format!("{what}: {}", name(&err))),
+        Err(payload) => Err(format!(
+            "{what}: the CUDA driver could not be used ({})",
+            crate::error::panic_message(&*payload)
+        )),
+    }
+}
+
+/// Opens CUDA device `ordinal`: checks that the driver library loads and
+/// has the device, creates its primary context, and turns off cudarc's own
+/// event tracking (the engine orders work between streams itself).
+pub(crate) fn open(ordinal: usize) -> Result<Arc<CudaContext>, String> {
+    // SAFETY: only tries to load the driver library; no other state is touched.
+    let present = catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() }).unwrap_or(false);
+    if !present {
+        return Err("no CUDA driver: libcuda could not be loaded on this machine".to_owned());
+    }
+    let count = guarded("cuDeviceGetCount", CudaContext::device_count)?;
+    if ordinal >= usize::try_from(count).unwrap_or(0) {
+        return Err(format!("the machine has {count} CUDA device(s), so gpu({ordinal}) does not exist"));
+    }
+    let ctx = guarded("cuDevicePrimaryCtxRetain", || CudaContext::new(ordinal))?;
+    // SAFETY: called before this context has any stream or buffer, as
+    // cudarc requires; the engine orders cross-stream work with its own events.
+    unsafe { ctx.disable_event_tracking() };
+    Ok(ctx)
+}
+
+pub(crate) fn new_stream(ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream>, String> {
+    guarded("cuStreamCreate", || ctx.new_stream())
+}
+
+pub(crate) fn new_event(ctx: &Arc<CudaContext>) -> Result<CudaEvent, String> {
+    guarded("cuEventCreate", || ctx.new_event(None))
+}
+
+pub(crate) fn bind(ctx: &Arc<CudaContext>) -> Result<(), String> {
+    guarded("cuCtxSetCurrent", || ctx.bind_to_thread())
+}
+
+pub(crate) fn record(event: &CudaEvent, stream: &CudaStream) -> Result<(), String> {
+    event.record(stream).map_err(|e| name(&e))
+}
+
+pub(crate) fn wait(stream: &CudaStream, event: &CudaEvent) -> Result<(), String> {
+    stream.wait(event).map_err(|e| name(&e))
+}
+
+/// `cuEventQuery`: not ready is `Ok(false)`, a device fault an error.
+pub(crate) fn query(event: &CudaEvent) -> Result<bool, String> {
+    event.try_is_complete().map_err(|e| name(&e))
+}

@@ -1,0 +1,141 @@
+//! The GPU work still in flight on each var after a GPU op let its vars go
+//! at *enqueue* (early release; `README.md` beside this file has the
+//! argument). Per var id: the event of the last GPU write and those of the
+//! GPU reads since, each with its device and stream. A GPU op of the same
+//! device orders itself after them on the GPU (`cuStreamWaitEvent`); any
+//! other consumer (a CPU op, a wait, an acquire, a deletion, another
+//! device's op) is held back until they complete. An entry goes once its
+//! events are observed complete.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::device::GpuDevice;
+use super::event::Event;
+
+/// One GPU access in flight: the device, the stream, the event behind it.
+#[derive(Clone)]
+pub(crate) struct InFlight {
+    pub(crate) device: Arc<GpuDevice>,
+    pub(crate) stream: usize,
+    pub(crate) event: Event,
+}
+
+#[derive(Default)]
+struct VarFence {
+    write: Option<InFlight>,
+    reads: Vec<InFlight>,
+}
+
+/// The fences of one engine's vars.
+#[derive(Default)]
+pub(crate) struct Fences {
+    map: Mutex<HashMap<u64, VarFence>>,
+    /// Entries in `map`: zero on an engine with no GPU work in flight, so
+    /// that other ops pay one load for the check.
+    live: AtomicUsize,
+}
+
+/// What holds an op back: nothing, GPU work to wait for, or a device fault.
+pub(crate) enum Held {
+    Free,
+    /// The events of one device to wait for (the poller of that device
+    /// waits; once they complete, the op is looked at again).
+    Wait(Arc<GpuDevice>, Vec<Event>),
+    /// A var's GPU work failed with the device's sticky fault.
+    Fault(usize, String),
+}
+
+impl Fences {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, VarFence>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether any var has GPU work in flight.
+    #[inline]
+    pub(crate) fn any(&self) -> bool {
+        self.live.load(Ordering::Acquire) != 0
+    }
+
+    /// The in-flight GPU work an op with `deps` (var id, writes?) must be
+    /// ordered after: for a read, the var's last GPU write; for a write,
+    /// that and the GPU reads since. `on`: the op's own device and stream,
+    /// if it is a GPU op (its own device's work is left to the GPU: see
+    /// [`gpu_waits`](Self::gpu_waits)).
+    pub(crate) fn held(&self, deps: impl Iterator<Item = (u64, bool)>, on: Option<usize>) -> Held {
+        let map = self.lock();
+        let mut wait: Option<(Arc<GpuDevice>, Vec<Event>)> = None;
+        for (id, writes) in deps {
+            let Some(fence) = map.get(&id) else { continue };
+            for f in fence.write.iter().chain(fence.reads.iter().filter(|_| writes)) {
+                if f.event.is_done() || Some(f.device.ordinal) == on {
+                    continue;
+                }
+                if let Some(fault) = f.device.fault() {
+                    return Held::Fault(f.device.ordinal, fault.clone());
+                }
+                match &mut wait {
+                    Some((_, events)) => events.push(f.event.clone()),
+                    None => wait = Some((f.device.clone(), vec![f.event.clone()])),
+                }
+            }
+        }
+        wait.map_or(Held::Free, |(device, events)| Held::Wait(device, events))
+    }
+
+    /// The events a GPU op on `device`'s stream `stream` makes its stream
+    /// wait for: the same-device work in flight it must follow, but for
+    /// its own stream's (already in order).
+    pub(crate) fn gpu_waits(
+        &self,
+        deps: impl Iterator<Item = (u64, bool)>,
+        device: usize,
+        stream: usize,
+    ) -> Vec<Event> {
+        let map = self.lock();
+        let mut events: Vec<Event> = Vec::new();
+        for (id, writes) in deps {
+            let Some(fence) = map.get(&id) else { continue };
+            for f in fence.write.iter().chain(fence.reads.iter().filter(|_| writes)) {
+                let own = f.device.ordinal == device && f.stream == stream;
+                if !own && !f.event.is_done() && !events.iter().any(|e| e.same(&f.event)) {
+                    events.push(f.event.clone());
+                }
+            }
+        }
+        events
+    }
+
+    /// Records `flight` on each var of `deps`, before the op lets them go:
+    /// a write replaces the var's fence (its stream waited for the old
+    /// one), a read joins it.
+    pub(crate) fn add(&self, deps: impl Iterator<Item = (u64, bool)>, flight: &InFlight) {
+        let mut map = self.lock();
+        for (id, writes) in deps {
+            let fence = map.entry(id).or_default();
+            if writes {
+                *fence = VarFence { write: Some(flight.clone()), reads: Vec::new() };
+            } else {
+                fence.reads.push(flight.clone());
+            }
+        }
+        self.live.store(map.len(), Ordering::Release);
+    }
+
+    /// Forgets `event` on each var of `deps` once it completed.
+    pub(crate) fn remove(&self, deps: impl Iterator<Item = u64>, event: &Event) {
+        let mut map = self.lock();
+        for id in deps {
+            let Some(fence) = map.get_mut(&id) else { continue };
+            if fence.write.as_ref().is_some_and(|f| f.event.same(event)) {
+                fence.write = None;
+            }
+            fence.reads.retain(|f| !f.event.same(event));
+            if fence.write.is_none() && fence.reads.is_empty() {
+                map.remove(&id);
+            }
+        }
+        self.live.store(map.len(), Ordering::Release);
+    }
+}

@@ -1,0 +1,131 @@
+//! GPU devices, below the var and op layers: the backends (a simulated
+//! device, always built, and CUDA through cudarc with feature `cuda`),
+//! events from a pool, and the per-device poller that turns event
+//! completions into callbacks. Nothing here knows vars or ops; the op layer
+//! hands the poller a callback that completes an op. `README.md` beside
+//! this file has the design and the argument for early release.
+
+mod backend;
+pub(crate) mod blocking;
+mod buffer;
+#[cfg(feature = "cuda")]
+mod cuda;
+mod device;
+mod event;
+mod fence;
+mod poller;
+pub(crate) mod sim;
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+pub use backend::Stream;
+pub use buffer::{Gpu, GpuBuffer};
+pub(crate) use device::GpuDevice;
+pub(crate) use fence::{Fences, Held, InFlight};
+pub use sim::{SimBuffer, SimGpu, SimRead, SimStream, SimWrite, Touch};
+
+use crate::device::{Device, Lane};
+
+/// Most GPU devices an engine may use.
+pub const MAX_GPU_DEVICES: usize = 64;
+
+thread_local! {
+    /// The stream of the GPU worker running on this thread, with its
+    /// device's ordinal and its lane.
+    static WORKER: RefCell<Option<(usize, Lane, Stream)>> = const { RefCell::new(None) };
+}
+
+/// Makes this thread a GPU worker of `device`'s `lane`, owning `stream`:
+/// binds the device's context and marks the thread as one that must never
+/// block on the GPU.
+pub(crate) fn become_worker(device: &GpuDevice, lane: Lane, stream: Stream) {
+    if let Err(err) = device.backend.bind() {
+        tracing::error!(target: "depengine", "gpu({}): cannot bind the context of a worker: {err}", device.ordinal);
+    }
+    blocking::mark_engine_thread();
+    WORKER.with(|w| *w.borrow_mut() = Some((device.ordinal, lane, stream)));
+}
+
+/// The stream of this thread if it is a worker of `ordinal`'s `lane`.
+pub(crate) fn worker_stream(ordinal: usize, lane: Lane) -> Option<Stream> {
+    WORKER.with(|w| match &*w.borrow() {
+        Some((o, l, s)) if *o == ordinal && *l == lane => Some(s.clone()),
+        _ => None,
+    })
+}
+
+/// What a GPU op's body receives besides its guards: the worker's stream
+/// to enqueue on, and where it runs.
+///
+/// The body only *enqueues* work and returns; the engine records an event
+/// behind it, and the op completes when the poller sees that event
+/// complete. Blocking on the GPU in a body (a stream synchronize) holds up
+/// the worker and is refused in debug builds.
+pub struct GpuContext<'a> {
+    pub(crate) stream: &'a Stream,
+    pub(crate) gpu: &'a Gpu,
+    pub(crate) lane: Lane,
+}
+
+impl std::fmt::Debug for GpuContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuContext").field("stream", self.stream).field("lane", &self.lane).finish()
+    }
+}
+
+impl GpuContext<'_> {
+    /// The stream to enqueue work on.
+    pub fn stream(&self) -> &Stream {
+        self.stream
+    }
+
+    /// The simulated stream, on a simulated device.
+    pub fn sim_stream(&self) -> Option<&SimStream> {
+        self.stream.sim()
+    }
+
+    /// The CUDA stream, on a real device.
+    #[cfg(feature = "cuda")]
+    pub fn cuda_stream(&self) -> Option<&Arc<cudarc::driver::CudaStream>> {
+        self.stream.cuda()
+    }
+
+    /// The device the op runs on.
+    pub fn device(&self) -> Device {
+        Device::Gpu(self.gpu.ordinal())
+    }
+
+    /// The device, to reach its simulator or CUDA context.
+    pub fn gpu(&self) -> &Gpu {
+        self.gpu
+    }
+
+    /// The lane of the worker.
+    pub fn lane(&self) -> Lane {
+        self.lane
+    }
+}
+
+/// A lane of a GPU device as an op is placed on it: the device, and the
+/// stream an op of this lane uses when it runs on a thread that is not one
+/// of the lane's workers.
+#[derive(Clone)]
+pub(crate) struct GpuLane {
+    pub(crate) gpu: Gpu,
+    pub(crate) lane: Lane,
+    pub(crate) fallback: Stream,
+    /// The engine's record of GPU work in flight per var.
+    pub(crate) fences: Arc<Fences>,
+}
+
+impl GpuLane {
+    pub(crate) fn new(device: Arc<GpuDevice>, lane: Lane, fallback: Stream, fences: Arc<Fences>) -> Self {
+        Self { gpu: Gpu { device }, lane, fallback, fences }
+    }
+
+    /// The stream for an op of this lane running on this thread.
+    pub(crate) fn stream(&self) -> Stream {
+        worker_stream(self.gpu.ordinal(), self.lane).unwrap_or_else(|| self.fallback.clone())
+    }
+}
