@@ -14,7 +14,7 @@
 //! from then on every query and every enqueue fails.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -99,6 +99,13 @@ struct Work {
 pub struct Touch {
     buffer: Arc<Mem>,
     write: bool,
+}
+
+impl Touch {
+    /// What it adds to its buffer's count of queued touches.
+    fn weight(&self) -> u64 {
+        if self.write { 1 << 32 } else { 1 }
+    }
 }
 
 /// A simulated stream: work enqueued on it runs in order.
@@ -255,7 +262,10 @@ impl SimGpu {
     }
 
     fn host_touch(&self, buffer: &Mem, what: &str) {
-        if buffer.pending.load(Ordering::Acquire) != 0 {
+        let pending = buffer.pending.load(Ordering::Acquire);
+        // A host read conflicts with queued writes only; a host write with any.
+        let conflict = if what == "read" { pending >> 32 != 0 } else { pending != 0 };
+        if conflict {
             let msg = format!("host {what} of buffer #{} while queued GPU work touches it", buffer.id);
             lock(&self.state).hazards.push(msg);
         }
@@ -277,7 +287,7 @@ impl SimStream {
         work: impl FnOnce() + Send + 'static,
     ) -> Result<(), String> {
         for t in &touches {
-            t.buffer.pending.fetch_add(1, Ordering::AcqRel);
+            t.buffer.pending.fetch_add(t.weight(), Ordering::AcqRel);
         }
         let item = Item::Work(Work {
             host: Vec::new(),
@@ -292,7 +302,7 @@ impl SimStream {
         };
         self.gpu.enqueue(self.index, item).inspect_err(|_| {
             pending.iter().for_each(|t| {
-                t.buffer.pending.fetch_sub(1, Ordering::AcqRel);
+                t.buffer.pending.fetch_sub(t.weight(), Ordering::AcqRel);
             });
         })
     }
@@ -322,7 +332,8 @@ impl SimStream {
 #[derive(Debug)]
 pub(crate) struct Mem {
     id: u64,
-    pending: AtomicUsize,
+    /// Queued work touching it: reads in the low half, writes in the high.
+    pending: AtomicU64,
     gpu: Weak<SimGpu>,
     data: Mutex<Box<dyn std::any::Any + Send>>,
 }
@@ -358,7 +369,7 @@ impl<T: Clone + Send + 'static> SimBuffer<T> {
         let len = data.len();
         let mem = Mem {
             id: NEXT_BUFFER.fetch_add(1, Ordering::Relaxed),
-            pending: AtomicUsize::new(0),
+            pending: AtomicU64::new(0),
             gpu: Arc::downgrade(gpu),
             data: Mutex::new(Box::new(data)),
         };
@@ -452,7 +463,7 @@ fn run(gpu: &Weak<SimGpu>) {
         for work in finished {
             (work.run)();
             work.touches.iter().for_each(|t| {
-                t.buffer.pending.fetch_sub(1, Ordering::AcqRel);
+                t.buffer.pending.fetch_sub(t.weight(), Ordering::AcqRel);
             });
         }
         gpu.cv.notify_all();
