@@ -6,7 +6,8 @@
 //! buffer without an event between them; the host never touches a buffer
 //! that queued GPU work still touches). GPU consumers of GPU-written vars
 //! are let through at enqueue (early release), so this is the check of
-//! that protocol end to end. `DEPENGINE_GPU_DIFF_SEEDS` runs more seeds.
+//! that protocol end to end. `DEPENGINE_GPU_DIFF_SEEDS` runs more seeds
+//! (from `DEPENGINE_GPU_DIFF_SEED_FROM`).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -225,8 +226,10 @@ fn run_seed(seed: u64) {
 
 #[test]
 fn random_cpu_and_gpu_programs_match_the_sequential_model() {
-    let seeds = std::env::var("DEPENGINE_GPU_DIFF_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(150);
-    for seed in 0..seeds {
+    let var = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
+    let from = var("DEPENGINE_GPU_DIFF_SEED_FROM").unwrap_or(0);
+    let seeds = var("DEPENGINE_GPU_DIFF_SEEDS").unwrap_or(150);
+    for seed in from..from + seeds {
         run_seed(seed);
     }
 }

@@ -229,8 +229,9 @@ impl Dispatcher {
                 }
                 Some(task)
             }
-            Fenced::Wait(device, events) => {
-                device.after_all(
+            Fenced::Wait(ordinal, events) => {
+                let pools = self.gpu[ordinal].get().expect("a device with work in flight has started");
+                pools.device().after_all(
                     events,
                     Box::new(move |_| {
                         let host = task.header().host.clone();

@@ -67,6 +67,11 @@ impl GpuDevice {
         self.events.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// Where the sticky fault goes: fences keep it beside their events.
+    pub(crate) fn fault_cell(&self) -> &Arc<OnceLock<String>> {
+        &self.fault
+    }
+
     /// The sticky fault, once the device had one.
     pub(crate) fn fault(&self) -> Option<&String> {
         self.fault.get()

@@ -3,10 +3,10 @@
 //! any more (MXNet's ring of 64 events hands a slot out again without
 //! checking either, so a stored event can alias a re-recorded one).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use super::backend::RawEvent;
+use crate::sync::atomic::{AtomicBool, Ordering};
 
 /// Events ready to be recorded again.
 pub(crate) type EventPool = Mutex<Vec<RawEvent>>;
@@ -49,7 +49,7 @@ impl Event {
 
 impl Drop for Cell {
     fn drop(&mut self) {
-        if !*self.done.get_mut() {
+        if !self.done.load(Ordering::Acquire) {
             return;
         }
         if let (Some(raw), Some(pool)) = (self.raw.take(), self.pool.upgrade()) {

@@ -8,16 +8,18 @@
 //! events are observed complete.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, OnceLock};
 
-use super::device::GpuDevice;
 use super::event::Event;
+use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::{Mutex, MutexGuard, lock};
 
-/// One GPU access in flight: the device, the stream, the event behind it.
+/// One GPU access in flight: the device (its ordinal and its sticky
+/// fault), the stream, the event behind it.
 #[derive(Clone)]
 pub(crate) struct InFlight {
-    pub(crate) device: Arc<GpuDevice>,
+    pub(crate) device: usize,
+    pub(crate) fault: Arc<OnceLock<String>>,
     pub(crate) stream: usize,
     pub(crate) event: Event,
 }
@@ -29,7 +31,6 @@ struct VarFence {
 }
 
 /// The fences of one engine's vars.
-#[derive(Default)]
 pub(crate) struct Fences {
     map: Mutex<HashMap<u64, VarFence>>,
     /// Entries in `map`: zero on an engine with no GPU work in flight, so
@@ -40,16 +41,22 @@ pub(crate) struct Fences {
 /// What holds an op back: nothing, GPU work to wait for, or a device fault.
 pub(crate) enum Held {
     Free,
-    /// The events of one device to wait for (the poller of that device
-    /// waits; once they complete, the op is looked at again).
-    Wait(Arc<GpuDevice>, Vec<Event>),
+    /// Events to wait for, the first of device `.0` (whose poller waits;
+    /// once they complete, the op is looked at again).
+    Wait(usize, Vec<Event>),
     /// A var's GPU work failed with the device's sticky fault.
     Fault(usize, String),
 }
 
+impl Default for Fences {
+    fn default() -> Self {
+        Self { map: Mutex::new(HashMap::new()), live: AtomicUsize::new(0) }
+    }
+}
+
 impl Fences {
     fn lock(&self) -> MutexGuard<'_, HashMap<u64, VarFence>> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.map)
     }
 
     /// Whether any var has GPU work in flight.
@@ -65,19 +72,19 @@ impl Fences {
     /// [`gpu_waits`](Self::gpu_waits)).
     pub(crate) fn held(&self, deps: impl Iterator<Item = (u64, bool)>, on: Option<usize>) -> Held {
         let map = self.lock();
-        let mut wait: Option<(Arc<GpuDevice>, Vec<Event>)> = None;
+        let mut wait: Option<(usize, Vec<Event>)> = None;
         for (id, writes) in deps {
             let Some(fence) = map.get(&id) else { continue };
             for f in fence.write.iter().chain(fence.reads.iter().filter(|_| writes)) {
-                if f.event.is_done() || Some(f.device.ordinal) == on {
+                if f.event.is_done() || Some(f.device) == on {
                     continue;
                 }
-                if let Some(fault) = f.device.fault() {
-                    return Held::Fault(f.device.ordinal, fault.clone());
+                if let Some(fault) = f.fault.get() {
+                    return Held::Fault(f.device, fault.clone());
                 }
                 match &mut wait {
                     Some((_, events)) => events.push(f.event.clone()),
-                    None => wait = Some((f.device.clone(), vec![f.event.clone()])),
+                    None => wait = Some((f.device, vec![f.event.clone()])),
                 }
             }
         }
@@ -98,7 +105,7 @@ impl Fences {
         for (id, writes) in deps {
             let Some(fence) = map.get(&id) else { continue };
             for f in fence.write.iter().chain(fence.reads.iter().filter(|_| writes)) {
-                let own = f.device.ordinal == device && f.stream == stream;
+                let own = f.device == device && f.stream == stream;
                 if !own && !f.event.is_done() && !events.iter().any(|e| e.same(&f.event)) {
                     events.push(f.event.clone());
                 }
@@ -139,3 +146,6 @@ impl Fences {
         self.live.store(map.len(), Ordering::Release);
     }
 }
+
+#[cfg(all(test, depengine_loom))]
+mod loom_tests;

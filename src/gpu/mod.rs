@@ -5,13 +5,13 @@
 //! hands the poller a callback that completes an op. `README.md` beside
 //! this file has the design and the argument for early release.
 
-mod backend;
+pub(crate) mod backend;
 pub(crate) mod blocking;
 mod buffer;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod device;
-mod event;
+pub(crate) mod event;
 mod fence;
 mod poller;
 pub(crate) mod sim;

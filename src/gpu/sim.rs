@@ -132,8 +132,23 @@ pub(crate) struct SimEvent {
 struct EventSeqs {
     recorded: u64,
     passed: u64,
-    /// The recording stream's clock when the GPU passed the last record.
-    clock: Vec<u64>,
+    /// The recording stream's clock when the GPU passed each of the last
+    /// records, by sequence number: a wait joins the clock of the record
+    /// it was enqueued behind, as `cuStreamWaitEvent` is unaffected by a
+    /// later record of the same event (an event back in its pool).
+    clocks: VecDeque<(u64, Vec<u64>)>,
+}
+
+/// Records whose clocks an event keeps.
+const KEPT_CLOCKS: usize = 1024;
+
+impl EventSeqs {
+    /// The clock of record `seq`, or of the oldest kept (a later one, so
+    /// more than the wait needs: never a missed hazard, maybe a false one).
+    fn clock(&self, seq: u64) -> Vec<u64> {
+        let kept = self.clocks.iter().find(|(s, _)| *s >= seq);
+        kept.map(|(_, c)| c.clone()).unwrap_or_default()
+    }
 }
 
 impl SimGpu {
@@ -241,7 +256,7 @@ impl SimGpu {
         let seqs = lock(&event.seqs);
         let done = seqs.passed >= seqs.recorded;
         if done {
-            join(&mut state.host, &seqs.clock);
+            join(&mut state.host, &seqs.clock(seqs.recorded));
         }
         Ok(done)
     }
@@ -490,7 +505,10 @@ fn step(state: &mut State) -> (Vec<Work>, Option<Instant>, bool) {
                 Some(Item::Record { event, seq }) => {
                     let mut seqs = lock(&event.seqs);
                     seqs.passed = seqs.passed.max(*seq);
-                    seqs.clock.clone_from(&queue.clock);
+                    seqs.clocks.push_back((*seq, queue.clock.clone()));
+                    if seqs.clocks.len() > KEPT_CLOCKS {
+                        seqs.clocks.pop_front();
+                    }
                     drop(seqs);
                     queue.items.pop_front();
                     moved = true;
@@ -500,7 +518,7 @@ fn step(state: &mut State) -> (Vec<Work>, Option<Instant>, bool) {
                     if seqs.passed < *seq {
                         break;
                     }
-                    let clock = seqs.clock.clone();
+                    let clock = seqs.clock(*seq);
                     drop(seqs);
                     join(&mut queue.clock, &clock);
                     queue.items.pop_front();
@@ -513,7 +531,8 @@ fn step(state: &mut State) -> (Vec<Work>, Option<Instant>, bool) {
                         let host = work.host.clone();
                         join(&mut queue.clock, &host);
                         queue.busy_until = Some(now + duration);
-                        check_hazards(state, s, &touches);
+                        let name = work.name.clone();
+                        check_hazards(state, s, &name, &touches);
                     }
                     Some(end) if end <= now => {
                         queue.busy_until = None;
@@ -557,7 +576,7 @@ fn join(into: &mut Vec<u64>, other: &[u64]) {
 
 /// Flags each touch of a work item starting on stream `s` that is not
 /// ordered after a conflicting touch by another stream, then records it.
-fn check_hazards(state: &mut State, s: usize, touches: &[Touch]) {
+fn check_hazards(state: &mut State, s: usize, name: &str, touches: &[Touch]) {
     let clock = state.streams[s].clock.clone();
     let tick = clock[s] + 1;
     let ordered = |(t, at): (usize, u64)| t == s || clock.get(t).copied().unwrap_or(0) >= at;
@@ -576,7 +595,7 @@ fn check_hazards(state: &mut State, s: usize, touches: &[Touch]) {
         if !unordered.is_empty() {
             let what = if touch.write { "writes" } else { "reads" };
             state.hazards.push(format!(
-                "stream {s} {what} buffer #{id} without an event after stream(s) {unordered:?} touched it"
+                "`{name}` on stream {s} {what} buffer #{id} without an event after stream(s) {unordered:?} touched it"
             ));
         }
     }

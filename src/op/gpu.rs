@@ -59,7 +59,8 @@ where
         // fenced on them, so that the next GPU op of this device is ordered
         // behind it on the GPU; everything else waits for the event.
         let early = result.is_ok() && {
-            let flight = InFlight { device: device.clone(), stream: stream.id, event: event.clone() };
+            let fault = device.fault_cell().clone();
+            let flight = InFlight { device: device.ordinal, fault, stream: stream.id, event: event.clone() };
             lane.fences.add(deps(), &flight);
             release_vars_early(op.task)
         };
