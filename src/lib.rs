@@ -115,8 +115,8 @@ pub use engine::{
 };
 pub use error::{BoxError, Error, Result};
 pub use gpu::{
-    Gpu, GpuBuffer, GpuContext, MAX_GPU_DEVICES, SimBuffer, SimGpu, SimRead, SimStream, SimWrite, Stream,
-    Touch,
+    Gpu, GpuBuffer, GpuContext, GpuElement, HostBuffer, MAX_GPU_DEVICES, SimBuffer, SimGpu, SimRead,
+    SimStream, SimWrite, Stream, Touch,
 };
 pub use op::handle::{Completion, OpHandle};
 pub use var::{AnyVar, ReadGuard, Var, VarDebug, WriteGuard};

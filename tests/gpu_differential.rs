@@ -175,6 +175,7 @@ fn run_seed(seed: u64) {
         .simulated_gpus(1)
         .gpu_workers(1 + rng.below(3))
         .gpu_copy_workers(1 + rng.below(2))
+        .gpu_early_release(rng.below(5) != 0)
         .cpu_workers(2)
         .build()
         .unwrap();

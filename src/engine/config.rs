@@ -86,6 +86,7 @@ pub struct EngineBuilder {
     gpu_workers: Option<usize>,
     gpu_copy_workers: Option<usize>,
     simulated_gpus: Option<usize>,
+    gpu_early_release: Option<bool>,
 }
 
 impl EngineBuilder {
@@ -180,6 +181,17 @@ impl EngineBuilder {
         self
     }
 
+    /// Whether a GPU op lets its vars go as soon as its work is enqueued
+    /// (early release, the default), so that the next GPU op of the same
+    /// device is ordered behind it on the GPU (`cuStreamWaitEvent`) instead
+    /// of waiting for its completion; CPU consumers, handles and
+    /// `wait_for_var` still wait for completion. Off: every GPU op lets its
+    /// vars go at completion (for comparison and debugging).
+    pub fn gpu_early_release(mut self, on: bool) -> Self {
+        self.gpu_early_release = Some(on);
+        self
+    }
+
     /// The Tokio runtime that future ops run on. Default: the runtime
     /// current when [`build`](Self::build) is called, if any.
     pub fn runtime(mut self, handle: tokio::runtime::Handle) -> Self {
@@ -232,6 +244,7 @@ impl EngineBuilder {
                 MAX_WORKERS,
             )?,
             simulated_gpus: simulated_gpus(self.simulated_gpus)?,
+            gpu_early_release: self.gpu_early_release.unwrap_or(true),
         };
         let bulk_size = setting("bulk_size", self.bulk_size, ENV_BULK_SIZE, 1, usize::MAX)?;
         let config = Config { kind, topology, bulk_size };

@@ -99,5 +99,5 @@ fn start_lane(
     let init: ThreadInit = Arc::new(move |k| gpu::become_worker(&owner, lane, streams[k].clone()));
     let pool = Pool::start(name, workers, None, topology.spin, Some(init))
         .map_err(|e| Error::pool_unavailable(name, &e))?;
-    Ok((pool, GpuLane::new(device.clone(), lane, fallback, fences.clone())))
+    Ok((pool, GpuLane::new(device.clone(), lane, fallback, fences.clone(), topology.gpu_early_release)))
 }

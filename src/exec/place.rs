@@ -30,6 +30,8 @@ pub(crate) struct Topology {
     pub(crate) gpu_copy_workers: usize,
     /// GPUs `0..simulated_gpus` are simulated.
     pub(crate) simulated_gpus: usize,
+    /// GPU ops let their vars go at enqueue (see `gpu/README.md`).
+    pub(crate) gpu_early_release: bool,
 }
 
 /// What an op's body is, as far as its placement goes.

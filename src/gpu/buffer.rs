@@ -7,15 +7,117 @@ use super::device::GpuDevice;
 use super::sim::{SimBuffer, SimGpu};
 use crate::error::Error;
 
+/// What a GPU buffer may hold: plain data, for CUDA's copies and kernels
+/// (with feature `cuda`: cudarc's `DeviceRepr` and `ValidAsZeroBits`).
+#[cfg(feature = "cuda")]
+pub trait GpuElement:
+    cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Clone + Send + Sync + 'static
+{
+}
+#[cfg(feature = "cuda")]
+impl<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Clone + Send + Sync + 'static>
+    GpuElement for T
+{
+}
+
+/// What a GPU buffer may hold: plain data, for CUDA's copies and kernels
+/// (with feature `cuda`: cudarc's `DeviceRepr` and `ValidAsZeroBits`).
+#[cfg(not(feature = "cuda"))]
+pub trait GpuElement: Clone + Send + Sync + 'static {}
+#[cfg(not(feature = "cuda"))]
+impl<T: Clone + Send + Sync + 'static> GpuElement for T {}
+
+/// Page-locked host memory for copies to and from a GPU, to be held in a
+/// var (`Var<HostBuffer<T>>`): a copy op on a GPU's copy lane reads or
+/// writes it on the GPU's schedule, and CPU ops reach its data once that
+/// copy has completed (the engine holds them back until then).
+pub struct HostBuffer<T> {
+    pub(crate) kind: HostKind<T>,
+}
+
+pub(crate) enum HostKind<T> {
+    Sim(SimBuffer<T>),
+    #[cfg(feature = "cuda")]
+    Cuda(cudarc::driver::PinnedHostSlice<T>),
+}
+
+impl<T> std::fmt::Debug for HostBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HostBuffer(len {})", self.len())
+    }
+}
+
+impl<T> HostBuffer<T> {
+    /// Elements in the buffer.
+    pub fn len(&self) -> usize {
+        match &self.kind {
+            HostKind::Sim(b) => b.len(),
+            #[cfg(feature = "cuda")]
+            HostKind::Cuda(b) => b.len(),
+        }
+    }
+
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<T: GpuElement> HostBuffer<T> {
+    /// A copy of the data.
+    ///
+    /// # Errors
+    ///
+    /// A CUDA error reaching the memory.
+    pub fn to_vec(&self) -> Result<Vec<T>, Error> {
+        match &self.kind {
+            HostKind::Sim(b) => Ok(b.to_vec()),
+            #[cfg(feature = "cuda")]
+            HostKind::Cuda(b) => {
+                let slice = b
+                    .as_slice()
+                    .map_err(|e| Error::gpu(None, b.context().ordinal(), super::cuda::name(&e)))?;
+                Ok(slice.to_vec())
+            }
+        }
+    }
+
+    /// Overwrites the data with `src` (of the same length).
+    ///
+    /// # Errors
+    ///
+    /// A length that differs ([`Error::is_invalid_argument`]), or a CUDA
+    /// error reaching the memory.
+    pub fn copy_from_slice(&mut self, src: &[T]) -> Result<(), Error> {
+        if src.len() != self.len() {
+            return Err(Error::invalid(format!(
+                "{} elements into a host buffer of {}",
+                src.len(),
+                self.len()
+            )));
+        }
+        match &mut self.kind {
+            HostKind::Sim(b) => b.copy_from_slice(src),
+            #[cfg(feature = "cuda")]
+            HostKind::Cuda(b) => {
+                let ordinal = b.context().ordinal();
+                let slice = b.as_mut_slice().map_err(|e| Error::gpu(None, ordinal, super::cuda::name(&e)))?;
+                slice.clone_from_slice(src);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A buffer of `T` in a GPU's memory, to be held in a var
 /// (`Var<GpuBuffer<T>>`): a GPU op's read guard gives `&GpuBuffer<T>`, its
 /// write guard `&mut GpuBuffer<T>`, so the engine's ordering is the only
 /// way to reach it.
 pub struct GpuBuffer<T> {
-    kind: BufferKind<T>,
+    pub(crate) kind: BufferKind<T>,
 }
 
-enum BufferKind<T> {
+pub(crate) enum BufferKind<T> {
     Sim(SimBuffer<T>),
     #[cfg(feature = "cuda")]
     Cuda(cudarc::driver::CudaSlice<T>),
@@ -150,13 +252,49 @@ impl Gpu {
         self.device.pooled_events()
     }
 
+    /// A buffer in the device's memory holding `data`. On a real device
+    /// the copy is waited for: setup work, refused (in debug builds) on an
+    /// engine thread.
+    ///
+    /// # Errors
+    ///
+    /// A CUDA error (out of memory, a sticky fault).
+    pub fn buffer<T: GpuElement>(&self, data: &[T]) -> Result<GpuBuffer<T>, Error> {
+        match &self.device.backend {
+            super::backend::Backend::Sim(gpu) => Ok(SimBuffer::new(gpu, data.to_vec()).into()),
+            #[cfg(feature = "cuda")]
+            super::backend::Backend::Cuda(ctx) => {
+                super::blocking::check("Gpu::buffer");
+                let buffer =
+                    super::cuda::buffer(ctx, data).map_err(|e| Error::gpu(None, self.ordinal(), e))?;
+                Ok(buffer.into())
+            }
+        }
+    }
+
+    /// Page-locked host memory holding `data`, for the copy lanes.
+    ///
+    /// # Errors
+    ///
+    /// A CUDA error (out of memory).
+    pub fn host_buffer<T: GpuElement>(&self, data: &[T]) -> Result<HostBuffer<T>, Error> {
+        match &self.device.backend {
+            super::backend::Backend::Sim(gpu) => {
+                Ok(HostBuffer { kind: HostKind::Sim(SimBuffer::new(gpu, data.to_vec())) })
+            }
+            #[cfg(feature = "cuda")]
+            super::backend::Backend::Cuda(ctx) => {
+                let host = super::cuda::pinned(ctx, data).map_err(|e| Error::gpu(None, self.ordinal(), e))?;
+                Ok(HostBuffer { kind: HostKind::Cuda(host) })
+            }
+        }
+    }
+
     /// A buffer holding `data`, on a simulated device.
     ///
     /// # Errors
     ///
-    /// [`Error::is_unsupported`] on a real device: allocate there with
-    /// cudarc (`stream.alloc_zeros`, `memcpy_stod`) and wrap the slice with
-    /// `GpuBuffer::from`.
+    /// [`Error::is_unsupported`] on a real device.
     pub fn sim_buffer<T: Clone + Send + 'static>(&self, data: Vec<T>) -> Result<GpuBuffer<T>, Error> {
         match self.device.sim() {
             Some(gpu) => Ok(SimBuffer::new(gpu, data).into()),

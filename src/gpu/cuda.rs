@@ -70,3 +70,53 @@ pub(crate) fn wait(stream: &CudaStream, event: &CudaEvent) -> Result<(), String>
 pub(crate) fn query(event: &CudaEvent) -> Result<bool, String> {
     event.try_is_complete().map_err(|e| name(&e))
 }
+
+/// A buffer on device `ctx` holding `data`, copied in on a stream of its
+/// own and waited for (setup work, on the caller's thread).
+pub(crate) fn buffer<T: super::GpuElement>(
+    ctx: &Arc<CudaContext>,
+    data: &[T],
+) -> Result<cudarc::driver::CudaSlice<T>, String> {
+    let stream = new_stream(ctx)?;
+    let buffer = guarded("cuMemcpyHtoDAsync", || stream.clone_htod(data))?;
+    guarded("cuStreamSynchronize", || stream.synchronize())?;
+    Ok(buffer)
+}
+
+/// Page-locked host memory holding `data`, so that copies to and from
+/// the device never block the enqueueing thread.
+pub(crate) fn pinned<T: super::GpuElement>(
+    ctx: &Arc<CudaContext>,
+    data: &[T],
+) -> Result<cudarc::driver::PinnedHostSlice<T>, String> {
+    // SAFETY: the memory is uninitialised until the copy just below, which
+    // writes all `data.len()` elements before anything reads it; `T` is
+    // plain data (`DeviceRepr`, valid as zero bits).
+    let mut host = guarded("cuMemHostAlloc", || unsafe { ctx.alloc_pinned_with_flags::<T>(data.len(), 0) })?;
+    host.as_mut_slice().map_err(|e| name(&e))?.clone_from_slice(data);
+    Ok(host)
+}
+
+pub(crate) fn htod<T: super::GpuElement>(
+    stream: &Arc<CudaStream>,
+    src: &cudarc::driver::PinnedHostSlice<T>,
+    dst: &mut cudarc::driver::CudaSlice<T>,
+) -> Result<(), String> {
+    guarded("cuMemcpyHtoDAsync", || stream.memcpy_htod(src, dst))
+}
+
+pub(crate) fn dtoh<T: super::GpuElement>(
+    stream: &Arc<CudaStream>,
+    src: &cudarc::driver::CudaSlice<T>,
+    dst: &mut cudarc::driver::PinnedHostSlice<T>,
+) -> Result<(), String> {
+    guarded("cuMemcpyDtoHAsync", || stream.memcpy_dtoh(src, dst))
+}
+
+pub(crate) fn dtod<T: super::GpuElement>(
+    stream: &Arc<CudaStream>,
+    src: &cudarc::driver::CudaSlice<T>,
+    dst: &mut cudarc::driver::CudaSlice<T>,
+) -> Result<(), String> {
+    guarded("cuMemcpyDtoDAsync", || stream.memcpy_dtod(src, dst))
+}

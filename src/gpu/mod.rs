@@ -8,6 +8,7 @@
 pub(crate) mod backend;
 pub(crate) mod blocking;
 mod buffer;
+mod context;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod device;
@@ -20,12 +21,13 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 pub use backend::Stream;
-pub use buffer::{Gpu, GpuBuffer};
+pub use buffer::{Gpu, GpuBuffer, GpuElement, HostBuffer};
+pub use context::GpuContext;
 pub(crate) use device::GpuDevice;
 pub(crate) use fence::{Fences, Held, InFlight};
 pub use sim::{SimBuffer, SimGpu, SimRead, SimStream, SimWrite, Touch};
 
-use crate::device::{Device, Lane};
+use crate::device::Lane;
 
 /// Most GPU devices an engine may use.
 pub const MAX_GPU_DEVICES: usize = 64;
@@ -55,58 +57,6 @@ pub(crate) fn worker_stream(ordinal: usize, lane: Lane) -> Option<Stream> {
     })
 }
 
-/// What a GPU op's body receives besides its guards: the worker's stream
-/// to enqueue on, and where it runs.
-///
-/// The body only *enqueues* work and returns; the engine records an event
-/// behind it, and the op completes when the poller sees that event
-/// complete. Blocking on the GPU in a body (a stream synchronize) holds up
-/// the worker and is refused in debug builds.
-pub struct GpuContext<'a> {
-    pub(crate) stream: &'a Stream,
-    pub(crate) gpu: &'a Gpu,
-    pub(crate) lane: Lane,
-}
-
-impl std::fmt::Debug for GpuContext<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuContext").field("stream", self.stream).field("lane", &self.lane).finish()
-    }
-}
-
-impl GpuContext<'_> {
-    /// The stream to enqueue work on.
-    pub fn stream(&self) -> &Stream {
-        self.stream
-    }
-
-    /// The simulated stream, on a simulated device.
-    pub fn sim_stream(&self) -> Option<&SimStream> {
-        self.stream.sim()
-    }
-
-    /// The CUDA stream, on a real device.
-    #[cfg(feature = "cuda")]
-    pub fn cuda_stream(&self) -> Option<&Arc<cudarc::driver::CudaStream>> {
-        self.stream.cuda()
-    }
-
-    /// The device the op runs on.
-    pub fn device(&self) -> Device {
-        Device::Gpu(self.gpu.ordinal())
-    }
-
-    /// The device, to reach its simulator or CUDA context.
-    pub fn gpu(&self) -> &Gpu {
-        self.gpu
-    }
-
-    /// The lane of the worker.
-    pub fn lane(&self) -> Lane {
-        self.lane
-    }
-}
-
 /// A lane of a GPU device as an op is placed on it: the device, and the
 /// stream an op of this lane uses when it runs on a thread that is not one
 /// of the lane's workers.
@@ -117,11 +67,19 @@ pub(crate) struct GpuLane {
     pub(crate) fallback: Stream,
     /// The engine's record of GPU work in flight per var.
     pub(crate) fences: Arc<Fences>,
+    /// Ops of this lane let their vars go at enqueue.
+    pub(crate) early: bool,
 }
 
 impl GpuLane {
-    pub(crate) fn new(device: Arc<GpuDevice>, lane: Lane, fallback: Stream, fences: Arc<Fences>) -> Self {
-        Self { gpu: Gpu { device }, lane, fallback, fences }
+    pub(crate) fn new(
+        device: Arc<GpuDevice>,
+        lane: Lane,
+        fallback: Stream,
+        fences: Arc<Fences>,
+        early: bool,
+    ) -> Self {
+        Self { gpu: Gpu { device }, lane, fallback, fences, early }
     }
 
     /// The stream for an op of this lane running on this thread.

@@ -58,7 +58,7 @@ where
         // Early release: a successful op lets its vars go now, its work
         // fenced on them, so that the next GPU op of this device is ordered
         // behind it on the GPU; everything else waits for the event.
-        let early = result.is_ok() && {
+        let early = lane.early && result.is_ok() && {
             let fault = device.fault_cell().clone();
             let flight = InFlight { device: device.ordinal, fault, stream: stream.id, event: event.clone() };
             lane.fences.add(deps(), &flight);

@@ -1,0 +1,135 @@
+//! GPU ops on a real device (feature `cuda`): a copy in on the copy lane,
+//! NVRTC-compiled kernels on two compute streams with cross-stream
+//! dependencies, a copy out, results checked against the CPU. Each test
+//! skips, saying so, when no CUDA device can be used, and fails instead
+//! when `DEPENGINE_REQUIRE_GPU=1`.
+
+fn gpu_required() -> bool {
+    std::env::var("DEPENGINE_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+#[test]
+fn a_required_gpu_needs_the_cuda_feature() {
+    assert!(
+        !gpu_required() || cfg!(feature = "cuda"),
+        "DEPENGINE_REQUIRE_GPU=1, but this test binary was built without `--features cuda`"
+    );
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use std::sync::Arc;
+
+    use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+    use depengine::{Device, Engine, Gpu, GpuBuffer, HostBuffer, Lane, Var};
+
+    const KERNELS: &str = r#"
+extern "C" __global__ void scale(float* out, const float* in, float k, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i] * k;
+}
+extern "C" __global__ void add(float* out, const float* a, const float* b, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+"#;
+
+    /// The engine and its GPU 0, or `None` (the test skips) without one.
+    fn engine() -> Option<(Engine, Gpu)> {
+        let engine = Engine::builder().gpu_workers(2).build().unwrap();
+        match engine.gpu(0) {
+            Ok(gpu) => {
+                let ctx = gpu.cuda().expect("gpu(0) is real");
+                eprintln!("CUDA device: {}", ctx.name().unwrap_or_default());
+                Some((engine, gpu))
+            }
+            Err(err) if !super::gpu_required() => {
+                assert!(err.is_gpu_unavailable(), "{err}");
+                eprintln!("skipped: {err}");
+                None
+            }
+            Err(err) => panic!("DEPENGINE_REQUIRE_GPU=1 and no GPU: {err}"),
+        }
+    }
+
+    fn kernels(gpu: &Gpu) -> (Arc<CudaFunction>, Arc<CudaFunction>) {
+        let ptx = cudarc::nvrtc::compile_ptx(KERNELS).expect("NVRTC compiles the kernels");
+        let module = gpu.cuda().unwrap().load_module(ptx).unwrap();
+        (Arc::new(module.load_function("scale").unwrap()), Arc::new(module.load_function("add").unwrap()))
+    }
+
+    type Buf = Var<GpuBuffer<f32>>;
+
+    fn scale(engine: &Engine, f: &Arc<CudaFunction>, src: &Buf, dst: &Buf, k: f32) {
+        let f = f.clone();
+        let op = engine.op("scale").read(src).write(dst).device(Device::Gpu(0));
+        op.run_gpu(move |(src,), (mut dst,), ctx| {
+            let (src, dst) = (src.cuda().unwrap(), dst.cuda_mut().unwrap());
+            let n = src.len() as i32;
+            let stream = ctx.cuda_stream().unwrap();
+            let mut launch = stream.launch_builder(&f);
+            launch.arg(dst).arg(src).arg(&k).arg(&n);
+            // SAFETY: `scale` takes (float*, const float*, float, int) and
+            // writes `n` elements of `dst`, which has `n` (its length).
+            unsafe { launch.launch(LaunchConfig::for_num_elems(n as u32)) }?;
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_pipeline_across_streams_matches_the_cpu() {
+        let Some((engine, gpu)) = engine() else { return };
+        let (scale_f, add_f) = kernels(&gpu);
+        let n = 1 << 20;
+        let input: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
+        let host_in = engine.var(gpu.host_buffer(&input).unwrap());
+        let host_out = engine.var(gpu.host_buffer(&vec![0.0f32; n]).unwrap());
+        let zeros = vec![0.0f32; n];
+        let [a, b, c, d]: [Buf; 4] = std::array::from_fn(|_| engine.var(gpu.buffer(&zeros).unwrap()));
+        let h2d = engine.op("h2d").read(&host_in).write(&a).device(Device::Gpu(0)).lane(Lane::CopyToGpu);
+        h2d.run_gpu(|(src,), (mut dst,), ctx| Ok(ctx.copy_to_gpu(&src, &mut dst)?));
+        // b and c on the two compute streams, both after the copy stream.
+        scale(&engine, &scale_f, &a, &b, 2.0);
+        scale(&engine, &scale_f, &a, &c, 3.0);
+        let f = add_f.clone();
+        let add = engine.op("add").read(&b).read(&c).write(&d).device(Device::Gpu(0));
+        add.run_gpu(move |(b, c), (mut d,), ctx| {
+            let (b, c, d) = (b.cuda().unwrap(), c.cuda().unwrap(), d.cuda_mut().unwrap());
+            let n = b.len() as i32;
+            let stream = ctx.cuda_stream().unwrap();
+            let mut launch = stream.launch_builder(&f);
+            launch.arg(d).arg(b).arg(c).arg(&n);
+            // SAFETY: `add` takes (float*, const float*, const float*, int)
+            // over `n` elements, the length of all three buffers.
+            unsafe { launch.launch(LaunchConfig::for_num_elems(n as u32)) }?;
+            Ok(())
+        });
+        let d2h = engine.op("d2h").read(&d).write(&host_out).device(Device::Gpu(0)).lane(Lane::CopyFromGpu);
+        d2h.run_gpu(|(src,), (mut dst,), ctx| Ok(ctx.copy_to_host(&src, &mut dst)?));
+        let out: Vec<f32> =
+            futures::executor::block_on(engine.op("check").read(&host_out).run(|(h,), ()| Ok(h.to_vec()?))).unwrap();
+        for (i, (x, y)) in input.iter().zip(&out).enumerate() {
+            assert_eq!(*y, x * 5.0, "element {i}");
+        }
+        engine.blocking_wait_for_all().unwrap();
+        assert!(gpu.completions() >= 5);
+    }
+
+    #[test]
+    fn a_long_chain_of_tiny_kernels_completes_in_order() {
+        let Some((engine, gpu)) = engine() else { return };
+        let (scale_f, _) = kernels(&gpu);
+        let a: Buf = engine.var(gpu.buffer(&[1.0f32; 256]).unwrap());
+        let b: Buf = engine.var(gpu.buffer(&[0.0f32; 256]).unwrap());
+        for _ in 0..500 {
+            scale(&engine, &scale_f, &a, &b, 1.0);
+            scale(&engine, &scale_f, &b, &a, 1.0);
+        }
+        scale(&engine, &scale_f, &a, &b, 2.0);
+        let out = engine.var(gpu.host_buffer(&[0.0f32; 256]).unwrap());
+        let d2h = engine.op("d2h").read(&b).write(&out).device(Device::Gpu(0)).lane(Lane::CopyFromGpu);
+        d2h.run_gpu(|(src,), (mut dst,), ctx| Ok(ctx.copy_to_host(&src, &mut dst)?));
+        let host: HostBuffer<f32> = futures::executor::block_on(engine.delete_var(&out)).unwrap();
+        assert!(host.to_vec().unwrap().iter().all(|&x| x == 2.0));
+    }
+}
