@@ -107,7 +107,8 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
         let d2h = engine.op("d2h").read(&d).write(&host_out).device(Device::Gpu(0)).lane(Lane::CopyFromGpu);
         d2h.run_gpu(|(src,), (mut dst,), ctx| Ok(ctx.copy_to_host(&src, &mut dst)?));
         let out: Vec<f32> =
-            futures::executor::block_on(engine.op("check").read(&host_out).run(|(h,), ()| Ok(h.to_vec()?))).unwrap();
+            futures::executor::block_on(engine.op("check").read(&host_out).run(|(h,), ()| Ok(h.to_vec()?)))
+                .unwrap();
         for (i, (x, y)) in input.iter().zip(&out).enumerate() {
             assert_eq!(*y, x * 5.0, "element {i}");
         }
