@@ -277,3 +277,35 @@ async fn a_gpu_consumer_on_another_stream_is_enqueued_before_its_producer_comple
     // wait_for_var resolves at completion, not at early release.
     engine.wait_for_all().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_reused_only_once_complete_and_let_go() {
+    let engine = engine(1);
+    let gpu = engine.gpu(0).unwrap();
+    let v = engine.var(gpu.sim_buffer(vec![0u64; 1]).unwrap());
+    let step = |engine: &Engine| {
+        engine.op("step").write(&v).device(Device::Gpu(0)).run_gpu(|(), (mut v,), ctx| {
+            let (t, w) = v.sim_mut().unwrap().writer();
+            ctx.sim_stream()
+                .unwrap()
+                .launch("step", Duration::ZERO, vec![t], move || w.with(|d| d[0] += 1))?;
+            Ok(())
+        })
+    };
+    // One op at a time: each takes the event the previous one gave back.
+    for _ in 0..200 {
+        step(&engine).await.unwrap();
+        engine.wait_for_var(&v).await.unwrap();
+    }
+    assert!(gpu.events_created() <= 3, "{} events for 200 sequential ops", gpu.events_created());
+    // Many in flight at once: each needs its own, none is shared.
+    let handles: Vec<_> = (0..100).map(|_| step(&engine)).collect();
+    for h in handles {
+        h.await.unwrap();
+    }
+    let got = engine.op("read").read(&v).run(|(v,), ()| Ok(v.sim().unwrap().to_vec()[0])).await.unwrap();
+    assert_eq!(got, 300);
+    assert_eq!(gpu.sim().unwrap().hazards(), Vec::<String>::new());
+    engine.wait_for_all().await.unwrap();
+    assert_eq!(gpu.pooled_events(), gpu.events_created(), "every event is back once nothing refers to it");
+}

@@ -56,6 +56,7 @@ pub struct OpBuilder<'e, Rd = (), Wr = ()> {
 }
 
 impl<'e> OpBuilder<'e> {
+    #[inline]
     pub(crate) fn new(shared: &'e Arc<Shared>, name: Cow<'static, str>) -> Self {
         Self { shared, opts: OpOptions::new(name), reads: (), writes: (), untyped: DepList::new() }
     }

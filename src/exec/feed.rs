@@ -142,7 +142,7 @@ impl<T> Feed<T> {
 
     /// Runs `f` on the ring with `arg` unless the feed is retired (then
     /// hands `arg` back): the owner's half of the handshake.
-    #[inline]
+    #[inline(always)]
     fn with_ring<A, R>(&mut self, arg: A, f: impl FnOnce(&mut Self, &FeedShared<T>, A) -> R) -> Result<R, A> {
         self.flags.pushing.store(true, Ordering::Relaxed);
         self.barriers.light();

@@ -181,26 +181,33 @@ impl Dispatcher {
 
     /// The pool that runs `task`; `None` if it runs on the thread that made
     /// it ready (inline placement, the naive engine but for GPU ops).
+    #[inline(always)]
     fn pool_for(&self, task: &TaskRef) -> Option<&Pool> {
         let meta = &task.header().meta;
         if meta.exec != Exec::Pool {
             return None;
         }
         match meta.device() {
-            Device::Gpu(i) => {
-                let pools = self.gpu[i].get().expect("a GPU op's pools are started when it is pushed");
-                pools.lane(meta.lane).map(|(pool, _)| pool)
-            }
-            device if !self.topology.naive => {
-                Some(self.cell(device, meta.lane).get().expect("an op's pool is started when it is pushed"))
-            }
-            _ => None,
+            Device::Cpu(i) => (!self.topology.naive).then(|| {
+                let cell = if meta.lane == Lane::Prioritized { &self.priority } else { &self.cpu[i] };
+                cell.get().expect("an op's pool is started when it is pushed")
+            }),
+            Device::Gpu(i) => self.gpu_pool(i, meta.lane),
         }
+    }
+
+    /// The pool of GPU `i`'s `lane`, started when the op was pushed.
+    #[cold]
+    fn gpu_pool(&self, i: usize, lane: Lane) -> Option<&Pool> {
+        let pools = self.gpu[i].get().expect("a GPU op's pools are started when it is pushed");
+        pools.lane(lane).map(|(pool, _)| pool)
     }
 
     /// Runs an op that became ready inside its push: on its pool, or here.
     pub(crate) fn dispatch_pushed(&self, task: TaskRef) {
-        let Some(task) = self.unfenced(task) else { return };
+        if self.fences.any() {
+            return self.dispatch_fenced(task);
+        }
         match self.pool_for(&task) {
             Some(pool) => pool.submit(task),
             None => self.run_here(task, true),
@@ -211,11 +218,24 @@ impl Dispatcher {
     /// `None`, and it is dispatched again once that work completes (see
     /// `gpu/fence.rs`). Work of a device with a sticky fault resolves it
     /// with the fault at once (but for a deletion), and it goes on.
-    #[inline]
+    #[inline(always)]
     fn unfenced(&self, task: TaskRef) -> Option<TaskRef> {
-        if !self.fences.any() {
-            return Some(task);
+        if self.fences.any() { self.fenced(task) } else { Some(task) }
+    }
+
+    /// [`dispatch_pushed`](Self::dispatch_pushed) while GPU work is in flight.
+    #[cold]
+    fn dispatch_fenced(&self, task: TaskRef) {
+        let Some(task) = self.fenced(task) else { return };
+        match self.pool_for(&task) {
+            Some(pool) => pool.submit(task),
+            None => self.run_here(task, true),
         }
+    }
+
+    /// [`unfenced`](Self::unfenced) while GPU work is in flight.
+    #[cold]
+    fn fenced(&self, task: TaskRef) -> Option<TaskRef> {
         let header = task.header();
         let on = match header.meta.device() {
             Device::Gpu(i) => Some(i),

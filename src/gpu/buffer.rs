@@ -247,6 +247,12 @@ impl Gpu {
         self.device.completions()
     }
 
+    /// Events the device has created: an op takes one from the pool when
+    /// the pool has one, so this stays near the most ops in flight at once.
+    pub fn events_created(&self) -> usize {
+        self.device.events_created()
+    }
+
     /// Events in the device's pool, ready to be recorded again.
     pub fn pooled_events(&self) -> usize {
         self.device.pooled_events()

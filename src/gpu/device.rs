@@ -18,6 +18,8 @@ pub(crate) struct GpuDevice {
     /// The device's sticky fault, once a query saw one.
     fault: Arc<OnceLock<String>>,
     next_stream: AtomicUsize,
+    /// Events created (not taken from the pool).
+    created: AtomicUsize,
 }
 
 impl GpuDevice {
@@ -45,7 +47,15 @@ impl GpuDevice {
             format!("cannot start the poller thread: {e}")
         })?;
         let events = Arc::new(Mutex::new(Vec::new()));
-        Ok(Arc::new(Self { ordinal, backend, events, poller, fault, next_stream: AtomicUsize::new(0) }))
+        Ok(Arc::new(Self {
+            ordinal,
+            backend,
+            events,
+            poller,
+            fault,
+            next_stream: AtomicUsize::new(0),
+            created: AtomicUsize::new(0),
+        }))
     }
 
     pub(crate) fn new_stream(&self) -> Result<Stream, String> {
@@ -57,9 +67,17 @@ impl GpuDevice {
         let pooled = self.events.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let raw = match pooled {
             Some(raw) => raw,
-            None => self.backend.new_event()?,
+            None => {
+                self.created.fetch_add(1, Ordering::Relaxed);
+                self.backend.new_event()?
+            }
         };
         Ok(Event::new(raw, &self.events))
+    }
+
+    /// Events created so far (the others were taken from the pool).
+    pub(crate) fn events_created(&self) -> usize {
+        self.created.load(Ordering::Relaxed)
     }
 
     /// Events in the pool, ready to be recorded again.

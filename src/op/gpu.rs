@@ -83,6 +83,9 @@ where
                     // comes for those vars.
                     Err(fault) => Err(Error::gpu(Some(slot.header().meta.name.clone()), ordinal, fault)),
                 };
+                // Let go of the event before the op completes: whoever
+                // waits for the op then finds it back in the pool.
+                drop(watched);
                 slot.store_owned(result);
             }),
         );
