@@ -289,6 +289,28 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
     /// and the device's poller completes the op when the event completes:
     /// the handle, `wait_for_var` and CPU ops that use its vars see the
     /// work done. No thread waits on the GPU meanwhile.
+    ///
+    /// # Examples
+    ///
+    /// A round trip through a (simulated) GPU's copy lanes:
+    ///
+    /// ```
+    /// # fn main() -> depengine::Result<()> {
+    /// use depengine::{Device, Engine, Lane};
+    /// let engine = Engine::builder().simulated_gpus(1).build()?;
+    /// let gpu = engine.gpu(0)?;
+    /// let host = engine.var(gpu.host_buffer(&[1.0f32, 2.0, 3.0])?);
+    /// let dev = engine.var(gpu.buffer(&[0.0f32; 3])?);
+    /// let back = engine.var(gpu.host_buffer(&[0.0f32; 3])?);
+    /// engine.op("up").read(&host).write(&dev).device(Device::Gpu(0)).lane(Lane::CopyToGpu)
+    ///     .run_gpu(|(h,), (mut d,), ctx| Ok(ctx.copy_to_gpu(&h, &mut d)?));
+    /// engine.op("down").read(&dev).write(&back).device(Device::Gpu(0)).lane(Lane::CopyFromGpu)
+    ///     .run_gpu(|(d,), (mut h,), ctx| Ok(ctx.copy_to_host(&d, &mut h)?));
+    /// // A CPU op that reads `back` runs once the copy has completed.
+    /// let got = engine.op("check").read(&back).run(|(h,), ()| Ok(h.to_vec()?)).blocking_wait()?;
+    /// assert_eq!(got, [1.0, 2.0, 3.0]);
+    /// # Ok(()) }
+    /// ```
     pub fn run_gpu<R, F>(self, body: F) -> OpHandle<R>
     where
         F: FnOnce(Rd::Guard, Wr::Guard, &GpuContext<'_>) -> Result<R, BoxError> + Send + 'static,
