@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use super::place::Topology;
-use super::pool::{Pool, ThreadInit};
-use crate::device::Lane;
+use super::place::{Dispatcher, Topology};
+use super::pool::{Pool, ThreadInit, lock};
+use crate::device::{Device, Lane};
 use crate::error::Error;
-use crate::gpu::{self, Fences, GpuDevice, GpuLane};
-use crate::op::TaskRef;
+use crate::gpu::{self, Fences, GpuDevice, GpuLane, Held as Fenced, MAX_GPU_DEVICES};
+use crate::op::{Exec, TaskRef};
 
 /// The lanes of a GPU device, in the order of `GpuPools::lanes`.
 const LANES: [(Lane, &str); 4] = [
@@ -100,4 +100,120 @@ fn start_lane(
     let pool = Pool::start(name, workers, None, topology.spin, Some(init))
         .map_err(|e| Error::pool_unavailable(name, &e))?;
     Ok((pool, GpuLane::new(device.clone(), lane, fallback, fences.clone(), topology.gpu_early_release)))
+}
+
+/// The GPU side of placement and dispatch.
+impl Dispatcher {
+    /// Places a GPU op: on its device's lane pool (started now), also on
+    /// the naive engine, whose GPU work completes through the poller too.
+    pub(super) fn place_gpu(&self, name: &str, device: Device, lane: Lane) -> Result<Exec, Error> {
+        if lane == Lane::Inline {
+            return Err(Error::invalid(format!(
+                "op `{name}`: a GPU op runs on a worker owning a stream; lane Inline is for CPU ops"
+            )));
+        }
+        self.gpu_lane(device, lane)?;
+        Ok(Exec::Pool)
+    }
+
+    /// The lane of GPU `device` an op of `lane` runs on, the device opened
+    /// and its pools started if they had not.
+    ///
+    /// # Errors
+    ///
+    /// No such device ([`Error::is_gpu_unavailable`]), its sticky fault
+    /// ([`Error::is_gpu`]), or pools that cannot start.
+    pub(crate) fn gpu_lane(&self, device: Device, lane: Lane) -> Result<GpuLane, Error> {
+        let Device::Gpu(i) = device else {
+            return Err(Error::invalid(format!("{device} is not a GPU")));
+        };
+        let pools = self.gpu_pools(i)?;
+        if let Some(fault) = pools.device().fault() {
+            return Err(Error::gpu(
+                None,
+                i,
+                format!("{fault} (a sticky fault: the device takes no more work)"),
+            ));
+        }
+        let (_, gpu_lane) =
+            pools.lane(lane).ok_or_else(|| Error::invalid(format!("a GPU has no lane {lane:?}")))?;
+        Ok(gpu_lane.clone())
+    }
+
+    /// GPU `i`, opened (its pools started) if it had not been.
+    ///
+    /// # Errors
+    ///
+    /// As for [`gpu_lane`](Self::gpu_lane), but for the sticky fault.
+    pub(crate) fn gpu(&self, i: usize) -> Result<crate::gpu::Gpu, Error> {
+        let pools = self.gpu_pools(i)?;
+        Ok(crate::gpu::Gpu { device: pools.device().clone() })
+    }
+
+    /// The pools of GPU `i`, started if they had not.
+    pub(super) fn gpu_pools(&self, i: usize) -> Result<&GpuPools, Error> {
+        let cell = self.gpu.get(i).ok_or_else(|| {
+            Error::gpu_unavailable(i, format!("an engine uses at most {MAX_GPU_DEVICES} GPU devices"))
+        })?;
+        if let Some(pools) = cell.get() {
+            return Ok(pools);
+        }
+        let _starting = lock(&self.starting);
+        if let Some(pools) = cell.get() {
+            return Ok(pools);
+        }
+        let pools = GpuPools::start(i, &self.topology, &self.fences)?;
+        Ok(cell.get_or_init(|| pools))
+    }
+
+    /// The pool of GPU `i`'s `lane`, started when the op was pushed.
+    #[cold]
+    pub(super) fn gpu_pool(&self, i: usize, lane: Lane) -> Option<&Pool> {
+        let pools = self.gpu[i].get().expect("a GPU op's pools are started when it is pushed");
+        pools.lane(lane).map(|(pool, _)| pool)
+    }
+
+    /// [`dispatch_pushed`](Self::dispatch_pushed) while GPU work is in flight.
+    #[cold]
+    pub(super) fn dispatch_fenced(&self, task: TaskRef) {
+        let Some(task) = self.fenced(task) else { return };
+        match self.pool_for(&task) {
+            Some(pool) => pool.submit(task),
+            None => self.run_here(task, true),
+        }
+    }
+
+    /// [`unfenced`](Self::unfenced) while GPU work is in flight.
+    #[cold]
+    pub(super) fn fenced(&self, task: TaskRef) -> Option<TaskRef> {
+        let header = task.header();
+        let on = match header.meta.device() {
+            Device::Gpu(i) => Some(i),
+            Device::Cpu(_) => None,
+        };
+        let deps = header.deps.iter().map(|d| (d.var.id(), d.access == crate::var::Access::Write));
+        match self.fences.held(deps, on) {
+            Fenced::Free => Some(task),
+            Fenced::Fault(ordinal, fault) => {
+                if !header.meta.deletes {
+                    let err = Error::gpu(Some(header.meta.name.clone()), ordinal, fault);
+                    task.resolve_early(&task, err, true);
+                }
+                Some(task)
+            }
+            Fenced::Wait(ordinal, events) => {
+                let pools = self.gpu[ordinal].get().expect("a device with work in flight has started");
+                pools.device().after_all(
+                    events,
+                    Box::new(move |_| {
+                        let host = task.header().host.clone();
+                        let mut ready = crate::op::ReadyList::new();
+                        ready.push(task);
+                        host.dispatch_ready(&mut ready);
+                    }),
+                );
+                None
+            }
+        }
+    }
 }

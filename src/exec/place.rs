@@ -9,7 +9,7 @@ use super::pool::{Held, Pool, lock};
 use super::thread;
 use crate::device::{Device, Lane};
 use crate::error::Error;
-use crate::gpu::{Fences, GpuLane, Held as Fenced, MAX_GPU_DEVICES};
+use crate::gpu::{Fences, MAX_GPU_DEVICES};
 use crate::op::{Exec, TaskRef};
 use crate::sync::small::SmallList;
 
@@ -47,20 +47,20 @@ pub(crate) enum Runs {
 }
 
 pub(crate) struct Dispatcher {
-    topology: Topology,
+    pub(super) topology: Topology,
     /// One normal pool per CPU device, started on first use.
-    cpu: Vec<OnceLock<Pool>>,
+    pub(super) cpu: Vec<OnceLock<Pool>>,
     /// The shared pool of prioritized CPU ops.
-    priority: OnceLock<Pool>,
+    pub(super) priority: OnceLock<Pool>,
     /// The pools of each GPU device, started on first use.
-    gpu: Vec<OnceLock<GpuPools>>,
+    pub(super) gpu: Vec<OnceLock<GpuPools>>,
     /// GPU work in flight per var, after GPU ops let their vars go at
     /// enqueue: what other ops are held back for (see `gpu/fence.rs`).
-    fences: Arc<Fences>,
+    pub(super) fences: Arc<Fences>,
     /// What the engine holds back, for idle CPU workers to push.
-    held: Option<Arc<dyn Held>>,
+    pub(super) held: Option<Arc<dyn Held>>,
     /// Taken to start a pool, so that two pushes never both start one.
-    starting: Mutex<()>,
+    pub(super) starting: Mutex<()>,
 }
 
 impl Dispatcher {
@@ -117,72 +117,10 @@ impl Dispatcher {
         }
     }
 
-    /// Places a GPU op: on its device's lane pool (started now), also on
-    /// the naive engine, whose GPU work completes through the poller too.
-    fn place_gpu(&self, name: &str, device: Device, lane: Lane) -> Result<Exec, Error> {
-        if lane == Lane::Inline {
-            return Err(Error::invalid(format!(
-                "op `{name}`: a GPU op runs on a worker owning a stream; lane Inline is for CPU ops"
-            )));
-        }
-        self.gpu_lane(device, lane)?;
-        Ok(Exec::Pool)
-    }
-
-    /// The lane of GPU `device` an op of `lane` runs on, the device opened
-    /// and its pools started if they had not.
-    ///
-    /// # Errors
-    ///
-    /// No such device ([`Error::is_gpu_unavailable`]), its sticky fault
-    /// ([`Error::is_gpu`]), or pools that cannot start.
-    pub(crate) fn gpu_lane(&self, device: Device, lane: Lane) -> Result<GpuLane, Error> {
-        let Device::Gpu(i) = device else {
-            return Err(Error::invalid(format!("{device} is not a GPU")));
-        };
-        let pools = self.gpu_pools(i)?;
-        if let Some(fault) = pools.device().fault() {
-            return Err(Error::gpu(
-                None,
-                i,
-                format!("{fault} (a sticky fault: the device takes no more work)"),
-            ));
-        }
-        let (_, gpu_lane) =
-            pools.lane(lane).ok_or_else(|| Error::invalid(format!("a GPU has no lane {lane:?}")))?;
-        Ok(gpu_lane.clone())
-    }
-
-    /// GPU `i`, opened (its pools started) if it had not been.
-    ///
-    /// # Errors
-    ///
-    /// As for [`gpu_lane`](Self::gpu_lane), but for the sticky fault.
-    pub(crate) fn gpu(&self, i: usize) -> Result<crate::gpu::Gpu, Error> {
-        let pools = self.gpu_pools(i)?;
-        Ok(crate::gpu::Gpu { device: pools.device().clone() })
-    }
-
-    /// The pools of GPU `i`, started if they had not.
-    fn gpu_pools(&self, i: usize) -> Result<&GpuPools, Error> {
-        let cell = self.gpu.get(i).ok_or_else(|| {
-            Error::gpu_unavailable(i, format!("an engine uses at most {MAX_GPU_DEVICES} GPU devices"))
-        })?;
-        if let Some(pools) = cell.get() {
-            return Ok(pools);
-        }
-        let _starting = lock(&self.starting);
-        if let Some(pools) = cell.get() {
-            return Ok(pools);
-        }
-        let pools = GpuPools::start(i, &self.topology, &self.fences)?;
-        Ok(cell.get_or_init(|| pools))
-    }
-
     /// The pool that runs `task`; `None` if it runs on the thread that made
     /// it ready (inline placement, the naive engine but for GPU ops).
     #[inline(always)]
-    fn pool_for(&self, task: &TaskRef) -> Option<&Pool> {
+    pub(super) fn pool_for(&self, task: &TaskRef) -> Option<&Pool> {
         let meta = &task.header().meta;
         if meta.exec != Exec::Pool {
             return None;
@@ -194,13 +132,6 @@ impl Dispatcher {
             }),
             Device::Gpu(i) => self.gpu_pool(i, meta.lane),
         }
-    }
-
-    /// The pool of GPU `i`'s `lane`, started when the op was pushed.
-    #[cold]
-    fn gpu_pool(&self, i: usize, lane: Lane) -> Option<&Pool> {
-        let pools = self.gpu[i].get().expect("a GPU op's pools are started when it is pushed");
-        pools.lane(lane).map(|(pool, _)| pool)
     }
 
     /// Runs an op that became ready inside its push: on its pool, or here.
@@ -219,52 +150,8 @@ impl Dispatcher {
     /// `gpu/fence.rs`). Work of a device with a sticky fault resolves it
     /// with the fault at once (but for a deletion), and it goes on.
     #[inline(always)]
-    fn unfenced(&self, task: TaskRef) -> Option<TaskRef> {
+    pub(super) fn unfenced(&self, task: TaskRef) -> Option<TaskRef> {
         if self.fences.any() { self.fenced(task) } else { Some(task) }
-    }
-
-    /// [`dispatch_pushed`](Self::dispatch_pushed) while GPU work is in flight.
-    #[cold]
-    fn dispatch_fenced(&self, task: TaskRef) {
-        let Some(task) = self.fenced(task) else { return };
-        match self.pool_for(&task) {
-            Some(pool) => pool.submit(task),
-            None => self.run_here(task, true),
-        }
-    }
-
-    /// [`unfenced`](Self::unfenced) while GPU work is in flight.
-    #[cold]
-    fn fenced(&self, task: TaskRef) -> Option<TaskRef> {
-        let header = task.header();
-        let on = match header.meta.device() {
-            Device::Gpu(i) => Some(i),
-            Device::Cpu(_) => None,
-        };
-        let deps = header.deps.iter().map(|d| (d.var.id(), d.access == crate::var::Access::Write));
-        match self.fences.held(deps, on) {
-            Fenced::Free => Some(task),
-            Fenced::Fault(ordinal, fault) => {
-                if !header.meta.deletes {
-                    let err = Error::gpu(Some(header.meta.name.clone()), ordinal, fault);
-                    task.resolve_early(&task, err, true);
-                }
-                Some(task)
-            }
-            Fenced::Wait(ordinal, events) => {
-                let pools = self.gpu[ordinal].get().expect("a device with work in flight has started");
-                pools.device().after_all(
-                    events,
-                    Box::new(move |_| {
-                        let host = task.header().host.clone();
-                        let mut ready = crate::op::ReadyList::new();
-                        ready.push(task);
-                        host.dispatch_ready(&mut ready);
-                    }),
-                );
-                None
-            }
-        }
     }
 
     /// Runs an op on this thread (see `thread::run_here`), unless the
@@ -272,7 +159,7 @@ impl Dispatcher {
     /// someone else's unwinding, so the op goes to its device's pool
     /// (started now, even on the naive engine) and runs here only if that
     /// pool cannot start.
-    fn run_here(&self, task: TaskRef, now: bool) {
+    pub(super) fn run_here(&self, task: TaskRef, now: bool) {
         if std::thread::panicking() {
             let device = task.header().meta.device();
             let pool = match device {

@@ -24,6 +24,7 @@ pub use backend::Stream;
 pub use buffer::{Gpu, GpuBuffer, GpuElement, HostBuffer};
 pub use context::GpuContext;
 pub(crate) use device::GpuDevice;
+pub(crate) use event::Event;
 pub(crate) use fence::{Fences, Held, InFlight};
 pub use sim::{SimBuffer, SimGpu, SimRead, SimStream, SimWrite, Touch};
 

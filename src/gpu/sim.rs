@@ -14,16 +14,22 @@
 //! from then on every query and every enqueue fails.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::blocking;
 
-static NEXT_BUFFER: AtomicU64 = AtomicU64::new(1);
+mod clock;
+mod memory;
+mod thread;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+use clock::{History, join};
+pub(crate) use memory::Mem;
+pub use memory::{SimBuffer, SimRead, SimWrite, Touch};
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -66,12 +72,6 @@ struct State {
 }
 
 #[derive(Default)]
-struct History {
-    write: Option<(usize, u64)>,
-    reads: Vec<(usize, u64)>,
-}
-
-#[derive(Default)]
 struct Queue {
     items: VecDeque<Item>,
     /// When the work item at the head ends, once started.
@@ -92,20 +92,6 @@ struct Work {
     duration: Duration,
     touches: Vec<Touch>,
     run: Box<dyn FnOnce() + Send>,
-}
-
-/// A buffer a work item touches, and how.
-#[derive(Clone, Debug)]
-pub struct Touch {
-    buffer: Arc<Mem>,
-    write: bool,
-}
-
-impl Touch {
-    /// What it adds to its buffer's count of queued touches.
-    fn weight(&self) -> u64 {
-        if self.write { 1 << 32 } else { 1 }
-    }
 }
 
 /// A simulated stream: work enqueued on it runs in order.
@@ -156,7 +142,8 @@ impl SimGpu {
     pub(crate) fn start(name: &str) -> std::io::Result<Arc<Self>> {
         let gpu = Arc::new(Self { state: Mutex::default(), cv: Condvar::new(), thread: Mutex::new(None) });
         let weak = Arc::downgrade(&gpu);
-        let thread = std::thread::Builder::new().name(format!("{name}-sim")).spawn(move || run(&weak))?;
+        let thread =
+            std::thread::Builder::new().name(format!("{name}-sim")).spawn(move || thread::run(&weak))?;
         *lock(&gpu.thread) = Some(thread);
         Ok(gpu)
     }
@@ -339,264 +326,5 @@ impl SimStream {
 
     pub(crate) fn index(&self) -> usize {
         self.index
-    }
-}
-
-/// The memory of a simulated buffer: behind a lock, so that a hazard is a
-/// logged ordering error, never a data race.
-#[derive(Debug)]
-pub(crate) struct Mem {
-    id: u64,
-    /// Queued work touching it: reads in the low half, writes in the high.
-    pending: AtomicU64,
-    gpu: Weak<SimGpu>,
-    data: Mutex<Box<dyn std::any::Any + Send>>,
-}
-
-/// A buffer of `T` in a simulated GPU's memory (or in pinned host memory:
-/// the simulation does not tell them apart).
-pub struct SimBuffer<T> {
-    mem: Arc<Mem>,
-    len: usize,
-    _t: std::marker::PhantomData<fn() -> T>,
-}
-
-impl<T> std::fmt::Debug for SimBuffer<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SimBuffer(#{}, len {})", self.mem.id, self.len)
-    }
-}
-
-impl<T> SimBuffer<T> {
-    /// Elements in the buffer.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the buffer is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
-impl<T: Clone + Send + 'static> SimBuffer<T> {
-    pub(crate) fn new(gpu: &Arc<SimGpu>, data: Vec<T>) -> Self {
-        let len = data.len();
-        let mem = Mem {
-            id: NEXT_BUFFER.fetch_add(1, Ordering::Relaxed),
-            pending: AtomicU64::new(0),
-            gpu: Arc::downgrade(gpu),
-            data: Mutex::new(Box::new(data)),
-        };
-        Self { mem: Arc::new(mem), len, _t: std::marker::PhantomData }
-    }
-
-    /// A read of this buffer by a work item: its touch, and access to the
-    /// data once the item runs.
-    pub fn reader(&self) -> (Touch, SimRead<T>) {
-        let touch = Touch { buffer: self.mem.clone(), write: false };
-        (touch, SimRead(self.mem.clone(), std::marker::PhantomData))
-    }
-
-    /// A write of this buffer by a work item.
-    pub fn writer(&mut self) -> (Touch, SimWrite<T>) {
-        let touch = Touch { buffer: self.mem.clone(), write: true };
-        (touch, SimWrite(self.mem.clone(), std::marker::PhantomData))
-    }
-
-    /// A copy of the data, read by the host (flagged as a hazard if queued
-    /// GPU work still touches the buffer).
-    pub fn to_vec(&self) -> Vec<T> {
-        if let Some(gpu) = self.mem.gpu.upgrade() {
-            gpu.host_touch(&self.mem, "read");
-        }
-        SimRead::<T>(self.mem.clone(), std::marker::PhantomData).with(<[T]>::to_vec)
-    }
-
-    /// Overwrites the data from the host (flagged as a hazard if queued GPU
-    /// work still touches the buffer).
-    pub fn copy_from_slice(&mut self, src: &[T]) {
-        if let Some(gpu) = self.mem.gpu.upgrade() {
-            gpu.host_touch(&self.mem, "write");
-        }
-        SimWrite::<T>(self.mem.clone(), std::marker::PhantomData).with(|d| d.clone_from_slice(src));
-    }
-}
-
-/// Read access to a simulated buffer, for the work item that declared it.
-pub struct SimRead<T>(Arc<Mem>, std::marker::PhantomData<fn() -> T>);
-
-/// Write access to a simulated buffer, for the work item that declared it.
-pub struct SimWrite<T>(Arc<Mem>, std::marker::PhantomData<fn() -> T>);
-
-impl<T: 'static> SimRead<T> {
-    /// Calls `f` with the data.
-    pub fn with<R>(&self, f: impl FnOnce(&[T]) -> R) -> R {
-        let data = lock(&self.0.data);
-        f(data.downcast_ref::<Vec<T>>().expect("a simulated buffer holds the type it was made with"))
-    }
-}
-
-impl<T: 'static> SimWrite<T> {
-    /// Calls `f` with the data.
-    pub fn with<R>(&self, f: impl FnOnce(&mut [T]) -> R) -> R {
-        let mut data = lock(&self.0.data);
-        f(data.downcast_mut::<Vec<T>>().expect("a simulated buffer holds the type it was made with"))
-    }
-}
-
-impl<T> std::fmt::Debug for SimRead<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SimRead(#{})", self.0.id)
-    }
-}
-
-impl<T> std::fmt::Debug for SimWrite<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SimWrite(#{})", self.0.id)
-    }
-}
-
-/// The GPU thread: runs stream heads until stopped and every stream is empty.
-fn run(gpu: &Weak<SimGpu>) {
-    blocking::mark_engine_thread();
-    loop {
-        let Some(gpu) = gpu.upgrade() else { return };
-        let mut state = lock(&gpu.state);
-        let (finished, next, moved) = step(&mut state);
-        if finished.is_empty() && !moved {
-            let idle = state.streams.iter().all(|q| q.items.is_empty());
-            if state.stopping && (idle || state.fault.is_some()) {
-                return;
-            }
-            let wait =
-                next.map_or(Duration::from_millis(50), |t| t.saturating_duration_since(Instant::now()));
-            drop(gpu.cv.wait_timeout(state, wait).unwrap_or_else(|e| e.into_inner()));
-            continue;
-        }
-        drop(state);
-        for work in finished {
-            (work.run)();
-            work.touches.iter().for_each(|t| {
-                t.buffer.pending.fetch_sub(t.weight(), Ordering::AcqRel);
-            });
-        }
-        gpu.cv.notify_all();
-    }
-}
-
-/// Moves every stream on as far as it can now: passes records and satisfied
-/// waits, starts head work items (checking hazards), and returns the work
-/// items that ended, the earliest time one will end, and whether a record
-/// or a wait passed (which may let another stream go on).
-fn step(state: &mut State) -> (Vec<Work>, Option<Instant>, bool) {
-    let now = Instant::now();
-    let mut finished = Vec::new();
-    let mut next: Option<Instant> = None;
-    let mut moved = false;
-    if state.fault.is_some() {
-        return (finished, None, false);
-    }
-    for s in 0..state.streams.len() {
-        loop {
-            let queue = &mut state.streams[s];
-            match queue.items.front() {
-                None => break,
-                Some(Item::Record { event, seq }) => {
-                    let mut seqs = lock(&event.seqs);
-                    seqs.passed = seqs.passed.max(*seq);
-                    seqs.clocks.push_back((*seq, queue.clock.clone()));
-                    if seqs.clocks.len() > KEPT_CLOCKS {
-                        seqs.clocks.pop_front();
-                    }
-                    drop(seqs);
-                    queue.items.pop_front();
-                    moved = true;
-                }
-                Some(Item::Wait { event, seq }) => {
-                    let seqs = lock(&event.seqs);
-                    if seqs.passed < *seq {
-                        break;
-                    }
-                    let clock = seqs.clock(*seq);
-                    drop(seqs);
-                    join(&mut queue.clock, &clock);
-                    queue.items.pop_front();
-                    moved = true;
-                }
-                Some(Item::Work(_)) => match queue.busy_until {
-                    None => {
-                        let Some(Item::Work(work)) = queue.items.front() else { unreachable!() };
-                        let (touches, duration) = (work.touches.clone(), work.duration);
-                        let host = work.host.clone();
-                        join(&mut queue.clock, &host);
-                        queue.busy_until = Some(now + duration);
-                        let name = work.name.clone();
-                        check_hazards(state, s, &name, &touches);
-                    }
-                    Some(end) if end <= now => {
-                        queue.busy_until = None;
-                        let Some(Item::Work(work)) = queue.items.pop_front() else { unreachable!() };
-                        queue.clock[s] += 1;
-                        state.done += 1;
-                        if state.fail_next.as_ref().is_some_and(|n| work.name.contains(n.as_str())) {
-                            state.fail_next = None;
-                            state.fault = Some(format!(
-                                "CUDA_ERROR_ILLEGAL_ADDRESS (simulated fault in `{}` on stream {s})",
-                                work.name
-                            ));
-                            return (finished, None, true);
-                        }
-                        finished.push(work);
-                        // What follows on this stream (a record) passes only
-                        // once the work's effect is in place.
-                        break;
-                    }
-                    Some(end) => {
-                        next = Some(next.map_or(end, |n: Instant| n.min(end)));
-                        break;
-                    }
-                },
-            }
-        }
-    }
-    let busy = state.streams.iter().filter(|q| q.busy_until.is_some()).count();
-    state.overlap = state.overlap.max(busy);
-    (finished, next, moved)
-}
-
-fn join(into: &mut Vec<u64>, other: &[u64]) {
-    if into.len() < other.len() {
-        into.resize(other.len(), 0);
-    }
-    for (a, b) in into.iter_mut().zip(other) {
-        *a = (*a).max(*b);
-    }
-}
-
-/// Flags each touch of a work item starting on stream `s` that is not
-/// ordered after a conflicting touch by another stream, then records it.
-fn check_hazards(state: &mut State, s: usize, name: &str, touches: &[Touch]) {
-    let clock = state.streams[s].clock.clone();
-    let tick = clock[s] + 1;
-    let ordered = |(t, at): (usize, u64)| t == s || clock.get(t).copied().unwrap_or(0) >= at;
-    for touch in touches {
-        let id = touch.buffer.id;
-        let history = state.history.entry(id).or_default();
-        let mut unordered: Vec<usize> =
-            history.write.into_iter().filter(|&w| !ordered(w)).map(|w| w.0).collect();
-        if touch.write {
-            unordered.extend(history.reads.iter().copied().filter(|&r| !ordered(r)).map(|r| r.0));
-            history.write = Some((s, tick));
-            history.reads.clear();
-        } else {
-            history.reads.push((s, tick));
-        }
-        if !unordered.is_empty() {
-            let what = if touch.write { "writes" } else { "reads" };
-            state.hazards.push(format!(
-                "`{name}` on stream {s} {what} buffer #{id} without an event after stream(s) {unordered:?} touched it"
-            ));
-        }
     }
 }

@@ -5,10 +5,12 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use super::access::{Item, OpToken};
+use super::cell::SlotRef;
 use super::job::{Job, Running, in_body, op_result};
 use super::life::release_vars_early;
+use super::record::TaskRef;
 use crate::error::{BoxError, Error};
-use crate::gpu::{GpuContext, GpuLane, InFlight};
+use crate::gpu::{Event, GpuContext, GpuLane, InFlight, Stream};
 use crate::var::Access;
 
 pub(crate) struct GpuJob<Rd, Wr, F> {
@@ -58,36 +60,57 @@ where
         // Early release: a successful op lets its vars go now, its work
         // fenced on them, so that the next GPU op of this device is ordered
         // behind it on the GPU; everything else waits for the event.
-        let early = lane.early && result.is_ok() && {
-            let fault = device.fault_cell().clone();
-            let flight = InFlight { device: device.ordinal, fault, stream: stream.id, event: event.clone() };
-            lane.fences.add(deps(), &flight);
-            release_vars_early(op.task)
-        };
-        let slot = op.to_owned();
-        let fences = lane.fences.clone();
-        let ordinal = device.ordinal;
-        let watched = event.clone();
-        device.after(
-            &stream,
-            event,
-            Box::new(move |polled| {
-                let result = match polled {
-                    Ok(()) => {
-                        if early {
-                            fences.remove(slot.header().deps.iter().map(|d| d.var.id()), &watched);
-                        }
-                        result
-                    }
-                    // The fences stay: the device's fault fails whoever
-                    // comes for those vars.
-                    Err(fault) => Err(Error::gpu(Some(slot.header().meta.name.clone()), ordinal, fault)),
-                };
-                // Let go of the event before the op completes: whoever
-                // waits for the op then finds it back in the pool.
-                drop(watched);
-                slot.store_owned(result);
-            }),
-        );
+        let early = lane.early && result.is_ok() && release_early(op.task, &lane, &stream, &event);
+        complete_after(op.to_owned(), &lane, &stream, event, result, early);
     }
+}
+
+/// Fences the op's vars with `event`, then lets them go. False, with no
+/// fence left, for an op that must let them go at completion instead (it
+/// carries an error to them).
+fn release_early(task: &TaskRef, lane: &GpuLane, stream: &Stream, event: &Event) -> bool {
+    let device = &lane.gpu.device;
+    let deps = || task.header().deps.iter().map(|d| (d.var.id(), d.access == Access::Write));
+    let fault = device.fault_cell().clone();
+    let flight = InFlight { device: device.ordinal, fault, stream: stream.id, event: event.clone() };
+    lane.fences.add(deps(), &flight);
+    if release_vars_early(task) {
+        return true;
+    }
+    lane.fences.remove(deps().map(|(id, _)| id), event);
+    false
+}
+
+/// Has the device's poller complete the op once `event` completes: with
+/// `result`, or with the device's fault.
+fn complete_after<R: Send + 'static>(
+    slot: SlotRef<R>,
+    lane: &GpuLane,
+    stream: &Stream,
+    event: Event,
+    result: Result<R, Error>,
+    early: bool,
+) {
+    let device = &lane.gpu.device;
+    let fences = lane.fences.clone();
+    let ordinal = device.ordinal;
+    let watched = event.clone();
+    let done = move |polled: Result<(), String>| {
+        let result = match polled {
+            Ok(()) => {
+                if early {
+                    fences.remove(slot.header().deps.iter().map(|d| d.var.id()), &watched);
+                }
+                result
+            }
+            // The fences stay: the device's fault fails whoever comes for
+            // those vars.
+            Err(fault) => Err(Error::gpu(Some(slot.header().meta.name.clone()), ordinal, fault)),
+        };
+        // Let go of the event before the op completes: whoever waits for
+        // the op then finds it back in the pool.
+        drop(watched);
+        slot.store_owned(result);
+    };
+    device.after(stream, event, Box::new(done));
 }
