@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::Engine;
 use crate::error::Error;
-use crate::exec::Topology;
+use crate::exec::{GpuSettings, Topology};
 
 /// How the engine executes ops.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -235,16 +235,18 @@ impl EngineBuilder {
             cpu_devices: setting("cpu_devices", self.cpu_devices, "", 1, MAX_CPU_DEVICES)?,
             thread_name: thread_name(self.thread_name)?,
             spin: spin(self.spin)?,
-            gpu_workers: setting("gpu_workers", self.gpu_workers, ENV_GPU_WORKERS, 1, MAX_WORKERS)?,
-            gpu_copy_workers: setting(
-                "gpu_copy_workers",
-                self.gpu_copy_workers,
-                ENV_GPU_COPY_WORKERS,
-                1,
-                MAX_WORKERS,
-            )?,
-            simulated_gpus: simulated_gpus(self.simulated_gpus)?,
-            gpu_early_release: self.gpu_early_release.unwrap_or(true),
+            gpu: GpuSettings {
+                workers: setting("gpu_workers", self.gpu_workers, ENV_GPU_WORKERS, 1, MAX_WORKERS)?,
+                copy_workers: setting(
+                    "gpu_copy_workers",
+                    self.gpu_copy_workers,
+                    ENV_GPU_COPY_WORKERS,
+                    1,
+                    MAX_WORKERS,
+                )?,
+                simulated: simulated_gpus(self.simulated_gpus)?,
+                early_release: self.gpu_early_release.unwrap_or(true),
+            },
         };
         let bulk_size = setting("bulk_size", self.bulk_size, ENV_BULK_SIZE, 1, usize::MAX)?;
         let config = Config { kind, topology, bulk_size };

@@ -2,14 +2,14 @@
 //! copy-from-GPU lane and a prioritized lane, each worker owning its own
 //! stream and binding the device's context once, as it starts.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
-use super::place::{Dispatcher, Topology};
 use super::pool::{Pool, ThreadInit, lock};
 use crate::device::{Device, Lane};
 use crate::error::Error;
-use crate::gpu::{self, Fences, GpuDevice, GpuLane, Held as Fenced, MAX_GPU_DEVICES};
-use crate::op::{Exec, TaskRef};
+use crate::gpu::{self, Fences, Gpu, GpuDevice, GpuLane, Held as Fenced, MAX_GPU_DEVICES};
+use crate::op::TaskRef;
 
 /// The lanes of a GPU device, in the order of `GpuPools::lanes`.
 const LANES: [(Lane, &str); 4] = [
@@ -18,6 +18,34 @@ const LANES: [(Lane, &str); 4] = [
     (Lane::CopyFromGpu, "d2h"),
     (Lane::Prioritized, "prio"),
 ];
+
+/// The engine's GPU settings, as configured.
+#[derive(Clone, Debug)]
+pub(crate) struct GpuSettings {
+    /// Compute workers per GPU device.
+    pub(crate) workers: usize,
+    /// Workers per GPU device and copy lane.
+    pub(crate) copy_workers: usize,
+    /// GPUs `0..simulated` are simulated.
+    pub(crate) simulated: usize,
+    /// GPU ops let their vars go at enqueue (see `gpu/README.md`).
+    pub(crate) early_release: bool,
+}
+
+/// The GPU devices of an engine, opened on first use, and the record of
+/// GPU work in flight per var.
+pub(super) struct Gpus {
+    settings: GpuSettings,
+    /// Thread names' prefix, and the workers' and pollers' spin.
+    thread_name: String,
+    spin: Duration,
+    devices: Vec<OnceLock<GpuPools>>,
+    /// GPU work in flight per var, after GPU ops let their vars go at
+    /// enqueue: what other ops are held back for (see `gpu/fence.rs`).
+    fences: Arc<Fences>,
+    /// Taken to open a device, so that two pushes never both open one.
+    starting: Mutex<()>,
+}
 
 pub(super) struct GpuPools {
     device: Arc<GpuDevice>,
@@ -31,19 +59,19 @@ fn index(lane: Lane) -> Option<usize> {
 
 impl GpuPools {
     /// Opens GPU `ordinal` and starts its pools.
-    pub(super) fn start(ordinal: usize, topology: &Topology, fences: &Arc<Fences>) -> Result<Self, Error> {
-        let name = format!("{}-gpu{ordinal}", topology.thread_name);
-        let simulated = ordinal < topology.simulated_gpus;
-        let device = GpuDevice::open(ordinal, simulated, &name, topology.spin)
+    fn start(ordinal: usize, gpus: &Gpus) -> Result<Self, Error> {
+        let name = format!("{}-gpu{ordinal}", gpus.thread_name);
+        let simulated = ordinal < gpus.settings.simulated;
+        let device = GpuDevice::open(ordinal, simulated, &name, gpus.spin)
             .map_err(|reason| Error::gpu_unavailable(ordinal, reason))?;
         let mut pools = Self { device: device.clone(), lanes: Vec::with_capacity(LANES.len()) };
         for (lane, suffix) in LANES {
             let workers = match lane {
-                Lane::Normal => topology.gpu_workers,
-                Lane::CopyToGpu | Lane::CopyFromGpu => topology.gpu_copy_workers,
+                Lane::Normal => gpus.settings.workers,
+                Lane::CopyToGpu | Lane::CopyFromGpu => gpus.settings.copy_workers,
                 _ => 1,
             };
-            match start_lane(&device, lane, &format!("{name}-{suffix}"), workers, topology, fences) {
+            match start_lane(&device, lane, &format!("{name}-{suffix}"), workers, gpus) {
                 Ok(started) => pools.lanes.push(started),
                 Err(err) => {
                     pools.stop_and_join();
@@ -88,8 +116,7 @@ fn start_lane(
     lane: Lane,
     name: &str,
     workers: usize,
-    topology: &Topology,
-    fences: &Arc<Fences>,
+    gpus: &Gpus,
 ) -> Result<(Pool, GpuLane), Error> {
     let unavailable = |reason: String| Error::gpu_unavailable(device.ordinal, reason);
     let streams =
@@ -97,23 +124,32 @@ fn start_lane(
     let fallback = streams[0].clone();
     let owner = device.clone();
     let init: ThreadInit = Arc::new(move |k| gpu::become_worker(&owner, lane, streams[k].clone()));
-    let pool = Pool::start(name, workers, None, topology.spin, Some(init))
+    let pool = Pool::start(name, workers, None, gpus.spin, Some(init))
         .map_err(|e| Error::pool_unavailable(name, &e))?;
-    Ok((pool, GpuLane::new(device.clone(), lane, fallback, fences.clone(), topology.gpu_early_release)))
+    let early = gpus.settings.early_release;
+    Ok((pool, GpuLane::new(device.clone(), lane, fallback, gpus.fences.clone(), early)))
 }
 
-/// The GPU side of placement and dispatch.
-impl Dispatcher {
-    /// Places a GPU op: on its device's lane pool (started now), also on
-    /// the naive engine, whose GPU work completes through the poller too.
-    pub(super) fn place_gpu(&self, name: &str, device: Device, lane: Lane) -> Result<Exec, Error> {
+impl Gpus {
+    pub(super) fn new(settings: GpuSettings, thread_name: String, spin: Duration) -> Self {
+        let devices = (0..MAX_GPU_DEVICES).map(|_| OnceLock::new()).collect();
+        Self { settings, thread_name, spin, devices, fences: Arc::default(), starting: Mutex::new(()) }
+    }
+
+    /// Whether any var has GPU work in flight (one load: see `gpu/fence.rs`).
+    #[inline(always)]
+    pub(super) fn in_flight(&self) -> bool {
+        self.fences.any()
+    }
+
+    /// Checks a GPU op's lane and opens its device (see [`lane`](Self::lane)).
+    pub(super) fn place(&self, name: &str, device: Device, lane: Lane) -> Result<(), Error> {
         if lane == Lane::Inline {
             return Err(Error::invalid(format!(
                 "op `{name}`: a GPU op runs on a worker owning a stream; lane Inline is for CPU ops"
             )));
         }
-        self.gpu_lane(device, lane)?;
-        Ok(Exec::Pool)
+        self.lane(device, lane).map(drop)
     }
 
     /// The lane of GPU `device` an op of `lane` runs on, the device opened
@@ -123,36 +159,28 @@ impl Dispatcher {
     ///
     /// No such device ([`Error::is_gpu_unavailable`]), its sticky fault
     /// ([`Error::is_gpu`]), or pools that cannot start.
-    pub(crate) fn gpu_lane(&self, device: Device, lane: Lane) -> Result<GpuLane, Error> {
+    pub(super) fn lane(&self, device: Device, lane: Lane) -> Result<GpuLane, Error> {
         let Device::Gpu(i) = device else {
             return Err(Error::invalid(format!("{device} is not a GPU")));
         };
-        let pools = self.gpu_pools(i)?;
+        let pools = self.pools(i)?;
         if let Some(fault) = pools.device().fault() {
-            return Err(Error::gpu(
-                None,
-                i,
-                format!("{fault} (a sticky fault: the device takes no more work)"),
-            ));
+            let sticky = format!("{fault} (a sticky fault: the device takes no more work)");
+            return Err(Error::gpu(None, i, sticky));
         }
         let (_, gpu_lane) =
             pools.lane(lane).ok_or_else(|| Error::invalid(format!("a GPU has no lane {lane:?}")))?;
         Ok(gpu_lane.clone())
     }
 
-    /// GPU `i`, opened (its pools started) if it had not been.
-    ///
-    /// # Errors
-    ///
-    /// As for [`gpu_lane`](Self::gpu_lane), but for the sticky fault.
-    pub(crate) fn gpu(&self, i: usize) -> Result<crate::gpu::Gpu, Error> {
-        let pools = self.gpu_pools(i)?;
-        Ok(crate::gpu::Gpu { device: pools.device().clone() })
+    /// GPU `i`, opened if it had not been (see [`lane`](Self::lane)).
+    pub(super) fn gpu(&self, i: usize) -> Result<Gpu, Error> {
+        Ok(Gpu { device: self.pools(i)?.device().clone() })
     }
 
     /// The pools of GPU `i`, started if they had not.
-    pub(super) fn gpu_pools(&self, i: usize) -> Result<&GpuPools, Error> {
-        let cell = self.gpu.get(i).ok_or_else(|| {
+    pub(super) fn pools(&self, i: usize) -> Result<&GpuPools, Error> {
+        let cell = self.devices.get(i).ok_or_else(|| {
             Error::gpu_unavailable(i, format!("an engine uses at most {MAX_GPU_DEVICES} GPU devices"))
         })?;
         if let Some(pools) = cell.get() {
@@ -162,28 +190,21 @@ impl Dispatcher {
         if let Some(pools) = cell.get() {
             return Ok(pools);
         }
-        let pools = GpuPools::start(i, &self.topology, &self.fences)?;
+        let pools = GpuPools::start(i, self)?;
         Ok(cell.get_or_init(|| pools))
     }
 
     /// The pool of GPU `i`'s `lane`, started when the op was pushed.
     #[cold]
-    pub(super) fn gpu_pool(&self, i: usize, lane: Lane) -> Option<&Pool> {
-        let pools = self.gpu[i].get().expect("a GPU op's pools are started when it is pushed");
+    pub(super) fn pool(&self, i: usize, lane: Lane) -> Option<&Pool> {
+        let pools = self.devices[i].get().expect("a GPU op's pools are started when it is pushed");
         pools.lane(lane).map(|(pool, _)| pool)
     }
 
-    /// [`dispatch_pushed`](Self::dispatch_pushed) while GPU work is in flight.
-    #[cold]
-    pub(super) fn dispatch_fenced(&self, task: TaskRef) {
-        let Some(task) = self.fenced(task) else { return };
-        match self.pool_for(&task) {
-            Some(pool) => pool.submit(task),
-            None => self.run_here(task, true),
-        }
-    }
-
-    /// [`unfenced`](Self::unfenced) while GPU work is in flight.
+    /// The op, if no GPU work in flight on its vars holds it back; else
+    /// `None`, and it is dispatched again (through its engine) once that
+    /// work completes. Work of a device with a sticky fault resolves it
+    /// with the fault at once (but for a deletion), and it goes on.
     #[cold]
     pub(super) fn fenced(&self, task: TaskRef) -> Option<TaskRef> {
         let header = task.header();
@@ -202,18 +223,32 @@ impl Dispatcher {
                 Some(task)
             }
             Fenced::Wait(ordinal, events) => {
-                let pools = self.gpu[ordinal].get().expect("a device with work in flight has started");
-                pools.device().after_all(
-                    events,
-                    Box::new(move |_| {
-                        let host = task.header().host.clone();
-                        let mut ready = crate::op::ReadyList::new();
-                        ready.push(task);
-                        host.dispatch_ready(&mut ready);
-                    }),
-                );
+                let pools = self.devices[ordinal].get().expect("a device with work in flight has started");
+                let again = move |_| {
+                    let host = task.header().host.clone();
+                    let mut ready = crate::op::ReadyList::new();
+                    ready.push(task);
+                    host.dispatch_ready(&mut ready);
+                };
+                pools.device().after_all(events, Box::new(again));
                 None
             }
         }
+    }
+
+    fn started(&self) -> impl Iterator<Item = &GpuPools> {
+        self.devices.iter().filter_map(OnceLock::get)
+    }
+
+    pub(super) fn each_queued(&self, f: &mut impl FnMut(&TaskRef)) {
+        self.started().for_each(|gpu| gpu.each_queued(f));
+    }
+
+    pub(super) fn stop(&self) {
+        self.started().for_each(GpuPools::stop);
+    }
+
+    pub(super) fn stop_and_join(&self) {
+        self.started().for_each(GpuPools::stop_and_join);
     }
 }

@@ -16,6 +16,7 @@ mod pool;
 mod thread;
 mod worker;
 
+pub(crate) use gpu::GpuSettings;
 pub(crate) use place::{Dispatcher, Runs, Topology};
 #[cfg(all(test, not(depengine_loom)))]
 pub(crate) use pool::FAIL_SPAWN_AT;

@@ -4,12 +4,12 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::gpu::GpuPools;
+use super::gpu::{GpuSettings, Gpus};
 use super::pool::{Held, Pool, lock};
 use super::thread;
 use crate::device::{Device, Lane};
 use crate::error::Error;
-use crate::gpu::{Fences, MAX_GPU_DEVICES};
+use crate::gpu::{Gpu, GpuLane};
 use crate::op::{Exec, TaskRef};
 use crate::sync::small::SmallList;
 
@@ -24,14 +24,8 @@ pub(crate) struct Topology {
     pub(crate) thread_name: String,
     /// How long an idle worker watches its queues before it parks.
     pub(crate) spin: std::time::Duration,
-    /// Compute workers per GPU device.
-    pub(crate) gpu_workers: usize,
-    /// Workers per GPU device and copy lane.
-    pub(crate) gpu_copy_workers: usize,
-    /// GPUs `0..simulated_gpus` are simulated.
-    pub(crate) simulated_gpus: usize,
-    /// GPU ops let their vars go at enqueue (see `gpu/README.md`).
-    pub(crate) gpu_early_release: bool,
+    /// The GPU devices' settings.
+    pub(crate) gpu: GpuSettings,
 }
 
 /// What an op's body is, as far as its placement goes.
@@ -47,42 +41,36 @@ pub(crate) enum Runs {
 }
 
 pub(crate) struct Dispatcher {
-    pub(super) topology: Topology,
+    topology: Topology,
     /// One normal pool per CPU device, started on first use.
-    pub(super) cpu: Vec<OnceLock<Pool>>,
+    cpu: Vec<OnceLock<Pool>>,
     /// The shared pool of prioritized CPU ops.
-    pub(super) priority: OnceLock<Pool>,
-    /// The pools of each GPU device, started on first use.
-    pub(super) gpu: Vec<OnceLock<GpuPools>>,
-    /// GPU work in flight per var, after GPU ops let their vars go at
-    /// enqueue: what other ops are held back for (see `gpu/fence.rs`).
-    pub(super) fences: Arc<Fences>,
+    priority: OnceLock<Pool>,
+    /// The GPU devices, opened on first use.
+    gpu: Gpus,
     /// What the engine holds back, for idle CPU workers to push.
-    pub(super) held: Option<Arc<dyn Held>>,
+    held: Option<Arc<dyn Held>>,
     /// Taken to start a pool, so that two pushes never both start one.
-    pub(super) starting: Mutex<()>,
+    starting: Mutex<()>,
 }
 
 impl Dispatcher {
     pub(crate) fn new(topology: Topology, held: Option<Arc<dyn Held>>) -> Self {
         let cpu = (0..topology.cpu_devices).map(|_| OnceLock::new()).collect();
-        let gpu = (0..MAX_GPU_DEVICES).map(|_| OnceLock::new()).collect();
-        Self {
-            topology,
-            cpu,
-            priority: OnceLock::new(),
-            gpu,
-            fences: Arc::default(),
-            held,
-            starting: Mutex::new(()),
-        }
+        let gpu = Gpus::new(topology.gpu.clone(), topology.thread_name.clone(), topology.spin);
+        Self { topology, cpu, priority: OnceLock::new(), gpu, held, starting: Mutex::new(()) }
     }
 
     /// Checks an op's device and lane; decides where its body starts once
     /// it is ready. `runs`: what the body is (see [`Runs`]).
     pub(crate) fn place(&self, name: &str, device: Device, lane: Lane, runs: Runs) -> Result<Exec, Error> {
         match (device, runs) {
-            (Device::Gpu(_), Runs::OnGpu) => return self.place_gpu(name, device, lane),
+            (Device::Gpu(_), Runs::OnGpu) => {
+                // Pooled on the naive engine too: GPU work completes through
+                // the poller there as well.
+                self.gpu.place(name, device, lane)?;
+                return Ok(Exec::Pool);
+            }
             (Device::Gpu(i), _) => {
                 return Err(Error::invalid(format!(
                     "op `{name}` targets gpu({i}) with a CPU body; GPU ops are pushed with run_gpu"
@@ -120,7 +108,7 @@ impl Dispatcher {
     /// The pool that runs `task`; `None` if it runs on the thread that made
     /// it ready (inline placement, the naive engine but for GPU ops).
     #[inline(always)]
-    pub(super) fn pool_for(&self, task: &TaskRef) -> Option<&Pool> {
+    fn pool_for(&self, task: &TaskRef) -> Option<&Pool> {
         let meta = &task.header().meta;
         if meta.exec != Exec::Pool {
             return None;
@@ -130,13 +118,13 @@ impl Dispatcher {
                 let cell = if meta.lane == Lane::Prioritized { &self.priority } else { &self.cpu[i] };
                 cell.get().expect("an op's pool is started when it is pushed")
             }),
-            Device::Gpu(i) => self.gpu_pool(i, meta.lane),
+            Device::Gpu(i) => self.gpu.pool(i, meta.lane),
         }
     }
 
     /// Runs an op that became ready inside its push: on its pool, or here.
     pub(crate) fn dispatch_pushed(&self, task: TaskRef) {
-        if self.fences.any() {
+        if self.gpu.in_flight() {
             return self.dispatch_fenced(task);
         }
         match self.pool_for(&task) {
@@ -150,8 +138,38 @@ impl Dispatcher {
     /// `gpu/fence.rs`). Work of a device with a sticky fault resolves it
     /// with the fault at once (but for a deletion), and it goes on.
     #[inline(always)]
-    pub(super) fn unfenced(&self, task: TaskRef) -> Option<TaskRef> {
-        if self.fences.any() { self.fenced(task) } else { Some(task) }
+    fn unfenced(&self, task: TaskRef) -> Option<TaskRef> {
+        if self.gpu.in_flight() { self.gpu.fenced(task) } else { Some(task) }
+    }
+
+    /// [`dispatch_pushed`](Self::dispatch_pushed) while GPU work is in flight.
+    #[cold]
+    fn dispatch_fenced(&self, task: TaskRef) {
+        let Some(task) = self.gpu.fenced(task) else { return };
+        match self.pool_for(&task) {
+            Some(pool) => pool.submit(task),
+            None => self.run_here(task, true),
+        }
+    }
+
+    /// The lane of GPU `device` an op of `lane` runs on, the device opened
+    /// and its pools started if they had not.
+    ///
+    /// # Errors
+    ///
+    /// No such device ([`Error::is_gpu_unavailable`]), its sticky fault
+    /// ([`Error::is_gpu`]), or pools that cannot start.
+    pub(crate) fn gpu_lane(&self, device: Device, lane: Lane) -> Result<GpuLane, Error> {
+        self.gpu.lane(device, lane)
+    }
+
+    /// GPU `i`, opened (its pools started) if it had not been.
+    ///
+    /// # Errors
+    ///
+    /// As for [`gpu_lane`](Self::gpu_lane), but for the sticky fault.
+    pub(crate) fn gpu(&self, i: usize) -> Result<Gpu, Error> {
+        self.gpu.gpu(i)
     }
 
     /// Runs an op on this thread (see `thread::run_here`), unless the
@@ -159,12 +177,12 @@ impl Dispatcher {
     /// someone else's unwinding, so the op goes to its device's pool
     /// (started now, even on the naive engine) and runs here only if that
     /// pool cannot start.
-    pub(super) fn run_here(&self, task: TaskRef, now: bool) {
+    fn run_here(&self, task: TaskRef, now: bool) {
         if std::thread::panicking() {
             let device = task.header().meta.device();
             let pool = match device {
                 Device::Gpu(i) => {
-                    self.gpu_pools(i).map(|p| &p.lane(Lane::Normal).expect("a GPU has a compute lane").0)
+                    self.gpu.pools(i).map(|p| &p.lane(Lane::Normal).expect("a GPU has a compute lane").0)
                 }
                 Device::Cpu(_) => self.pool(device, Lane::Normal),
             };
@@ -270,14 +288,10 @@ impl Dispatcher {
         self.cpu.iter().chain(std::iter::once(&self.priority)).filter_map(OnceLock::get)
     }
 
-    fn gpus(&self) -> impl Iterator<Item = &GpuPools> {
-        self.gpu.iter().filter_map(OnceLock::get)
-    }
-
     /// Calls `f` on every op queued on a pool (see [`Pool::each_queued`]).
     pub(crate) fn each_queued(&self, mut f: impl FnMut(&TaskRef)) {
         self.pools().for_each(|pool| pool.each_queued(&mut f));
-        self.gpus().for_each(|gpu| gpu.each_queued(&mut f));
+        self.gpu.each_queued(&mut f);
     }
 
     /// The feeds listed on `Cpu(0)`'s normal pool (0 if it has not started).
@@ -289,13 +303,13 @@ impl Dispatcher {
     /// Tells every worker to exit once idle.
     pub(crate) fn stop(&self) {
         self.pools().for_each(Pool::stop);
-        self.gpus().for_each(GpuPools::stop);
+        self.gpu.stop();
     }
 
     /// Stops every worker and waits for the threads to exit.
     pub(crate) fn stop_and_join(&self) {
         self.pools().for_each(Pool::stop);
         self.pools().for_each(Pool::join);
-        self.gpus().for_each(GpuPools::stop_and_join);
+        self.gpu.stop_and_join();
     }
 }
