@@ -16,6 +16,9 @@ fn child(test: &str, env: &[(&str, &str)]) -> String {
         "DEPENGINE_CPU_PRIORITY_WORKERS",
         "DEPENGINE_BULK_SIZE",
         "DEPENGINE_SPIN_US",
+        "DEPENGINE_GPU_WORKERS",
+        "DEPENGINE_GPU_COPY_WORKERS",
+        "DEPENGINE_SIM_GPUS",
     ] {
         cmd.env_remove(var);
     }
@@ -27,11 +30,14 @@ fn child(test: &str, env: &[(&str, &str)]) -> String {
 fn report(built: depengine::Result<Engine>) {
     match built {
         Ok(e) => println!(
-            "config: kind={:?} workers={} bulk={} spin={:?}",
+            "config: kind={:?} workers={} bulk={} spin={:?} gpu_workers={} gpu_copy_workers={} sim_gpus={}",
             e.kind(),
             e.cpu_workers(),
             e.bulk_size(),
-            e.spin()
+            e.spin(),
+            e.gpu_workers(),
+            e.gpu_copy_workers(),
+            e.simulated_gpus(),
         ),
         Err(e) => println!("config error: {e}"),
     }
@@ -119,4 +125,24 @@ fn spin_budget_is_a_setting() {
         std::thread::yield_now();
     }
     assert_eq!(engine.op("get").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap(), 100);
+}
+
+/// The GPU settings: builder, else environment, else defaults; bounded.
+#[test]
+fn gpu_settings_follow_the_same_precedence() {
+    let out = child("child_with_defaults", &[]);
+    assert!(out.contains("gpu_workers=1 gpu_copy_workers=1 sim_gpus=0"), "{out}");
+    let env =
+        [("DEPENGINE_GPU_WORKERS", "3"), ("DEPENGINE_GPU_COPY_WORKERS", "2"), ("DEPENGINE_SIM_GPUS", "2")];
+    let out = child("child_with_defaults", &env);
+    assert!(out.contains("gpu_workers=3 gpu_copy_workers=2 sim_gpus=2"), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_GPU_WORKERS", "0")]);
+    assert!(out.contains("DEPENGINE_GPU_WORKERS must be at least 1"), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_SIM_GPUS", "65")]);
+    assert!(out.contains("simulated_gpus=65 is past its bound of 64"), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_SIM_GPUS", "two")]);
+    assert!(out.contains("DEPENGINE_SIM_GPUS=\"two\": expected a number of devices"), "{out}");
+    let engine = Engine::builder().gpu_workers(2).simulated_gpus(1).build().unwrap();
+    assert_eq!((engine.gpu_workers(), engine.simulated_gpus()), (2, 1));
+    assert!(engine.gpu(0).unwrap().sim().is_some());
 }

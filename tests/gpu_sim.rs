@@ -309,3 +309,50 @@ async fn events_are_reused_only_once_complete_and_let_go() {
     engine.wait_for_all().await.unwrap();
     assert_eq!(gpu.pooled_events(), gpu.events_created(), "every event is back once nothing refers to it");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handles_and_waits_resolve_at_completion_not_at_early_release() {
+    let engine = engine(2);
+    let gpu = engine.gpu(0).unwrap();
+    let sim = gpu.sim().unwrap().clone();
+    let v = engine.var(gpu.sim_buffer(vec![0u32; 1]).unwrap());
+    let long = |engine: &Engine, ms: u64| {
+        engine.op("long").write(&v).device(Device::Gpu(0)).run_gpu(move |(), (mut v,), ctx| {
+            let (t, w) = v.sim_mut().unwrap().writer();
+            ctx.sim_stream()
+                .unwrap()
+                .launch("long", Duration::from_millis(ms), vec![t], move || w.with(|d| d[0] += 1))?;
+            Ok(())
+        })
+    };
+    let first = long(&engine, 100);
+    // Let through at the first one's enqueue, ordered behind it on the GPU.
+    let second = long(&engine, 1);
+    engine.wait_for_var(&v).await.unwrap();
+    assert_eq!(sim.work_done(), 2, "wait_for_var resolved before the GPU work it waits for");
+    first.await.unwrap();
+    second.await.unwrap();
+    let third = long(&engine, 50);
+    third.await.unwrap();
+    assert_eq!(sim.work_done(), 3, "a handle resolved before its op's GPU work");
+    let mut guard = v.write().await.unwrap();
+    assert_eq!(guard.sim().unwrap().to_vec(), [3]);
+    guard.sim_mut().unwrap().copy_from_slice(&[10]);
+    drop(guard);
+    assert_eq!(sim.hazards(), Vec::<String>::new());
+}
+
+#[test]
+fn gpu_ops_on_the_naive_engine_complete_through_the_poller_too() {
+    let engine = Engine::builder().kind(depengine::EngineKind::Naive).simulated_gpus(1).build().unwrap();
+    let gpu = engine.gpu(0).unwrap();
+    let v = engine.var(gpu.sim_buffer(vec![1.0f32; 8]).unwrap());
+    let w = engine.var(gpu.sim_buffer(vec![0.0f32; 8]).unwrap());
+    let copy = engine.op("copy").read(&v).write(&w).device(Device::Gpu(0));
+    copy.run_gpu(|(v,), (mut w,), ctx| map(ctx, &v, &mut w, 5, |x| x * 3.0));
+    let got =
+        engine.op("read").read(&w).run(|(w,), ()| Ok(w.sim().unwrap().to_vec())).blocking_wait().unwrap();
+    assert_eq!(got, vec![3.0; 8]);
+    engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
+    assert_eq!(gpu.sim().unwrap().hazards(), Vec::<String>::new());
+}

@@ -108,6 +108,23 @@ impl Engine {
         self.shared().config.topology.cpu_workers
     }
 
+    /// Compute workers per GPU device (see [`EngineBuilder::gpu_workers`]).
+    pub fn gpu_workers(&self) -> usize {
+        self.shared().config.topology.gpu.workers
+    }
+
+    /// Workers per GPU device and copy lane (see
+    /// [`EngineBuilder::gpu_copy_workers`]).
+    pub fn gpu_copy_workers(&self) -> usize {
+        self.shared().config.topology.gpu.copy_workers
+    }
+
+    /// GPUs `Gpu(0)` to `Gpu(n - 1)` are simulated (see
+    /// [`EngineBuilder::simulated_gpus`]).
+    pub fn simulated_gpus(&self) -> usize {
+        self.shared().config.topology.gpu.simulated
+    }
+
     /// How long an idle worker watches its queues before it parks (see
     /// [`EngineBuilder::spin`]).
     pub fn spin(&self) -> std::time::Duration {
