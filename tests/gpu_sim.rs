@@ -152,9 +152,12 @@ async fn a_sticky_fault_fails_the_pending_ops_and_refuses_later_pushes() {
     let err = refused.unwrap_err();
     assert!(err.is_gpu() && err.to_string().contains("sticky"), "{err}");
     assert!(gpu.fault().is_some());
-    // The error is on the vars the failed op wrote, and waits do not hang.
+    // The error is on the vars the failed op wrote, and waits do not hang;
+    // a wait_for_var takes it, and the var is usable again from the CPU.
     assert!(engine.wait_for_var(&a).await.unwrap_err().is_gpu());
     assert!(engine.wait_for_all().await.is_err());
+    let len = engine.op("len").read(&a).run(|(a,), ()| Ok(a.len())).await.unwrap();
+    assert_eq!(len, 8);
     engine.shutdown(ShutdownMode::Drain).await.unwrap();
 }
 

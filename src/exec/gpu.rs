@@ -220,6 +220,9 @@ impl Gpus {
                     let err = Error::gpu(Some(header.meta.name.clone()), ordinal, fault);
                     task.resolve_early(&task, err, true);
                 }
+                if header.meta.clears_error {
+                    self.fences.clear(header.deps.iter().map(|d| d.var.id()));
+                }
                 Some(task)
             }
             Fenced::Wait(ordinal, events) => {

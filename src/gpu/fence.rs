@@ -130,6 +130,17 @@ impl Fences {
         self.live.store(map.len(), Ordering::Release);
     }
 
+    /// Forgets every fence of the vars of `deps`: their work failed with
+    /// a sticky fault, and a `wait_for_var` took that error (clearing it,
+    /// as it clears a var's error), so the vars are usable again.
+    pub(crate) fn clear(&self, deps: impl Iterator<Item = u64>) {
+        let mut map = self.lock();
+        for id in deps {
+            map.remove(&id);
+        }
+        self.live.store(map.len(), Ordering::Release);
+    }
+
     /// Forgets `event` on each var of `deps` once it completed.
     pub(crate) fn remove(&self, deps: impl Iterator<Item = u64>, event: &Event) {
         let mut map = self.lock();
