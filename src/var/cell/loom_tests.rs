@@ -195,3 +195,85 @@ fn loom_inbox_pushes_race_the_completion_that_opens_the_var() {
         assert!(!state.gate.write_running() && state.gate.queued().next().is_none());
     });
 }
+
+/// GPU early release (`gpu/README.md`) over the real gate: a GPU write,
+/// let through, fences the var and lets it go at enqueue, while its work
+/// completes on the GPU and a read of the var is pushed from another
+/// thread. Whether the read is let through by the release or at once by
+/// its append (the write gone from the gate already), it finds the write's
+/// work done or a fence to wait for: never the var without the work.
+#[test]
+fn loom_a_read_after_an_early_released_gpu_write_sees_its_work() {
+    use std::sync::OnceLock;
+
+    use crate::gpu::backend::RawEvent;
+    use crate::gpu::event::Event;
+    use crate::gpu::{Fences, Held, InFlight};
+
+    /// The read's body: what the dispatcher does before it runs.
+    fn consume(fences: &Fences, done: &AtomicUsize) {
+        match fences.held([(0, false)].into_iter(), None) {
+            Held::Free => {}
+            Held::Wait(_, events) => {
+                while !events.iter().all(Event::is_done) {
+                    thread::yield_now();
+                }
+            }
+            Held::Fault(..) => panic!("no fault was injected"),
+        }
+        assert_eq!(done.load(Ordering::Relaxed), 1, "the read ran before the GPU write's work");
+    }
+
+    loom::model(|| {
+        let world = World::new(1);
+        let fences = Arc::new(Fences::default());
+        let done = Arc::new(AtomicUsize::new(0));
+        let pool = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let event = Event::new(RawEvent::Sim(std::sync::Arc::default()), &pool);
+        let flight = InFlight { device: 0, fault: std::sync::Arc::new(OnceLock::new()), stream: 0, event };
+        // The GPU write, let through at once.
+        let write = Tok(Arc::new(Op {
+            name: "gpu write",
+            deps: vec![(0, Access::Write)],
+            pending: Countdown::new(1),
+            link: Link::new(),
+        }));
+        let cells = [(&world.vars[0], Access::Write)];
+        assert_eq!(append_all(cells.iter().copied(), &write, &mut |_| unreachable!()).unwrap(), 1);
+        let worker = {
+            let (world, fences, done) = (world.clone(), fences.clone(), done.clone());
+            thread::spawn(move || {
+                fences.add([(0, true)].into_iter(), &flight);
+                // The poller is told once the fence is in; the GPU may end
+                // the work any time from then on.
+                let gpu = {
+                    let (fences, done) = (fences.clone(), done.clone());
+                    thread::spawn(move || {
+                        done.store(1, Ordering::Relaxed);
+                        flight.event.set_done();
+                        fences.remove([0].into_iter(), &flight.event);
+                    })
+                };
+                let mut released = Vec::new();
+                world.vars[0].complete(Access::Write, None, &mut |op| released.push(op));
+                for read in released {
+                    if read.0.pending.release(1) {
+                        consume(&fences, &done);
+                    }
+                }
+                gpu.join().unwrap();
+            })
+        };
+        let read = Tok(Arc::new(Op {
+            name: "read",
+            deps: vec![(0, Access::Read)],
+            pending: Countdown::new(1),
+            link: Link::new(),
+        }));
+        let cells = [(&world.vars[0], Access::Read)];
+        if append_all(cells.iter().copied(), &read, &mut |_| unreachable!()).unwrap() == 1 {
+            consume(&fences, &done);
+        }
+        worker.join().unwrap();
+    });
+}
