@@ -180,7 +180,10 @@ fn main() {
     let what = args.get(1).map_or("all", String::as_str);
     let n = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(5000);
     let (_, gpu) = open(true);
-    println!("device: {}", if gpu.sim().is_some() { "simulated (no CUDA GPU here)" } else { "CUDA GPU 0" });
+    match gpu.driver_version() {
+        Ok(version) => println!("device: CUDA GPU 0, driver version {version}"),
+        Err(_) => println!("device: simulated (no CUDA GPU here)"),
+    }
     drop(gpu);
     match what {
         "chain" => chain(n),

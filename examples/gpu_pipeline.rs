@@ -107,7 +107,7 @@ fn open() -> (Engine, Gpu) {
     let real = Engine::builder().gpu_workers(2).build().expect("engine");
     match real.gpu(0) {
         Ok(gpu) => {
-            println!("running on a CUDA GPU");
+            println!("running on a CUDA GPU (driver version {})", gpu.driver_version().unwrap_or(0));
             return (real, gpu);
         }
         Err(err) => println!("no GPU here ({err}):\nrunning the same pipeline on the simulated device"),

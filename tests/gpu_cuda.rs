@@ -40,7 +40,8 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
         match engine.gpu(0) {
             Ok(gpu) => {
                 let ctx = gpu.cuda().expect("gpu(0) is real");
-                eprintln!("CUDA device: {}", ctx.name().unwrap_or_default());
+                let version = gpu.driver_version().expect("a real device has a driver");
+                eprintln!("CUDA driver {version}, device: {}", ctx.name().unwrap_or_default());
                 Some((engine, gpu))
             }
             Err(err) if !super::gpu_required() => {

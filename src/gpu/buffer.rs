@@ -236,6 +236,24 @@ impl Gpu {
         }
     }
 
+    /// The CUDA driver's version (`cuDriverGetVersion`: 12080 for 12.8), on
+    /// a real device.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_unsupported`] on a simulated device, or a CUDA error.
+    pub fn driver_version(&self) -> Result<i32, Error> {
+        match &self.device.backend {
+            super::backend::Backend::Sim(_) => {
+                Err(Error::unsupported(format!("gpu({}) is simulated: it has no driver", self.ordinal())))
+            }
+            #[cfg(feature = "cuda")]
+            super::backend::Backend::Cuda(_) => {
+                super::cuda::driver_version().map_err(|e| Error::gpu(None, self.ordinal(), e))
+            }
+        }
+    }
+
     /// The device's sticky fault, once it had one: every later GPU push to
     /// it is refused with it.
     pub fn fault(&self) -> Option<String> {

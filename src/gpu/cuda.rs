@@ -120,3 +120,20 @@ pub(crate) fn dtod<T: super::GpuElement>(
 ) -> Result<(), String> {
     guarded("cuMemcpyDtoDAsync", || stream.memcpy_dtod(src, dst))
 }
+
+/// The CUDA driver's version, as `cuDriverGetVersion` gives it (12080 for
+/// 12.8).
+pub(crate) fn driver_version() -> Result<i32, String> {
+    let mut version: std::ffi::c_int = 0;
+    // SAFETY: `cuDriverGetVersion` writes one int through the pointer, which
+    // points at a live local; the driver library is loaded (a device was
+    // opened before this is called).
+    let result = catch_unwind(AssertUnwindSafe(|| unsafe {
+        cudarc::driver::sys::cuDriverGetVersion(&raw mut version)
+    }));
+    match result {
+        Ok(cudarc::driver::sys::CUresult::CUDA_SUCCESS) => Ok(version),
+        Ok(err) => Err(format!("cuDriverGetVersion: {err:?}")),
+        Err(_) => Err("cuDriverGetVersion: the CUDA driver could not be used".to_owned()),
+    }
+}

@@ -20,8 +20,9 @@ pub(crate) type Done = Box<dyn FnOnce(Result<(), String>) + Send>;
 /// A callback to run, with what it is told.
 type Called = (Done, Result<(), String>);
 
-/// The longest sleep between two polls while work is pending.
-const MAX_BACKOFF: Duration = Duration::from_millis(1);
+/// The longest sleep between two polls while work is pending: how late, at
+/// most, the poller sees a long kernel end.
+const MAX_BACKOFF: Duration = Duration::from_micros(200);
 const FIRST_BACKOFF: Duration = Duration::from_micros(10);
 
 pub(crate) struct Poller {
