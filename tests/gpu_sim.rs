@@ -359,3 +359,50 @@ fn gpu_ops_on_the_naive_engine_complete_through_the_poller_too() {
     engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
     assert_eq!(gpu.sim().unwrap().hazards(), Vec::<String>::new());
 }
+
+/// Threads of this process whose name starts with `prefix`, where the
+/// platform tells (Linux; names are cut to 15 bytes there).
+fn threads_named(prefix: &str) -> Option<usize> {
+    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+    let count = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with(prefix))
+        .count();
+    Some(count)
+}
+
+#[test]
+fn no_gpu_thread_is_left_behind() {
+    for shutdown in [true, false] {
+        let prefix = if shutdown { "gq1" } else { "gq2" };
+        let engine = Engine::builder().simulated_gpus(1).thread_name(prefix).build().unwrap();
+        let gpu = engine.gpu(0).unwrap();
+        let v = engine.var(gpu.sim_buffer(vec![0.0f32; 4]).unwrap());
+        let step = engine.op("step").write(&v).device(Device::Gpu(0));
+        step.run_gpu(|(), (mut v,), ctx| map_in_place(ctx, &mut v)).blocking_wait().unwrap();
+        let Some(started) = threads_named(&format!("{prefix}-gpu0")) else { return };
+        // Four lanes of one worker, the poller and the simulated GPU.
+        assert_eq!(started, 6);
+        drop((gpu, v));
+        if shutdown {
+            engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
+            assert_eq!(threads_named(&format!("{prefix}-gpu0")), Some(0), "shutdown joins every GPU thread");
+        } else {
+            // Dropping the last handle starts a drain: the threads exit.
+            drop(engine);
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while threads_named(&format!("{prefix}-gpu0")) != Some(0) {
+                assert!(std::time::Instant::now() < deadline, "GPU threads outlived their engine");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+fn map_in_place(ctx: &depengine::GpuContext<'_>, v: &mut GpuBuffer<f32>) -> Result<(), depengine::BoxError> {
+    let (t, w) = v.sim_mut().unwrap().writer();
+    ctx.sim_stream().unwrap().launch("step", Duration::from_millis(1), vec![t], move || {
+        w.with(|d| d.iter_mut().for_each(|x| *x += 1.0))
+    })?;
+    Ok(())
+}
