@@ -23,7 +23,10 @@ use depengine::{Device, Engine, Gpu, GpuBuffer, GpuContext, Lane, Var};
 /// `SIM_KERNEL_US` microseconds (environment; default 0: the engine's own
 /// costs and the simulator's, without a modelled kernel time).
 fn sim_kernel() -> Duration {
-    Duration::from_micros(std::env::var("SIM_KERNEL_US").ok().and_then(|s| s.parse().ok()).unwrap_or(0))
+    static KERNEL: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *KERNEL.get_or_init(|| {
+        Duration::from_micros(std::env::var("SIM_KERNEL_US").ok().and_then(|s| s.parse().ok()).unwrap_or(0))
+    })
 }
 
 #[derive(Clone)]

@@ -2,6 +2,7 @@
 //! copy-from-GPU lane and a prioritized lane, each worker owning its own
 //! stream and binding the device's context once, as it starts.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -45,6 +46,8 @@ pub(super) struct Gpus {
     fences: Arc<Fences>,
     /// Taken to open a device, so that two pushes never both open one.
     starting: Mutex<()>,
+    /// Devices opened.
+    opened: AtomicUsize,
 }
 
 pub(super) struct GpuPools {
@@ -133,7 +136,8 @@ fn start_lane(
 impl Gpus {
     pub(super) fn new(settings: GpuSettings, thread_name: String, spin: Duration) -> Self {
         let devices = (0..MAX_GPU_DEVICES).map(|_| OnceLock::new()).collect();
-        Self { settings, thread_name, spin, devices, fences: Arc::default(), starting: Mutex::new(()) }
+        let (fences, starting, opened) = (Arc::default(), Mutex::new(()), AtomicUsize::new(0));
+        Self { settings, thread_name, spin, devices, fences, starting, opened }
     }
 
     /// Whether any var has GPU work in flight (one load: see `gpu/fence.rs`).
@@ -149,7 +153,7 @@ impl Gpus {
                 "op `{name}`: a GPU op runs on a worker owning a stream; lane Inline is for CPU ops"
             )));
         }
-        self.lane(device, lane).map(drop)
+        self.lane_ref(device, lane).map(drop)
     }
 
     /// The lane of GPU `device` an op of `lane` runs on, the device opened
@@ -160,6 +164,11 @@ impl Gpus {
     /// No such device ([`Error::is_gpu_unavailable`]), its sticky fault
     /// ([`Error::is_gpu`]), or pools that cannot start.
     pub(super) fn lane(&self, device: Device, lane: Lane) -> Result<GpuLane, Error> {
+        self.lane_ref(device, lane).cloned()
+    }
+
+    /// [`lane`](Self::lane), borrowed.
+    fn lane_ref(&self, device: Device, lane: Lane) -> Result<&GpuLane, Error> {
         let Device::Gpu(i) = device else {
             return Err(Error::invalid(format!("{device} is not a GPU")));
         };
@@ -170,7 +179,7 @@ impl Gpus {
         }
         let (_, gpu_lane) =
             pools.lane(lane).ok_or_else(|| Error::invalid(format!("a GPU has no lane {lane:?}")))?;
-        Ok(gpu_lane.clone())
+        Ok(gpu_lane)
     }
 
     /// GPU `i`, opened if it had not been (see [`lane`](Self::lane)).
@@ -191,6 +200,7 @@ impl Gpus {
             return Ok(pools);
         }
         let pools = GpuPools::start(i, self)?;
+        self.opened.fetch_add(1, Ordering::Release);
         Ok(cell.get_or_init(|| pools))
     }
 
@@ -209,6 +219,9 @@ impl Gpus {
     pub(super) fn fenced(&self, task: TaskRef) -> Option<TaskRef> {
         let header = task.header();
         let on = match header.meta.device() {
+            // With one device, all work in flight is this op's device's,
+            // which orders it on the GPU: nothing to hold it back for.
+            Device::Gpu(_) if self.opened.load(Ordering::Acquire) == 1 => return Some(task),
             Device::Gpu(i) => Some(i),
             Device::Cpu(_) => None,
         };
