@@ -147,6 +147,21 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
         self
     }
 
+    /// Whether the op's own failure (an error it returns, a panic) is left
+    /// on the vars it writes, so that the ops after it there are skipped
+    /// (default true, as MXNet does). `false`: the op promises that it left
+    /// its vars consistent whatever happened (it validates before it
+    /// writes, say), so its failure is reported through its handle and
+    /// [`Engine::wait_for_all`](crate::Engine::wait_for_all) only, and
+    /// later ops use the vars as they are. A service's update that fails
+    /// then does not make every later request fail. An error the op *saw*
+    /// on its vars (a no-skip op) still passes on, and a write guard
+    /// dropped during a panic still poisons its var.
+    pub fn poison(mut self, poison: bool) -> Self {
+        self.opts.poison = poison;
+        self
+    }
+
     /// Cancels the op if its handle is dropped before the op starts
     /// (default false: a dropped handle detaches the op, which still runs).
     /// For request-scoped work: the op of a request whose client hung up

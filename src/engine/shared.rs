@@ -15,7 +15,7 @@ use crate::op::access::normalize;
 use crate::op::cell::{OpCell, SlotRef};
 use crate::op::job::{Job, Running};
 use crate::op::recycle::{self, Graveyard, Shell};
-use crate::op::{DepList, HandleKind, Help, Host, Meta, PackedDevice, ReadyList, TaskRef, submit};
+use crate::op::{DepList, Flags, HandleKind, Help, Host, Meta, PackedDevice, ReadyList, TaskRef, submit};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::epoch::Tracker;
 use crate::sync::latch::Latch;
@@ -32,6 +32,8 @@ pub(crate) struct OpOptions {
     pub(crate) priority: i32,
     pub(crate) no_skip: bool,
     pub(crate) cancel_on_drop: bool,
+    /// Its failure is left on the vars it writes (the default).
+    pub(crate) poison: bool,
 }
 
 impl OpOptions {
@@ -43,6 +45,7 @@ impl OpOptions {
             priority: 0,
             no_skip: false,
             cancel_on_drop: false,
+            poison: true,
         }
     }
 
@@ -188,7 +191,7 @@ impl Shared {
         let mut queued: Vec<TaskRef> = Vec::new();
         let mut take = |op: &TaskRef| {
             let meta = &op.header().meta;
-            if !meta.deletes && !meta.clears_error {
+            if !meta.deletes() && !meta.clears_error() {
                 queued.push(op.clone());
             }
         };
@@ -325,16 +328,18 @@ impl Shared {
             lane: opts.lane,
             exec,
             priority: opts.priority,
-            no_skip: opts.no_skip || role == Role::Delete || role == Role::Segment,
-            clears_error: role == Role::WaitForVar,
-            cancellable: role == Role::User || role == Role::Member,
-            deletes: role == Role::Delete,
+            flags: Flags::new(0)
+                .with(Flags::NO_SKIP, opts.no_skip || role == Role::Delete || role == Role::Segment)
+                .with(Flags::CLEARS_ERROR, role == Role::WaitForVar)
+                .with(Flags::CANCELLABLE, role == Role::User || role == Role::Member)
+                .with(Flags::DELETES, role == Role::Delete)
+                .with(Flags::NESTED, role == Role::Member)
+                .with(Flags::NO_POISON, !opts.poison),
             handle: match (detached, opts.cancel_on_drop) {
                 (true, _) => HandleKind::Detached,
                 (false, false) => HandleKind::Handle,
                 (false, true) => HandleKind::CancelOnDrop,
             },
-            nested: role == Role::Member,
         };
         Ok(recycle::build(shell, self, meta, deps, job, epoch))
     }

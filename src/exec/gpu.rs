@@ -229,11 +229,11 @@ impl Gpus {
         match self.fences.held(deps, on) {
             Fenced::Free => Some(task),
             Fenced::Fault(ordinal, fault) => {
-                if !header.meta.deletes {
+                if !header.meta.deletes() {
                     let err = Error::gpu(Some(header.meta.name.clone()), ordinal, fault);
                     task.resolve_early(&task, err, true);
                 }
-                if header.meta.clears_error {
+                if header.meta.clears_error() {
                     self.fences.clear(header.deps.iter().map(|d| d.var.id()));
                 }
                 Some(task)

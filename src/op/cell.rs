@@ -213,7 +213,7 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
         }
         self.header.record_outcome(outcome.as_ref().map(|_| ()));
         if let Err(err) = outcome {
-            if !self.header.meta.clears_error {
+            if !self.header.meta.clears_error() {
                 self.header.host.note_error(&err);
             }
         }

@@ -54,7 +54,7 @@ impl Header {
     /// (called under the var's lock): a `wait_for_var` takes the error, any
     /// other op sees it.
     pub(super) fn on_grant(&self, var: u64, error: &mut Option<Error>) {
-        let seen = if self.meta.clears_error { error.take() } else { error.clone() };
+        let seen = if self.meta.clears_error() { error.take() } else { error.clone() };
         if let Some(err) = seen {
             let mut errors = lock(&self.errors);
             errors.rare().seen_on.push((var, err.clone()));
@@ -65,11 +65,11 @@ impl Header {
 
     /// Why the body must not run, if it must not.
     pub(crate) fn veto(&self) -> Option<Error> {
-        if self.meta.cancellable && self.host.is_cancelling() {
+        if self.meta.cancellable() && self.host.is_cancelling() {
             let reason = "the engine was shut down in cancel mode";
             return Some(Error::new(Kind::Cancelled { op: self.meta.name.clone(), reason }));
         }
-        if self.meta.no_skip || self.meta.clears_error || !self.has_errors.load(Ordering::Acquire) {
+        if self.meta.no_skip() || self.meta.clears_error() || !self.has_errors.load(Ordering::Acquire) {
             return None;
         }
         let seen = lock(&self.errors).seen.clone()?;
@@ -107,6 +107,12 @@ impl Header {
             return None;
         }
         lock(&self.errors).rare.as_ref().and_then(|rare| rare.carry.clone())
+    }
+
+    /// The error this op leaves on var `var` (one it writes): what it
+    /// passes on, else the poison of a write guard dropped in a panic.
+    pub(crate) fn leaves_on(&self, var: u64) -> Option<Error> {
+        self.carries().and_then(|carries| carries.on(var).cloned())
     }
 
     /// Sets the error each var it writes is left with, var by var, instead
@@ -151,15 +157,17 @@ impl Header {
     }
 
     /// Records the op's outcome for propagation: the error it passes to the
-    /// vars it writes is the one it saw, else its own failure.
+    /// vars it writes is the one it saw, else its own failure (unless it
+    /// does not poison: then its own failure stays with its handle and
+    /// `wait_for_all`).
     pub(crate) fn record_outcome(&self, result: Result<(), &Error>) {
         if result.is_ok() && !self.has_errors.load(Ordering::Acquire) {
             return;
         }
         let mut errors = lock(&self.errors);
         let carry = match (&errors.seen, result) {
-            (Some(seen), _) if !self.meta.clears_error => seen.clone(),
-            (_, Err(own)) => own.clone(),
+            (Some(seen), _) if !self.meta.clears_error() => seen.clone(),
+            (_, Err(own)) if self.meta.poisons() => own.clone(),
             _ => return,
         };
         errors.rare().carry.get_or_insert(carry);

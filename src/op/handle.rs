@@ -235,7 +235,7 @@ fn let_go<R: 'static>(slot: SlotRef<R>) {
 
 /// A wait on a nested op: its parent may be held back (see `nest.rs`).
 fn release_held(header: &Header) {
-    if header.meta.nested {
+    if header.meta.nested() {
         header.host.release_held();
     }
 }

@@ -37,7 +37,7 @@ pub(crate) fn submit(task: TaskRef, mut dispatch: impl FnMut(TaskRef)) -> Result
     let mut others: SmallList<TaskRef, 4> = SmallList::new();
     let mut collect = |op| others.push(op);
     let ready = match deps {
-        1 if !header.meta.deletes => {
+        1 if !header.meta.deletes() => {
             let dep = &header.deps[0];
             let (cell, access): (*const _, _) = (dep.var.cell(), dep.access);
             // SAFETY: the record `task` refers to holds the var, so the cell
@@ -46,7 +46,7 @@ pub(crate) fn submit(task: TaskRef, mut dispatch: impl FnMut(TaskRef)) -> Result
             unsafe { VarCell::append_one(cell, access, task, &mut collect)? }
         }
         _ => {
-            let granted = if header.meta.deletes {
+            let granted = if header.meta.deletes() {
                 let dep = header.deps.first().expect("a deletion has its var");
                 dep.var.cell().append_delete(task.clone(), &mut collect).map(usize::from)
             } else {
@@ -125,7 +125,7 @@ fn release(task: &TaskRef, late: bool) {
 /// error to its vars: it releases them at completion, with the error.
 pub(crate) fn release_vars_early(task: &TaskRef) -> bool {
     let header = task.header();
-    if header.meta.nested || header.carries().is_some() {
+    if header.meta.nested() || header.carries().is_some() {
         return false;
     }
     header.vars_gone.store(true, Ordering::Relaxed);
@@ -149,7 +149,7 @@ pub(crate) fn release_vars_early(task: &TaskRef) -> bool {
 /// result published. `after_guards`: a guard outlived the body.
 fn finalize(task: &TaskRef, after_guards: bool) {
     let header = task.header();
-    if header.meta.nested {
+    if header.meta.nested() {
         finalize_nested(header, after_guards);
         return;
     }

@@ -28,4 +28,4 @@ mod slot;
 
 pub(crate) use host::{Help, Host, ReadyList};
 pub(crate) use life::{LiveRef, submit};
-pub(crate) use record::{DepList, Exec, HandleKind, Header, Meta, PackedDevice, Task, TaskRef};
+pub(crate) use record::{DepList, Exec, Flags, HandleKind, Header, Meta, PackedDevice, Task, TaskRef};

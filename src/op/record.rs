@@ -64,20 +64,48 @@ pub(crate) struct Meta {
     pub(crate) priority: i32,
     pub(crate) lane: Lane,
     pub(crate) exec: Exec,
-    /// Runs even if a var it uses carries an error.
-    pub(crate) no_skip: bool,
-    /// Takes (clears) the error of the var it reads: `wait_for_var`.
-    pub(crate) clears_error: bool,
-    /// Cancelled, not run, by a cancelling shutdown.
-    pub(crate) cancellable: bool,
-    /// Deletes its one (written) var: appended with `append_delete`.
-    pub(crate) deletes: bool,
+    /// What kind of op it is, as bits (see [`Flags`]).
+    pub(crate) flags: Flags,
     /// Who reads its result.
     pub(crate) handle: HandleKind,
+    pub(crate) name: Cow<'static, str>,
+}
+
+/// An op's yes/no properties, one bit each: they fit the bytes left before
+/// the name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Flags(u8);
+
+impl Flags {
+    /// Runs even if a var it uses carries an error.
+    pub(crate) const NO_SKIP: u8 = 1;
+    /// Takes (clears) the error of the var it reads: `wait_for_var`.
+    pub(crate) const CLEARS_ERROR: u8 = 1 << 1;
+    /// A user op: cancelled, not run, by a cancelling shutdown.
+    pub(crate) const CANCELLABLE: u8 = 1 << 2;
+    /// Deletes its one (written) var: appended with `append_delete`.
+    pub(crate) const DELETES: u8 = 1 << 3;
     /// Run by a parent op, which holds its vars and publishes it (see
     /// `nest.rs`).
-    pub(crate) nested: bool,
-    pub(crate) name: Cow<'static, str>,
+    pub(crate) const NESTED: u8 = 1 << 4;
+    /// Its own failure is not left on the vars it writes (it promises it
+    /// left them consistent).
+    pub(crate) const NO_POISON: u8 = 1 << 5;
+
+    /// The flags whose bits are set in `bits`.
+    pub(crate) const fn new(bits: u8) -> Self {
+        Self(bits)
+    }
+
+    /// `bit` set if `on`.
+    pub(crate) const fn with(self, bit: u8, on: bool) -> Self {
+        if on { Self(self.0 | bit) } else { Self(self.0 & !bit) }
+    }
+
+    #[inline]
+    const fn has(self, bit: u8) -> bool {
+        self.0 & bit != 0
+    }
 }
 
 /// Who reads an op's result.
@@ -92,6 +120,42 @@ pub(crate) enum HandleKind {
 }
 
 impl Meta {
+    /// Runs even if a var it uses carries an error.
+    #[inline]
+    pub(crate) fn no_skip(&self) -> bool {
+        self.flags.has(Flags::NO_SKIP)
+    }
+
+    /// Takes (clears) the error of the var it reads: `wait_for_var`.
+    #[inline]
+    pub(crate) fn clears_error(&self) -> bool {
+        self.flags.has(Flags::CLEARS_ERROR)
+    }
+
+    /// A user op: cancelled, not run, by a cancelling shutdown.
+    #[inline]
+    pub(crate) fn cancellable(&self) -> bool {
+        self.flags.has(Flags::CANCELLABLE)
+    }
+
+    /// Deletes its one (written) var.
+    #[inline]
+    pub(crate) fn deletes(&self) -> bool {
+        self.flags.has(Flags::DELETES)
+    }
+
+    /// Run by a parent op (see `nest.rs`).
+    #[inline]
+    pub(crate) fn nested(&self) -> bool {
+        self.flags.has(Flags::NESTED)
+    }
+
+    /// Its own failure is left on the vars it writes (the default).
+    #[inline]
+    pub(crate) fn poisons(&self) -> bool {
+        !self.flags.has(Flags::NO_POISON)
+    }
+
     /// Whether the op was pushed without a handle.
     #[inline]
     pub(crate) fn detached(&self) -> bool {

@@ -115,9 +115,9 @@ impl Run {
 
     /// Takes in what a member that stored its result leaves on its vars.
     fn absorb(&mut self, member: &Header) {
-        let carry = member.carry();
         for dep in member.deps.iter().filter(|d| d.access == Access::Write) {
             let id = dep.var.id();
+            let carry = member.leaves_on(id);
             let writes = &mut self.writes;
             match self.written.position(writes.len(), |k| writes[k].0, id) {
                 Some(k) => writes[k].1 += 1,
