@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A boxed error as returned by op bodies; `?` converts any error into it.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -18,7 +19,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// ops.
 #[derive(Clone)]
 pub struct Error {
-    inner: Arc<Kind>,
+    inner: Arc<Repr>,
+}
+
+struct Repr {
+    kind: Kind,
+    /// Handed to the user through an op's handle (a `wait_for_var`'s
+    /// included): a shutdown does not report it again.
+    seen: AtomicBool,
 }
 
 pub(crate) enum Kind {
@@ -58,7 +66,17 @@ pub(crate) enum Kind {
 
 impl Error {
     pub(crate) fn new(kind: Kind) -> Self {
-        Self { inner: Arc::new(kind) }
+        Self { inner: Arc::new(Repr { kind, seen: AtomicBool::new(false) }) }
+    }
+
+    /// Notes that the user was handed this failure (through a handle).
+    pub(crate) fn mark_seen(&self) {
+        self.inner.seen.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the user was handed this failure.
+    pub(crate) fn is_seen(&self) -> bool {
+        self.inner.seen.load(Ordering::Relaxed)
     }
 
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
@@ -86,7 +104,7 @@ impl Error {
     }
 
     pub(crate) fn kind(&self) -> &Kind {
-        &self.inner
+        &self.inner.kind
     }
 
     /// The failure at the start of a chain of skipped ops, or `self`.

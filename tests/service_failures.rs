@@ -51,3 +51,44 @@ fn an_op_that_does_not_poison_fails_alone() {
         assert!(skipped.unwrap_err().is_skipped());
     }
 }
+
+#[test]
+fn a_shutdown_reports_only_failures_nobody_was_handed() {
+    let fail = |engine: &Engine, v: &depengine::Var<u32>| {
+        engine.op("fail").write(v).run(|(), (_v,)| -> depengine::Result<(), _> { Err("boom".into()) })
+    };
+    for engine in engines() {
+        // Seen through the op's handle.
+        let v = engine.var(0u32);
+        assert!(fail(&engine, &v).blocking_wait().is_err());
+        assert!(engine.blocking_shutdown(ShutdownMode::Drain).is_ok());
+    }
+    for engine in engines() {
+        // Seen through wait_for_var.
+        let v = engine.var(0u32);
+        drop(fail(&engine, &v));
+        assert!(engine.blocking_wait_for_var(&v).unwrap_err().is_failed());
+        assert!(engine.blocking_shutdown(ShutdownMode::Drain).is_ok());
+    }
+    for engine in engines() {
+        // Nobody was told: the shutdown reports it.
+        let v = engine.var(0u32);
+        engine.op("fail").write(&v).run_detached(|(), (_v,)| Err("unseen".into())).unwrap();
+        let err = engine.blocking_shutdown(ShutdownMode::Drain).unwrap_err();
+        assert!(err.is_failed() && err.to_string().contains("unseen"), "{err}");
+    }
+    for engine in engines() {
+        // A seen failure first, an unseen one after: the unseen one.
+        let (v, w) = (engine.var(0u32), engine.var(0u32));
+        assert!(fail(&engine, &v).blocking_wait().is_err());
+        engine.op("later").write(&w).run_detached(|(), (_w,)| Err("later".into())).unwrap();
+        let err = engine.blocking_shutdown(ShutdownMode::Drain).unwrap_err();
+        assert!(err.to_string().contains("later"), "{err}");
+    }
+    // wait_for_all still reports the first failure since the last one,
+    // seen or not.
+    let engine = Engine::new();
+    let v = engine.var(0u32);
+    assert!(fail(&engine, &v).blocking_wait().is_err());
+    assert!(engine.blocking_wait_for_all().is_err());
+}

@@ -339,9 +339,11 @@ impl Engine {
     ///
     /// # Errors
     ///
-    /// The first op failure recorded since the last `wait_for_all`. Inside
-    /// a body of one of this engine's ops, [`Error::is_would_deadlock`]
-    /// (it would wait for that op), and the engine is not closed.
+    /// The first op failure recorded since the last `wait_for_all` that no
+    /// handle has returned already (a `wait_for_var`'s included): a
+    /// failure the caller has seen is not reported twice. Inside a body of
+    /// one of this engine's ops, [`Error::is_would_deadlock`] (it would
+    /// wait for that op), and the engine is not closed.
     pub fn shutdown(&self, mode: ShutdownMode) -> impl Future<Output = Result<(), Error>> + Send + 'static {
         self.close_and_wait(mode, "Engine::shutdown")
     }
@@ -359,7 +361,7 @@ impl Engine {
             let (latch, shared) = closing?;
             latch.wait().await;
             shared.dispatcher.stop_and_join();
-            shared.take_error()
+            shared.take_unseen_error()
         }
     }
 

@@ -23,6 +23,10 @@ use crate::sync::small::Padded;
 use crate::sync::{Mutex, lock};
 use crate::var::{Queue, Var};
 
+/// Failures kept for `wait_for_all` and shutdown between two
+/// `wait_for_all`s: the first few are enough to report one.
+const KEPT_FAILURES: usize = 16;
+
 /// Placement and policy of an op, as given to the builder.
 #[derive(Clone, Debug)]
 pub(crate) struct OpOptions {
@@ -99,7 +103,10 @@ pub(crate) struct Shared {
     pub(super) tracker: Padded<Tracker<Intake>>,
     pub(super) dispatcher: Dispatcher,
     runtime: Option<tokio::runtime::Handle>,
-    first_error: Mutex<Option<Error>>,
+    /// The first failures since the last `wait_for_all` (at most
+    /// `KEPT_FAILURES`): it returns the first; a shutdown the first not
+    /// handed to the user already.
+    failures: Mutex<Vec<Error>>,
     cancelling: AtomicBool,
     /// Shells of op records, freed by pushes.
     graves: Padded<Graveyard>,
@@ -128,7 +135,10 @@ impl Host for Shared {
     }
 
     fn note_error(&self, err: &Error) {
-        lock(&self.first_error).get_or_insert_with(|| err.clone());
+        let mut failures = lock(&self.failures);
+        if failures.len() < KEPT_FAILURES {
+            failures.push(err.clone());
+        }
     }
 
     fn graveyard(&self) -> &Graveyard {
@@ -154,7 +164,7 @@ impl Shared {
                 config,
                 tracker: Padded(Tracker::new()),
                 runtime,
-                first_error: Mutex::new(None),
+                failures: Mutex::new(Vec::new()),
                 cancelling: AtomicBool::new(false),
                 graves: Padded(Graveyard::new()),
                 bulk,
@@ -167,8 +177,17 @@ impl Shared {
         self.runtime.clone()
     }
 
+    /// The first failure since the last `wait_for_all`, which forgets them.
     pub(super) fn take_error(&self) -> Result<(), Error> {
-        lock(&self.first_error).take().map_or(Ok(()), Err)
+        let failures = std::mem::take(&mut *lock(&self.failures));
+        failures.into_iter().next().map_or(Ok(()), Err)
+    }
+
+    /// The first failure since the last `wait_for_all` that no handle has
+    /// handed to the user (for a shutdown's result), forgetting them all.
+    pub(super) fn take_unseen_error(&self) -> Result<(), Error> {
+        let failures = std::mem::take(&mut *lock(&self.failures));
+        failures.into_iter().find(|err| !err.is_seen()).map_or(Ok(()), Err)
     }
 
     /// Keeps (weakly) the queue of a new var.

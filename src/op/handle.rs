@@ -187,6 +187,11 @@ impl<R: Send + 'static> Future for OpHandle<R> {
                     release_held(slot.header());
                     return result;
                 }
+                // A failure handed over here is one the caller has seen: a
+                // shutdown does not report it again.
+                if let Poll::Ready(Err(err)) = &result {
+                    err.mark_seen();
+                }
                 // The record, and with it the vars it may hold last, goes
                 // now: a handle that returned its result holds nothing.
                 let name = slot.header().meta.name.clone();
