@@ -59,6 +59,8 @@ pub(crate) enum Kind {
     PoolUnavailable { pool: String, reason: String },
     /// A GPU device cannot be used (no driver, no such device).
     GpuUnavailable { device: usize, reason: String },
+    /// The engine holds its limit of ops in flight.
+    Full { limit: usize },
     /// A CUDA error: from enqueueing an op's work, from the query of its
     /// event, or the device's sticky fault.
     Gpu { op: Option<Cow<'static, str>>, device: usize, error: String },
@@ -93,6 +95,10 @@ impl Error {
 
     pub(crate) fn pool_unavailable(pool: &str, reason: &std::io::Error) -> Self {
         Self::new(Kind::PoolUnavailable { pool: pool.to_owned(), reason: reason.to_string() })
+    }
+
+    pub(crate) fn full(limit: usize) -> Self {
+        Self::new(Kind::Full { limit })
     }
 
     pub(crate) fn gpu_unavailable(device: usize, reason: String) -> Self {
@@ -186,6 +192,14 @@ impl Error {
         matches!(self.kind(), Kind::PoolUnavailable { .. })
     }
 
+    /// The push was refused: the engine holds its limit of ops in flight
+    /// ([`EngineBuilder::max_in_flight`](crate::EngineBuilder::max_in_flight)).
+    /// Nothing was pushed. Try later, or wait for room with
+    /// [`Engine::reserve`](crate::Engine::reserve); a service answers 503.
+    pub fn is_full(&self) -> bool {
+        matches!(self.kind(), Kind::Full { .. })
+    }
+
     /// A GPU device cannot be used: no CUDA driver, no such device, a build
     /// without the `cuda` feature. The message names what is missing.
     pub fn is_gpu_unavailable(&self) -> bool {
@@ -245,6 +259,11 @@ impl fmt::Display for Error {
             Kind::PoolUnavailable { pool, reason } => {
                 write!(f, "cannot start the worker threads of pool `{pool}`: {reason}")
             }
+            Kind::Full { limit } => write!(
+                f,
+                "the engine holds its limit of {limit} ops in flight (EngineBuilder::max_in_flight); \
+                 try later, or wait for room with Engine::reserve"
+            ),
             Kind::GpuUnavailable { device, reason } => write!(f, "gpu({device}) is unavailable: {reason}"),
             Kind::Gpu { op: Some(op), device, error } => {
                 write!(f, "op `{op}` failed on gpu({device}): {error}")

@@ -19,6 +19,7 @@ fn child(test: &str, env: &[(&str, &str)]) -> String {
         "DEPENGINE_GPU_WORKERS",
         "DEPENGINE_GPU_COPY_WORKERS",
         "DEPENGINE_SIM_GPUS",
+        "DEPENGINE_MAX_IN_FLIGHT",
     ] {
         cmd.env_remove(var);
     }
@@ -30,7 +31,8 @@ fn child(test: &str, env: &[(&str, &str)]) -> String {
 fn report(built: depengine::Result<Engine>) {
     match built {
         Ok(e) => println!(
-            "config: kind={:?} workers={} bulk={} spin={:?} gpu_workers={} gpu_copy_workers={} sim_gpus={}",
+            "config: kind={:?} workers={} bulk={} spin={:?} gpu_workers={} gpu_copy_workers={} sim_gpus={} \
+             max_in_flight={:?}",
             e.kind(),
             e.cpu_workers(),
             e.bulk_size(),
@@ -38,6 +40,7 @@ fn report(built: depengine::Result<Engine>) {
             e.gpu_workers(),
             e.gpu_copy_workers(),
             e.simulated_gpus(),
+            e.max_in_flight(),
         ),
         Err(e) => println!("config error: {e}"),
     }
@@ -145,4 +148,17 @@ fn gpu_settings_follow_the_same_precedence() {
     let engine = Engine::builder().gpu_workers(2).simulated_gpus(1).build().unwrap();
     assert_eq!((engine.gpu_workers(), engine.simulated_gpus()), (2, 1));
     assert!(engine.gpu(0).unwrap().sim().is_some());
+}
+
+/// The bound on ops in flight: none by default; builder, else environment.
+#[test]
+fn max_in_flight_is_a_setting() {
+    let out = child("child_with_defaults", &[]);
+    assert!(out.contains("max_in_flight=None"), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_MAX_IN_FLIGHT", "512")]);
+    assert!(out.contains("max_in_flight=Some(512)"), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_MAX_IN_FLIGHT", "0")]);
+    assert!(out.contains("DEPENGINE_MAX_IN_FLIGHT must be at least 1"), "{out}");
+    let engine = Engine::builder().max_in_flight(3).build().unwrap();
+    assert_eq!(engine.max_in_flight(), Some(3));
 }

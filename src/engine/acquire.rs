@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use super::shared::{Body, OpOptions, Shared};
+use super::shared::{Body, OpOptions, Role, Shared};
 use crate::device::Lane;
 use crate::error::{Error, Kind, panic_message, refuse_in_runtime};
 use crate::op::access::{Append, Decls, Item, OpToken, Reading, Writing};
@@ -148,7 +148,7 @@ pub(super) fn push<I: Item>(shared: &Arc<Shared>, item: I) -> Acquire<I::Guard> 
     let mut opts = OpOptions::new("acquire".into());
     opts.lane = Lane::Inline;
     let job = AcquireJob { item, slot: slot.clone() };
-    match shared.push_detached(opts, decls.0, job, Body::Hands) {
+    match shared.push_detached_as(Role::Acquire, opts, decls.0, job, Body::Hands) {
         Ok(()) => Acquire { slot: Some(slot), refused: None },
         Err(err) => Acquire { slot: None, refused: Some(err) },
     }

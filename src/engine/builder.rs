@@ -5,6 +5,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use super::limit::{NoSlot, Reserved, Slot};
 use super::shared::{Body, OpOptions, Shared};
 use crate::device::{Device, Lane};
 use crate::error::{BoxError, Error, Kind};
@@ -47,64 +48,82 @@ use crate::var::{Access, AnyVar, Var};
 /// # Ok(()) }
 /// ```
 #[must_use = "an op is pushed only when one of its run or spawn methods is called"]
-pub struct OpBuilder<'e, Rd = (), Wr = ()> {
+pub struct OpBuilder<'e, Rd = (), Wr = (), S = NoSlot> {
     shared: &'e Arc<Shared>,
     opts: OpOptions,
     reads: Rd,
     writes: Wr,
     untyped: DepList,
+    /// The slot of a reservation ([`Reserved`]), until the push uses it;
+    /// none ([`NoSlot`], a zero-sized type) for other ops.
+    slot: S,
 }
 
 impl<'e> OpBuilder<'e> {
     #[inline]
     pub(crate) fn new(shared: &'e Arc<Shared>, name: Cow<'static, str>) -> Self {
-        Self { shared, opts: OpOptions::new(name), reads: (), writes: (), untyped: DepList::new() }
+        Self {
+            shared,
+            opts: OpOptions::new(name),
+            reads: (),
+            writes: (),
+            untyped: DepList::new(),
+            slot: NoSlot,
+        }
     }
 }
 
-impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
+impl<'e> OpBuilder<'e, (), (), Reserved> {
+    /// A builder whose push uses the slot a reservation holds.
+    pub(super) fn reserved(shared: &'e Arc<Shared>, name: Cow<'static, str>, slot: Reserved) -> Self {
+        let opts = OpOptions::new(name);
+        OpBuilder { shared, opts, reads: (), writes: (), untyped: DepList::new(), slot }
+    }
+}
+
+impl<'e, Rd, Wr, S: Slot> OpBuilder<'e, Rd, Wr, S> {
     /// Declares a read of `var`: the body receives a [`ReadGuard`](crate::ReadGuard).
-    pub fn read<T>(self, var: &Var<T>) -> OpBuilder<'e, Rd::Output, Wr>
+    pub fn read<T>(self, var: &Var<T>) -> OpBuilder<'e, Rd::Output, Wr, S>
     where
         T: Send + Sync + 'static,
         Rd: Append<Reading<Var<T>>>,
     {
-        let Self { shared, opts, reads, writes, untyped } = self;
-        OpBuilder { shared, opts, reads: reads.append(Reading(var.clone())), writes, untyped }
+        let Self { shared, opts, reads, writes, untyped, slot } = self;
+        OpBuilder { shared, opts, reads: reads.append(Reading(var.clone())), writes, untyped, slot }
     }
 
     /// Declares a read of each var: the body receives a `Vec` of guards.
-    pub fn read_all<'v, T, I>(self, vars: I) -> OpBuilder<'e, Rd::Output, Wr>
+    pub fn read_all<'v, T, I>(self, vars: I) -> OpBuilder<'e, Rd::Output, Wr, S>
     where
         T: Send + Sync + 'static,
         I: IntoIterator<Item = &'v Var<T>>,
         Rd: Append<Reading<Vec<Var<T>>>>,
     {
-        let Self { shared, opts, reads, writes, untyped } = self;
+        let Self { shared, opts, reads, writes, untyped, slot } = self;
         let reads = reads.append(Reading(vars.into_iter().cloned().collect()));
-        OpBuilder { shared, opts, reads, writes, untyped }
+        OpBuilder { shared, opts, reads, writes, untyped, slot }
     }
 
     /// Declares a write of `var`: the body receives a [`WriteGuard`](crate::WriteGuard).
-    pub fn write<T>(self, var: &Var<T>) -> OpBuilder<'e, Rd, Wr::Output>
+    pub fn write<T>(self, var: &Var<T>) -> OpBuilder<'e, Rd, Wr::Output, S>
     where
         T: Send + Sync + 'static,
         Wr: Append<Writing<Var<T>>>,
     {
-        let Self { shared, opts, reads, writes, untyped } = self;
-        OpBuilder { shared, opts, reads, writes: writes.append(Writing(var.clone())), untyped }
+        let Self { shared, opts, reads, writes, untyped, slot } = self;
+        OpBuilder { shared, opts, reads, writes: writes.append(Writing(var.clone())), untyped, slot }
     }
 
     /// Declares a write of each var: the body receives a `Vec` of guards.
-    pub fn write_all<'v, T, I>(self, vars: I) -> OpBuilder<'e, Rd, Wr::Output>
+    pub fn write_all<'v, T, I>(self, vars: I) -> OpBuilder<'e, Rd, Wr::Output, S>
     where
         T: Send + Sync + 'static,
         I: IntoIterator<Item = &'v Var<T>>,
         Wr: Append<Writing<Vec<Var<T>>>>,
     {
-        let Self { shared, opts, reads, writes, untyped } = self;
+        let Self { shared, opts, reads, writes, untyped, slot } = self;
         let writes = writes.append(Writing(vars.into_iter().cloned().collect()));
-        OpBuilder { shared, opts, reads, writes, untyped }
+        OpBuilder { shared, opts, reads, writes, untyped, slot }
     }
 
     /// Declares a read of a var without receiving its data (a dependency
@@ -143,7 +162,7 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     /// Runs the op even when a var it uses carries an error (default
     /// false). The error still passes on to the vars it writes.
     pub fn no_skip(mut self, no_skip: bool) -> Self {
-        self.opts.no_skip = no_skip;
+        self.opts.set(OpOptions::NO_SKIP, no_skip);
         self
     }
 
@@ -158,7 +177,7 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     /// on its vars (a no-skip op) still passes on, and a write guard
     /// dropped during a panic still poisons its var.
     pub fn poison(mut self, poison: bool) -> Self {
-        self.opts.poison = poison;
+        self.opts.set(OpOptions::NO_POISON, !poison);
         self
     }
 
@@ -168,12 +187,12 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     /// costs no worker. It is cancelled as by
     /// [`OpHandle::abort`](crate::OpHandle::abort).
     pub fn cancel_on_drop(mut self, cancel: bool) -> Self {
-        self.opts.cancel_on_drop = cancel;
+        self.opts.set(OpOptions::CANCEL_ON_DROP, cancel);
         self
     }
 }
 
-impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
+impl<'e, Rd: Item, Wr: Item, S: Slot> OpBuilder<'e, Rd, Wr, S> {
     /// Pushes the op with a body run to completion on a worker of its lane.
     ///
     /// A refused push (closed engine, deleted var, invalid arguments)
@@ -368,21 +387,35 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
         body: Body,
     ) -> Result<OpHandle<J::Output>, Error> {
         let (shared, opts, decls, reads, writes) = self.declared();
-        let job = make(reads, writes, shared)?;
+        let job = match make(reads, writes, shared) {
+            Ok(job) => job,
+            Err(err) => {
+                if opts.has(OpOptions::RESERVED) {
+                    shared.give_slot();
+                }
+                return Err(err);
+            }
+        };
         let slot = shared.push_job(opts, decls, job, body)?;
         Ok(OpHandle::pushed(slot))
     }
 
     /// The builder's parts, with every declaration collected.
     fn declared(self) -> (&'e Arc<Shared>, OpOptions, DepList, Rd, Wr) {
-        let mut decls = Decls(self.untyped);
-        self.reads.declare(&mut decls);
-        self.writes.declare(&mut decls);
-        (self.shared, self.opts, decls.0, self.reads, self.writes)
+        let Self { shared, mut opts, reads, writes, untyped, slot } = self;
+        let mut decls = Decls(untyped);
+        reads.declare(&mut decls);
+        writes.declare(&mut decls);
+        // The push that follows holds the reserved slot from now: a refused
+        // one gives it back.
+        if slot.use_for_push() {
+            opts.set(OpOptions::RESERVED, true);
+        }
+        (shared, opts, decls.0, reads, writes)
     }
 }
 
-impl<Rd, Wr> std::fmt::Debug for OpBuilder<'_, Rd, Wr> {
+impl<Rd, Wr, S> std::fmt::Debug for OpBuilder<'_, Rd, Wr, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpBuilder").field("options", &self.opts).finish_non_exhaustive()
     }

@@ -31,6 +31,7 @@ pub(crate) const ENV_SPIN_US: &str = "DEPENGINE_SPIN_US";
 pub(crate) const ENV_GPU_WORKERS: &str = "DEPENGINE_GPU_WORKERS";
 pub(crate) const ENV_GPU_COPY_WORKERS: &str = "DEPENGINE_GPU_COPY_WORKERS";
 pub(crate) const ENV_SIM_GPUS: &str = "DEPENGINE_SIM_GPUS";
+pub(crate) const ENV_MAX_IN_FLIGHT: &str = "DEPENGINE_MAX_IN_FLIGHT";
 
 /// How long an idle worker watches its queues before it parks, by default.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
@@ -45,6 +46,9 @@ pub const MAX_WORKERS: usize = 1024;
 /// The most CPU devices an engine may have (see [`MAX_WORKERS`]).
 pub const MAX_CPU_DEVICES: usize = 1024;
 
+/// The largest bound on ops in flight (see [`EngineBuilder::max_in_flight`]).
+pub const MAX_IN_FLIGHT: usize = tokio::sync::Semaphore::MAX_PERMITS;
+
 /// Settled configuration.
 #[derive(Clone, Debug)]
 pub(crate) struct Config {
@@ -53,6 +57,8 @@ pub(crate) struct Config {
     pub(crate) topology: Topology,
     /// The most ops fused into one bulk segment; 1: no bulk execution.
     pub(crate) bulk_size: usize,
+    /// The most user ops in flight; `None`: no bound.
+    pub(crate) max_in_flight: Option<usize>,
 }
 
 /// Configures and builds an [`Engine`].
@@ -87,6 +93,7 @@ pub struct EngineBuilder {
     gpu_copy_workers: Option<usize>,
     simulated_gpus: Option<usize>,
     gpu_early_release: Option<bool>,
+    max_in_flight: Option<usize>,
 }
 
 impl EngineBuilder {
@@ -153,6 +160,17 @@ impl EngineBuilder {
     /// `DEPENGINE_SPIN_US` (microseconds). Default: [`DEFAULT_SPIN`].
     pub fn spin(mut self, spin: Duration) -> Self {
         self.spin = Some(spin);
+        self
+    }
+
+    /// The most user ops in flight (pushed and not yet completed) at once:
+    /// backpressure for a service. At the bound a push is refused with
+    /// [`Error::is_full`] (a `run` handle resolves to it; `try_run` returns
+    /// it), and [`Engine::reserve`](crate::Engine::reserve) waits for room
+    /// instead. Waits, acquires and deletions are not counted. Environment:
+    /// `DEPENGINE_MAX_IN_FLIGHT`. Default: no bound.
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = Some(n);
         self
     }
 
@@ -249,7 +267,11 @@ impl EngineBuilder {
             },
         };
         let bulk_size = setting("bulk_size", self.bulk_size, ENV_BULK_SIZE, 1, usize::MAX)?;
-        let config = Config { kind, topology, bulk_size };
+        let max_in_flight = match (self.max_in_flight, std::env::var(ENV_MAX_IN_FLIGHT)) {
+            (None, Err(_)) => None,
+            (given, _) => Some(setting("max_in_flight", given, ENV_MAX_IN_FLIGHT, 1, MAX_IN_FLIGHT)?),
+        };
+        let config = Config { kind, topology, bulk_size, max_in_flight };
         let runtime = self.runtime.or_else(|| tokio::runtime::Handle::try_current().ok());
         Ok(Engine::from_config(config, runtime))
     }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Weak};
 
 use super::bulk::Bulk;
 use super::config::{Config, EngineKind};
+use super::limit::Limit;
 use crate::device::{Device, Lane};
 use crate::error::{Error, Kind};
 use crate::exec::{Dispatcher, Runs};
@@ -23,6 +24,11 @@ use crate::sync::small::Padded;
 use crate::sync::{Mutex, lock};
 use crate::var::{Queue, Var};
 
+#[inline]
+fn bit_set(bits: u8, bit: u8) -> bool {
+    bits & bit != 0
+}
+
 /// Failures kept for `wait_for_all` and shutdown between two
 /// `wait_for_all`s: the first few are enough to report one.
 const KEPT_FAILURES: usize = 16;
@@ -34,23 +40,38 @@ pub(crate) struct OpOptions {
     pub(crate) device: Device,
     pub(crate) lane: Lane,
     pub(crate) priority: i32,
-    pub(crate) no_skip: bool,
-    pub(crate) cancel_on_drop: bool,
-    /// Its failure is left on the vars it writes (the default).
-    pub(crate) poison: bool,
+    /// Yes/no choices, one bit each (`OpOptions::NO_SKIP` …): in one byte,
+    /// the options fill 48 bytes, which every push moves.
+    bits: u8,
 }
 
 impl OpOptions {
     pub(crate) fn new(name: Cow<'static, str>) -> Self {
-        Self {
-            name,
-            device: Device::Cpu(0),
-            lane: Lane::Normal,
-            priority: 0,
-            no_skip: false,
-            cancel_on_drop: false,
-            poison: true,
+        Self { name, device: Device::Cpu(0), lane: Lane::Normal, priority: 0, bits: 0 }
+    }
+
+    /// Runs even if a var it uses carries an error.
+    pub(crate) const NO_SKIP: u8 = 1;
+    /// Cancelled if its handle is dropped before it starts.
+    pub(crate) const CANCEL_ON_DROP: u8 = 1 << 1;
+    /// Its own failure is not left on the vars it writes.
+    pub(crate) const NO_POISON: u8 = 1 << 2;
+    /// Its slot among the ops in flight was taken by a reservation.
+    pub(crate) const RESERVED: u8 = 1 << 3;
+
+    /// Sets `bit` to `on`.
+    pub(crate) fn set(&mut self, bit: u8, on: bool) {
+        if on {
+            self.bits |= bit;
+        } else {
+            self.bits &= !bit;
         }
+    }
+
+    /// Whether `bit` is set.
+    #[inline]
+    pub(crate) fn has(&self, bit: u8) -> bool {
+        bit_set(self.bits, bit)
     }
 
     /// Options of an engine-internal op: run where it becomes ready.
@@ -79,6 +100,9 @@ pub(crate) enum Body {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Role {
     User,
+    /// A user's acquire: as a user op, but not counted among the ops in
+    /// flight (it is a wait).
+    Acquire,
     WaitForVar,
     Delete,
     /// A user op run by a bulk segment (a nested op).
@@ -114,6 +138,8 @@ pub(crate) struct Shared {
     /// The engine's vars, weakly: where a cancelling shutdown finds the ops
     /// queued on them.
     queues: Mutex<Queues>,
+    /// The bound on user ops in flight, if there is one.
+    limit: Option<Limit>,
 }
 
 /// Weak references to the queues of an engine's vars, pruned of the dead
@@ -152,6 +178,12 @@ impl Host for Shared {
     fn help(&self) -> Help {
         crate::exec::help()
     }
+
+    fn op_left(&self) {
+        if let Some(limit) = &self.limit {
+            limit.give();
+        }
+    }
 }
 
 impl Shared {
@@ -159,6 +191,7 @@ impl Shared {
         let bulk_size = if config.kind == EngineKind::Naive { 1 } else { config.bulk_size };
         Arc::new_cyclic(|weak| {
             let bulk = Bulk::new(bulk_size, weak.clone());
+            let limit = config.max_in_flight.map(Limit::new);
             Shared {
                 dispatcher: Dispatcher::new(config.topology.clone(), bulk.held()),
                 config,
@@ -169,8 +202,40 @@ impl Shared {
                 graves: Padded(Graveyard::new()),
                 bulk,
                 queues: Mutex::new(Queues::default()),
+                limit,
             }
         })
+    }
+
+    /// The bound on user ops in flight, if there is one.
+    pub(super) fn limit(&self) -> Option<&Limit> {
+        self.limit.as_ref()
+    }
+
+    /// Gives back a slot among the ops in flight that a push took and
+    /// did not use.
+    #[cold]
+    pub(super) fn give_slot(&self) {
+        self.op_left();
+    }
+
+    /// Gives back the slot a refused push took (`counted`), before its
+    /// record exists.
+    #[cold]
+    fn refund(&self, counted: bool) {
+        if counted {
+            self.give_slot();
+        }
+    }
+
+    /// Takes a slot among the ops in flight for a push (`reserved`: a
+    /// reservation took it already).
+    #[cold]
+    fn take_slot(&self, reserved: bool) -> Result<(), Error> {
+        match (&self.limit, reserved) {
+            (Some(limit), false) => limit.take(),
+            _ => Ok(()),
+        }
     }
 
     pub(crate) fn runtime(&self) -> Option<tokio::runtime::Handle> {
@@ -272,10 +337,23 @@ impl Shared {
         job: J,
         body: Body,
     ) -> Result<(), Error> {
+        self.push_detached_as(Role::User, opts, decls, job, body)
+    }
+
+    /// [`push_detached`](Self::push_detached) of an op of `role` (a user
+    /// op, or an acquire).
+    pub(super) fn push_detached_as<J: Job<Output = ()>>(
+        self: &Arc<Self>,
+        role: Role,
+        opts: OpOptions,
+        decls: DepList,
+        job: J,
+        body: Body,
+    ) -> Result<(), Error> {
         if self.bulk.is_on() {
-            return self.push_in_bulk(opts, Role::User, decls, job, body, true).map(drop);
+            return self.push_in_bulk(opts, role, decls, job, body, true).map(drop);
         }
-        let record = self.build(opts, Role::User, decls, job, body, true)?;
+        let record = self.build(opts, role, decls, job, body, true)?;
         self.submit_built(record)
     }
 
@@ -305,7 +383,9 @@ impl Shared {
         submit(record, |ready| self.dispatcher.dispatch_pushed(ready)).inspect_err(|_| self.uncount())
     }
 
-    /// Takes back the count of a push that was refused after `build`.
+    /// Takes back the count of a push that was refused after `build` (its
+    /// slot among the ops in flight, if it took one, goes back as its
+    /// record is dropped unpublished).
     pub(super) fn uncount(&self) {
         self.tracker.with_side(|intake| intake.pushed -= 1);
     }
@@ -329,18 +409,33 @@ impl Shared {
             Body::Gpu => Runs::OnGpu,
             Body::Sync | Body::Async => Runs::OnWorker,
         };
-        let exec = self.dispatcher.place(&opts.name, opts.device, opts.lane, runs)?;
+        // A user op's slot among the ops in flight, taken first (or given
+        // by a reservation), and given back if the push is refused before
+        // the record holds it (its publication gives it back after).
+        let counted = self.limit.is_some() && matches!(role, Role::User | Role::Member);
+        if counted {
+            self.take_slot(opts.has(OpOptions::RESERVED))?;
+        }
+        let exec = self
+            .dispatcher
+            .place(&opts.name, opts.device, opts.lane, runs)
+            .inspect_err(|_| self.refund(counted))?;
         if !deps.is_empty() {
-            normalize(&mut deps, &opts.name, Arc::as_ptr(self).cast())?;
+            normalize(&mut deps, &opts.name, Arc::as_ptr(self).cast())
+                .inspect_err(|_| self.refund(counted))?;
         }
         // The op's count in its epoch, and a shell to build its record in,
         // or to free just before allocating it: then it is what this
         // thread's allocator hands out.
-        let (epoch, (shell, extra)) = self.tracker.enter(|intake| {
-            intake.pushed += 1;
-            self.graves.take(&mut intake.shells)
-        })?;
+        let (epoch, (shell, extra)) = self
+            .tracker
+            .enter(|intake| {
+                intake.pushed += 1;
+                self.graves.take(&mut intake.shells)
+            })
+            .inspect_err(|_| self.refund(counted))?;
         drop(extra);
+        let bits = opts.bits;
         let meta = Meta {
             name: opts.name,
             device: PackedDevice::new(opts.device).expect("device ordinals are checked at placement"),
@@ -348,13 +443,17 @@ impl Shared {
             exec,
             priority: opts.priority,
             flags: Flags::new(0)
-                .with(Flags::NO_SKIP, opts.no_skip || role == Role::Delete || role == Role::Segment)
+                .with(
+                    Flags::NO_SKIP,
+                    bit_set(bits, OpOptions::NO_SKIP) || role == Role::Delete || role == Role::Segment,
+                )
                 .with(Flags::CLEARS_ERROR, role == Role::WaitForVar)
-                .with(Flags::CANCELLABLE, role == Role::User || role == Role::Member)
+                .with(Flags::CANCELLABLE, matches!(role, Role::User | Role::Member | Role::Acquire))
                 .with(Flags::DELETES, role == Role::Delete)
                 .with(Flags::NESTED, role == Role::Member)
-                .with(Flags::NO_POISON, !opts.poison),
-            handle: match (detached, opts.cancel_on_drop) {
+                .with(Flags::NO_POISON, bit_set(bits, OpOptions::NO_POISON))
+                .with(Flags::COUNTED, counted),
+            handle: match (detached, bit_set(bits, OpOptions::CANCEL_ON_DROP)) {
                 (true, _) => HandleKind::Detached,
                 (false, false) => HandleKind::Handle,
                 (false, true) => HandleKind::CancelOnDrop,

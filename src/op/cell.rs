@@ -88,6 +88,19 @@ impl<J: Job> OpCell<J> {
     }
 }
 
+/// A record dropped unpublished (its push was refused after it was built)
+/// gives back its slot among the ops in flight, as its publication would
+/// have: every path that drops such a record is covered at once.
+impl<J: Job> Drop for OpCell<J> {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no other access to the epoch.
+        let unpublished = self.epoch.with_mut(|epoch| unsafe { (*epoch).is_some() });
+        if unpublished && self.header.meta.counted() {
+            self.header.host.op_left();
+        }
+    }
+}
+
 impl<J: Job> OpCell<J> {
     /// An op resolved early (`Task::resolve_early`) is let through by its
     /// vars (or its segment): it completes on them now if the resolution
@@ -144,6 +157,13 @@ impl<J: Job> Task for OpCell<J> {
         // exactly once); of an op with a handle, it is also the one that
         // published first. So only this call reads `epoch`.
         let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
+        // Only the first publication finds the epoch (a detached op resolved
+        // early is published again when its vars let it through).
+        // Its slot among the ops in flight goes back before anyone waiting
+        // for the op (its handle, `wait_for_all`) is told.
+        if epoch.is_some() && self.header.meta.counted() {
+            self.header.host.op_left();
+        }
         if let Some(waker) = waker {
             waker.wake();
         }

@@ -42,6 +42,10 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// current op; on a worker, one of its pool's queue, where the op
     /// waited for may be), and says what it found.
     fn help(&self) -> Help;
+
+    /// An op counted against the engine's limit of ops in flight has
+    /// completed (or was resolved early): its slot is free.
+    fn op_left(&self);
 }
 
 /// What [`Host::help`] found to do.

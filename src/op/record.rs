@@ -91,6 +91,9 @@ impl Flags {
     /// Its own failure is not left on the vars it writes (it promises it
     /// left them consistent).
     pub(crate) const NO_POISON: u8 = 1 << 5;
+    /// Counted against the engine's limit of ops in flight: gives its slot
+    /// back when it is published.
+    pub(crate) const COUNTED: u8 = 1 << 6;
 
     /// The flags whose bits are set in `bits`.
     pub(crate) const fn new(bits: u8) -> Self {
@@ -148,6 +151,12 @@ impl Meta {
     #[inline]
     pub(crate) fn nested(&self) -> bool {
         self.flags.has(Flags::NESTED)
+    }
+
+    /// Counted against the engine's limit of ops in flight.
+    #[inline]
+    pub(crate) fn counted(&self) -> bool {
+        self.flags.has(Flags::COUNTED)
     }
 
     /// Its own failure is left on the vars it writes (the default).

@@ -1,0 +1,136 @@
+//! Backpressure: a bound on the user ops in flight (pushed and not yet
+//! completed), counted by a Tokio semaphore. A push at the bound is refused
+//! ([`Error::is_full`]); [`Engine::reserve`](crate::Engine::reserve) waits
+//! for room instead, cancel safe (a dropped wait or reservation gives its
+//! place back). An op gives its slot back when it completes (when its
+//! handle resolves: `op::cell`'s publication, through `Host::op_left`).
+
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
+
+use super::builder::OpBuilder;
+use super::shared::Shared;
+use crate::error::Error;
+
+/// The bound and its count.
+pub(crate) struct Limit {
+    slots: Arc<Semaphore>,
+    max: usize,
+}
+
+impl Limit {
+    pub(crate) fn new(max: usize) -> Self {
+        Self { slots: Arc::new(Semaphore::new(max)), max }
+    }
+
+    /// Takes a slot for an op about to be pushed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_full`]: `max` ops are in flight.
+    pub(crate) fn take(&self) -> Result<(), Error> {
+        match self.slots.try_acquire() {
+            Ok(permit) => {
+                permit.forget();
+                Ok(())
+            }
+            Err(TryAcquireError::NoPermits | TryAcquireError::Closed) => Err(Error::full(self.max)),
+        }
+    }
+
+    /// Gives back the slot of an op that completed, or whose push was
+    /// refused after it took one.
+    pub(crate) fn give(&self) {
+        self.slots.add_permits(1);
+    }
+
+    /// Slots free now.
+    pub(crate) fn free(&self) -> usize {
+        self.slots.available_permits()
+    }
+
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
+    async fn wait(&self) -> OwnedSemaphorePermit {
+        self.slots.clone().acquire_owned().await.expect("the in-flight semaphore is never closed")
+    }
+}
+
+/// Room for one op, held until that op is pushed (then the op holds it
+/// until it completes) or until this is dropped (then it goes back). From
+/// [`Engine::reserve`](crate::Engine::reserve).
+#[must_use = "a reservation holds a slot until it is used or dropped"]
+pub struct Reservation<'e> {
+    shared: &'e Arc<Shared>,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl std::fmt::Debug for Reservation<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reservation").field("holds_a_slot", &self.permit.is_some()).finish()
+    }
+}
+
+impl<'e> Reservation<'e> {
+    pub(super) async fn new(shared: &'e Arc<Shared>) -> Reservation<'e> {
+        let permit = match shared.limit() {
+            Some(limit) => Some(limit.wait().await),
+            None => None,
+        };
+        Self { shared, permit }
+    }
+
+    /// Starts building the op that uses this room: its push takes no slot
+    /// of its own, and cannot be refused as full. A builder dropped
+    /// unpushed gives the room back.
+    pub fn op(self, name: impl Into<std::borrow::Cow<'static, str>>) -> OpBuilder<'e, (), (), Reserved> {
+        OpBuilder::reserved(self.shared, name.into(), Reserved(self.permit))
+    }
+}
+
+/// What an [`OpBuilder`] holds of the limit of ops in flight: nothing
+/// ([`NoSlot`]), or the slot of a reservation ([`Reserved`]).
+pub trait Slot: sealed::Sealed {
+    /// Hands the slot over to the push (true), if there is one: whatever
+    /// happens next, the op's completion or its refusal, gives it back.
+    #[doc(hidden)]
+    fn use_for_push(self) -> bool;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::NoSlot {}
+    impl Sealed for super::Reserved {}
+}
+
+/// An op builder's slot when it has none: the op takes one as it is
+/// pushed, if the engine has a limit.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoSlot;
+
+impl Slot for NoSlot {
+    #[inline(always)]
+    fn use_for_push(self) -> bool {
+        false
+    }
+}
+
+/// A reserved slot on its way to a push (from [`Reservation::op`]):
+/// handed over when the op is pushed, returned if the builder is dropped.
+#[derive(Debug)]
+pub struct Reserved(Option<OwnedSemaphorePermit>);
+
+impl Slot for Reserved {
+    fn use_for_push(self) -> bool {
+        match self.0 {
+            Some(permit) => {
+                permit.forget();
+                true
+            }
+            None => false,
+        }
+    }
+}
