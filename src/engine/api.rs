@@ -10,10 +10,9 @@ use std::task::{Context, Poll};
 use super::acquire::AcquireBuilder;
 use super::builder::OpBuilder;
 use super::config::{Config, EngineBuilder, EngineKind};
-use super::limit::Reservation;
-use super::shared::{Body, DeleteJob, OpOptions, Role, Shared, WaitJob};
+use super::jobs::{DeleteJob, WaitJob};
+use super::shared::{Body, OpOptions, Role, Shared};
 use crate::error::{BoxError, Error, refuse_in_runtime};
-use crate::gpu::Gpu;
 use crate::op::DepList;
 use crate::op::access::Decl;
 use crate::op::handle::{Completion, OpHandle};
@@ -109,78 +108,10 @@ impl Engine {
         self.shared().config.topology.cpu_workers
     }
 
-    /// Compute workers per GPU device (see [`EngineBuilder::gpu_workers`]).
-    pub fn gpu_workers(&self) -> usize {
-        self.shared().config.topology.gpu.workers
-    }
-
-    /// Workers per GPU device and copy lane (see
-    /// [`EngineBuilder::gpu_copy_workers`]).
-    pub fn gpu_copy_workers(&self) -> usize {
-        self.shared().config.topology.gpu.copy_workers
-    }
-
-    /// GPUs `Gpu(0)` to `Gpu(n - 1)` are simulated (see
-    /// [`EngineBuilder::simulated_gpus`]).
-    pub fn simulated_gpus(&self) -> usize {
-        self.shared().config.topology.gpu.simulated
-    }
-
     /// How long an idle worker watches its queues before it parks (see
     /// [`EngineBuilder::spin`]).
     pub fn spin(&self) -> std::time::Duration {
         self.shared().config.topology.spin
-    }
-
-    /// GPU `ordinal`, opened (its pools started) if it had not been: to
-    /// allocate buffers and to reach its simulator or CUDA context.
-    ///
-    /// # Errors
-    ///
-    /// The device cannot be used ([`Error::is_gpu_unavailable`], naming
-    /// what is missing: a build without feature `cuda`, no driver, no such
-    /// device), or its pools cannot start.
-    pub fn gpu(&self, ordinal: usize) -> Result<Gpu, Error> {
-        self.shared().dispatcher.gpu(ordinal)
-    }
-
-    /// Waits for room among the ops in flight (see
-    /// [`EngineBuilder::max_in_flight`]) and holds it: the op built from
-    /// the reservation is pushed without being refused as full. Cancel
-    /// safe: dropping the wait, or the reservation unused, gives the room
-    /// back. Immediate on an engine without a bound.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> depengine::Result<()> {
-    /// let engine = depengine::Engine::builder().max_in_flight(64).build()?;
-    /// let v = engine.var(0u64);
-    /// for _ in 0..1000 {
-    ///     // Never refused: each push first waits for one of the 64 slots.
-    ///     let room = engine.reserve().await;
-    ///     room.op("add").write(&v).run(|(), (mut v,)| {
-    ///         *v += 1;
-    ///         Ok(())
-    ///     });
-    /// }
-    /// assert_eq!(*v.read().await?, 1000);
-    /// # Ok(()) }
-    /// ```
-    pub async fn reserve(&self) -> Reservation<'_> {
-        Reservation::new(self.shared()).await
-    }
-
-    /// The bound on user ops in flight, if the engine has one.
-    pub fn max_in_flight(&self) -> Option<usize> {
-        self.shared().limit().map(|limit| limit.max())
-    }
-
-    /// User ops in flight now (pushed or reserved, not yet completed),
-    /// on an engine with a bound (0 without one).
-    pub fn in_flight(&self) -> usize {
-        self.shared().limit().map_or(0, |limit| limit.max() - limit.free())
     }
 
     /// Whether the engine has stopped taking work.
@@ -473,5 +404,7 @@ impl fmt::Debug for WaitForAll {
     }
 }
 
+mod flight;
+mod gpu;
 #[cfg(all(test, not(depengine_loom)))]
 mod tests;

@@ -9,8 +9,6 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
-use super::builder::OpBuilder;
-use super::shared::Shared;
 use crate::error::Error;
 
 /// The bound and its count.
@@ -54,44 +52,12 @@ impl Limit {
         self.max
     }
 
-    async fn wait(&self) -> OwnedSemaphorePermit {
+    pub(crate) async fn wait(&self) -> OwnedSemaphorePermit {
         self.slots.clone().acquire_owned().await.expect("the in-flight semaphore is never closed")
     }
 }
 
-/// Room for one op, held until that op is pushed (then the op holds it
-/// until it completes) or until this is dropped (then it goes back). From
-/// [`Engine::reserve`](crate::Engine::reserve).
-#[must_use = "a reservation holds a slot until it is used or dropped"]
-pub struct Reservation<'e> {
-    shared: &'e Arc<Shared>,
-    permit: Option<OwnedSemaphorePermit>,
-}
-
-impl std::fmt::Debug for Reservation<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reservation").field("holds_a_slot", &self.permit.is_some()).finish()
-    }
-}
-
-impl<'e> Reservation<'e> {
-    pub(super) async fn new(shared: &'e Arc<Shared>) -> Reservation<'e> {
-        let permit = match shared.limit() {
-            Some(limit) => Some(limit.wait().await),
-            None => None,
-        };
-        Self { shared, permit }
-    }
-
-    /// Starts building the op that uses this room: its push takes no slot
-    /// of its own, and cannot be refused as full. A builder dropped
-    /// unpushed gives the room back.
-    pub fn op(self, name: impl Into<std::borrow::Cow<'static, str>>) -> OpBuilder<'e, (), (), Reserved> {
-        OpBuilder::reserved(self.shared, name.into(), Reserved(self.permit))
-    }
-}
-
-/// What an [`OpBuilder`] holds of the limit of ops in flight: nothing
+/// What an [`OpBuilder`](crate::OpBuilder) holds of the limit of ops in flight: nothing
 /// ([`NoSlot`]), or the slot of a reservation ([`Reserved`]).
 pub trait Slot: sealed::Sealed {
     /// Hands the slot over to the push (true), if there is one: whatever
@@ -118,10 +84,11 @@ impl Slot for NoSlot {
     }
 }
 
-/// A reserved slot on its way to a push (from [`Reservation::op`]):
+/// A reserved slot on its way to a push (from
+/// [`Reservation::op`](crate::Reservation::op)):
 /// handed over when the op is pushed, returned if the builder is dropped.
 #[derive(Debug)]
-pub struct Reserved(Option<OwnedSemaphorePermit>);
+pub struct Reserved(pub(crate) Option<OwnedSemaphorePermit>);
 
 impl Slot for Reserved {
     fn use_for_push(self) -> bool {

@@ -1,8 +1,10 @@
 //! The engine: the public handle and its waits (`api.rs`), the builders of
 //! ops and acquires (`builder.rs`, `acquire.rs`), configuration
-//! (`config.rs`), the bookkeeping every push and completion goes through
-//! (`shared.rs`), the bound on ops in flight (`limit.rs`), and bulk
-//! execution (`bulk/`).
+//! (`config.rs`), what the builders hand a push (`options.rs`), the
+//! bookkeeping every push and completion goes through (`shared.rs`), the
+//! bodies of the engine's own ops (`jobs.rs`), the bound on ops in flight
+//! and its reservations (`limit.rs`, `reserve.rs`), and bulk execution
+//! (`bulk/`).
 //!
 //! The top layer: it implements the op layer's `Host`, the one way up from
 //! an op record, and owns the dispatcher of the exec layer.
@@ -12,7 +14,10 @@ mod api;
 mod builder;
 mod bulk;
 mod config;
+mod jobs;
 mod limit;
+mod options;
+mod reserve;
 mod shared;
 
 pub use acquire::{Acquire, AcquireBuilder};
@@ -21,4 +26,5 @@ pub use builder::OpBuilder;
 pub use config::{
     DEFAULT_SPIN, EngineBuilder, EngineKind, MAX_CPU_DEVICES, MAX_IN_FLIGHT, MAX_SPIN, MAX_WORKERS,
 };
-pub use limit::{NoSlot, Reservation, Reserved, Slot};
+pub use limit::{NoSlot, Reserved, Slot};
+pub use reserve::Reservation;

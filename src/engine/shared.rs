@@ -3,113 +3,32 @@
 //! failure since the last `wait_for_all`, the shutdown mode, and the push
 //! path itself (check, build, submit, dispatch).
 
-use std::borrow::Cow;
 use std::sync::{Arc, Weak};
 
 use super::bulk::Bulk;
 use super::config::{Config, EngineKind};
 use super::limit::Limit;
-use crate::device::{Device, Lane};
+use super::options::bit_set;
+pub(super) use super::options::{Body, OpOptions, Role};
 use crate::error::{Error, Kind};
 use crate::exec::{Dispatcher, Runs};
 use crate::op::access::normalize;
 use crate::op::cell::{OpCell, SlotRef};
-use crate::op::job::{Job, Running};
+use crate::op::job::Job;
 use crate::op::recycle::{self, Graveyard, Shell};
-use crate::op::{DepList, Flags, HandleKind, Help, Host, Meta, PackedDevice, ReadyList, TaskRef, submit};
+use crate::op::{
+    DepList, Exec, Flags, HandleKind, Help, Host, Meta, PackedDevice, ReadyList, TaskRef, submit,
+};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::epoch::Tracker;
 use crate::sync::latch::Latch;
 use crate::sync::small::Padded;
 use crate::sync::{Mutex, lock};
-use crate::var::{Queue, Var};
-
-#[inline]
-fn bit_set(bits: u8, bit: u8) -> bool {
-    bits & bit != 0
-}
+use crate::var::Queue;
 
 /// Failures kept for `wait_for_all` and shutdown between two
 /// `wait_for_all`s: the first few are enough to report one.
 const KEPT_FAILURES: usize = 16;
-
-/// Placement and policy of an op, as given to the builder.
-#[derive(Clone, Debug)]
-pub(crate) struct OpOptions {
-    pub(crate) name: Cow<'static, str>,
-    pub(crate) device: Device,
-    pub(crate) lane: Lane,
-    pub(crate) priority: i32,
-    /// Yes/no choices, one bit each (`OpOptions::NO_SKIP` …): in one byte,
-    /// the options fill 48 bytes, which every push moves.
-    bits: u8,
-}
-
-impl OpOptions {
-    pub(crate) fn new(name: Cow<'static, str>) -> Self {
-        Self { name, device: Device::Cpu(0), lane: Lane::Normal, priority: 0, bits: 0 }
-    }
-
-    /// Runs even if a var it uses carries an error.
-    pub(crate) const NO_SKIP: u8 = 1;
-    /// Cancelled if its handle is dropped before it starts.
-    pub(crate) const CANCEL_ON_DROP: u8 = 1 << 1;
-    /// Its own failure is not left on the vars it writes.
-    pub(crate) const NO_POISON: u8 = 1 << 2;
-    /// Its slot among the ops in flight was taken by a reservation.
-    pub(crate) const RESERVED: u8 = 1 << 3;
-
-    /// Sets `bit` to `on`.
-    pub(crate) fn set(&mut self, bit: u8, on: bool) {
-        if on {
-            self.bits |= bit;
-        } else {
-            self.bits &= !bit;
-        }
-    }
-
-    /// Whether `bit` is set.
-    #[inline]
-    pub(crate) fn has(&self, bit: u8) -> bool {
-        bit_set(self.bits, bit)
-    }
-
-    /// Options of an engine-internal op: run where it becomes ready.
-    pub(super) fn internal(name: &'static str) -> Self {
-        Self { lane: Lane::Inline, ..Self::new(name.into()) }
-    }
-}
-
-/// What an op's body does, as far as the push is concerned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Body {
-    /// A closure run to completion on a worker of its lane; it may join a
-    /// bulk segment.
-    Sync,
-    /// A body that completes later (a completion token), on its lane.
-    Async,
-    /// A body that only hands work on (a future spawned, guards handed
-    /// out): it runs where the op becomes ready.
-    Hands,
-    /// A GPU op's body: it enqueues work on its worker's stream, and the op
-    /// completes when the event recorded behind that work completes.
-    Gpu,
-}
-
-/// What engine-internal ops do besides user ops.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Role {
-    User,
-    /// A user's acquire: as a user op, but not counted among the ops in
-    /// flight (it is a wait).
-    Acquire,
-    WaitForVar,
-    Delete,
-    /// A user op run by a bulk segment (a nested op).
-    Member,
-    /// A bulk segment.
-    Segment,
-}
 
 /// What pushes count and take, under the epoch tracker's lock (one lock
 /// per push for all of it).
@@ -435,57 +354,36 @@ impl Shared {
             })
             .inspect_err(|_| self.refund(counted))?;
         drop(extra);
-        let bits = opts.bits;
-        let meta = Meta {
-            name: opts.name,
-            device: PackedDevice::new(opts.device).expect("device ordinals are checked at placement"),
-            lane: opts.lane,
-            exec,
-            priority: opts.priority,
-            flags: Flags::new(0)
-                .with(
-                    Flags::NO_SKIP,
-                    bit_set(bits, OpOptions::NO_SKIP) || role == Role::Delete || role == Role::Segment,
-                )
-                .with(Flags::CLEARS_ERROR, role == Role::WaitForVar)
-                .with(Flags::CANCELLABLE, matches!(role, Role::User | Role::Member | Role::Acquire))
-                .with(Flags::DELETES, role == Role::Delete)
-                .with(Flags::NESTED, role == Role::Member)
-                .with(Flags::NO_POISON, bit_set(bits, OpOptions::NO_POISON))
-                .with(Flags::COUNTED, counted),
-            handle: match (detached, bit_set(bits, OpOptions::CANCEL_ON_DROP)) {
-                (true, _) => HandleKind::Detached,
-                (false, false) => HandleKind::Handle,
-                (false, true) => HandleKind::CancelOnDrop,
-            },
-        };
+        let meta = meta(opts, role, exec, detached, counted);
         Ok(recycle::build(shell, self, meta, deps, job, epoch))
     }
 }
 
-/// The body of `wait_for_var`: returns the error it took from the var.
-pub(super) struct WaitJob;
-
-impl Job for WaitJob {
-    type Output = ();
-
-    fn start(self, op: Running<'_, ()>) {
-        let result = op.header().seen_error().map_or(Ok(()), Err);
-        op.store(result);
-    }
-}
-
-/// The body of `delete_var`: takes the data out of the var.
-pub(super) struct DeleteJob<T> {
-    pub(super) var: Var<T>,
-}
-
-impl<T: Send + Sync + 'static> Job for DeleteJob<T> {
-    type Output = T;
-
-    fn start(self, op: Running<'_, T>) {
-        let guard = self.var.into_write_guard(crate::op::LiveRef::new(op.task));
-        let value = guard.take();
-        op.store(Ok(value));
+/// An op's record header fields from its options and its role.
+#[inline(always)]
+fn meta(opts: OpOptions, role: Role, exec: Exec, detached: bool, counted: bool) -> Meta {
+    let bits = opts.bits();
+    Meta {
+        device: PackedDevice::new(opts.device).expect("device ordinals are checked at placement"),
+        lane: opts.lane,
+        exec,
+        priority: opts.priority,
+        flags: Flags::new(0)
+            .with(
+                Flags::NO_SKIP,
+                bit_set(bits, OpOptions::NO_SKIP) || role == Role::Delete || role == Role::Segment,
+            )
+            .with(Flags::CLEARS_ERROR, role == Role::WaitForVar)
+            .with(Flags::CANCELLABLE, matches!(role, Role::User | Role::Member | Role::Acquire))
+            .with(Flags::DELETES, role == Role::Delete)
+            .with(Flags::NESTED, role == Role::Member)
+            .with(Flags::NO_POISON, bit_set(bits, OpOptions::NO_POISON))
+            .with(Flags::COUNTED, counted),
+        handle: match (detached, bit_set(bits, OpOptions::CANCEL_ON_DROP)) {
+            (true, _) => HandleKind::Detached,
+            (false, false) => HandleKind::Handle,
+            (false, true) => HandleKind::CancelOnDrop,
+        },
+        name: opts.name,
     }
 }
