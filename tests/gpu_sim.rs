@@ -406,3 +406,24 @@ fn map_in_place(ctx: &depengine::GpuContext<'_>, v: &mut GpuBuffer<f32>) -> Resu
     })?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kernel_that_panics_is_a_device_fault_not_a_hang() {
+    let engine = engine(1);
+    let gpu = engine.gpu(0).unwrap();
+    let v = engine.var(gpu.sim_buffer(vec![0u32; 1]).unwrap());
+    let bad = engine.op("bad").write(&v).device(Device::Gpu(0)).run_gpu(|(), (mut v,), ctx| {
+        let (t, _w) = v.sim_mut().unwrap().writer();
+        ctx.sim_stream()
+            .unwrap()
+            .launch("trap", Duration::from_millis(1), vec![t], || panic!("out of bounds"))?;
+        Ok(())
+    });
+    let next = engine.op("next").read(&v).run(|(v,), ()| Ok(v.len()));
+    let err = tokio::time::timeout(Duration::from_secs(30), bad).await.expect("hung").unwrap_err();
+    assert!(err.is_gpu() && err.to_string().contains("out of bounds"), "{err}");
+    let err = tokio::time::timeout(Duration::from_secs(30), next).await.expect("hung").unwrap_err();
+    assert!(err.is_gpu() || err.is_skipped(), "{err}");
+    assert!(gpu.fault().is_some());
+    engine.shutdown(ShutdownMode::Drain).await.ok();
+}

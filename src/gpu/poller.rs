@@ -6,6 +6,7 @@
 //! fault: every pending callback then gets it, and so does every later one.
 
 use std::collections::{HashMap, VecDeque};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -136,7 +137,15 @@ impl Shared {
                 state.completed += ops;
                 state.pending -= done.len();
                 drop(state);
-                done.into_iter().for_each(|(f, r)| f(r));
+                for (f, r) in done {
+                    // What a completion runs (successors made ready, data
+                    // dropped) may panic: the poller survives it, or every
+                    // later GPU op of the device would hang.
+                    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || f(r))) {
+                        let message = crate::error::panic_message(&*payload);
+                        tracing::error!(target: "depengine", "a panic escaped a GPU completion: {message}");
+                    }
+                }
                 last_progress = Instant::now();
                 backoff = FIRST_BACKOFF;
                 state = lock(&self.state);

@@ -2,6 +2,7 @@
 //! runs the effects of the work items that ended, and sleeps until the
 //! next one ends or new work comes.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Weak;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -28,11 +29,20 @@ pub(super) fn run(gpu: &Weak<SimGpu>) {
             continue;
         }
         drop(state);
-        for work in finished {
-            (work.run)();
-            work.touches.iter().for_each(|t| {
+        for Work { name, touches, run, .. } in finished {
+            // A kernel that panics is a device fault, as a kernel's trap is on
+            // a real device: the GPU thread goes on, and every pending op of
+            // the device fails.
+            let ran = catch_unwind(AssertUnwindSafe(run));
+            touches.iter().for_each(|t| {
                 t.buffer.pending.fetch_sub(t.weight(), Ordering::AcqRel);
             });
+            if let Err(payload) = ran {
+                let message = crate::error::panic_message(&*payload);
+                lock(&gpu.state).fault.get_or_insert(format!(
+                    "CUDA_ERROR_LAUNCH_FAILED (simulated: the work item `{name}` panicked: {message})"
+                ));
+            }
         }
         gpu.cv.notify_all();
     }
