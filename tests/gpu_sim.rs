@@ -380,9 +380,20 @@ fn no_gpu_thread_is_left_behind() {
         let v = engine.var(gpu.sim_buffer(vec![0.0f32; 4]).unwrap());
         let step = engine.op("step").write(&v).device(Device::Gpu(0));
         step.run_gpu(|(), (mut v,), ctx| map_in_place(ctx, &mut v)).blocking_wait().unwrap();
-        let Some(started) = threads_named(&format!("{prefix}-gpu0")) else { return };
-        // Four lanes of one worker, the poller and the simulated GPU.
-        assert_eq!(started, 6);
+        if threads_named(&format!("{prefix}-gpu0")).is_none() {
+            return;
+        }
+        // Four lanes of one worker, the poller and the simulated GPU (each
+        // names itself as it starts: wait for the names).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while threads_named(&format!("{prefix}-gpu0")) != Some(6) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{:?} GPU threads",
+                threads_named(&format!("{prefix}-gpu0"))
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
         drop((gpu, v));
         if shutdown {
             engine.blocking_shutdown(ShutdownMode::Drain).unwrap();

@@ -37,6 +37,22 @@ impl Segment {
 impl Job for Segment {
     type Output = ();
 
+    /// The segment will not run (`err`: why): each member completes with
+    /// that cause, as an op skipped for it, or cancelled with it.
+    fn vetoed(mut self, err: &Error) {
+        for member in self.members.drain(..) {
+            let op = member.header().meta.name.clone();
+            let own = if err.is_cancelled() {
+                let reason = "its bulk segment was cancelled";
+                Error::new(Kind::Cancelled { op, reason })
+            } else {
+                Error::new(Kind::Skipped { op, root: err.clone() })
+            };
+            member.abandon(&member, own);
+            member.publish();
+        }
+    }
+
     fn start(mut self, op: Running<'_, ()>) {
         let members = std::mem::take(&mut self.members);
         let errors = op.header().take_seen_on_vars();
