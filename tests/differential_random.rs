@@ -11,10 +11,13 @@
 //! (the ops that fuse), some of which hand their guards to another thread
 //! that drops them after the body has returned.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::sync::Once;
 use std::time::Duration;
 
+use common::{Rng, mix};
 use depengine::{Completion, Engine, EngineKind, Error, Lane, OpHandle, Var};
 
 const PLANNED: &str = "planned panic";
@@ -30,28 +33,6 @@ fn quiet_planned_panics() {
             }
         }));
     });
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        mix(self.0, 0)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-}
-
-fn mix(a: u64, b: u64) -> u64 {
-    let mut z = a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -1,10 +1,13 @@
 //! Failures: panics, errors and their propagation, dropped completions,
 //! refused pushes, blocking waits in a runtime, shutdown.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::threads_named;
 use depengine::{Engine, EngineKind, Lane, ShutdownMode};
 
 async fn timed<F: std::future::Future>(f: F) -> F::Output {
@@ -340,17 +343,6 @@ fn eventually(f: impl Fn() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(2));
     }
     true
-}
-
-/// Threads of this process whose name starts with `prefix`, where the
-/// platform tells (Linux; names are cut to 15 bytes there).
-fn threads_named(prefix: &str) -> Option<usize> {
-    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
-    let count = tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with(prefix))
-        .count();
-    Some(count)
 }
 
 /// Panics in its destructor.

@@ -9,29 +9,13 @@
 //! that protocol end to end. `DEPENGINE_GPU_DIFF_SEEDS` runs more seeds
 //! (from `DEPENGINE_GPU_DIFF_SEED_FROM`).
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use common::{Rng, mix};
 use depengine::{Device, Engine, Error, GpuBuffer, Lane, OpHandle, Var};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        mix(self.0, 0)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-fn mix(a: u64, b: u64) -> u64 {
-    let mut z = a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
 
 /// The body's arithmetic: identical in the model, on the CPU, on the GPU.
 fn compute(id: usize, reads: &[u64]) -> u64 {

@@ -2,8 +2,11 @@
 //! worker that never waits for the GPU, cross-stream order (hazard check
 //! clean), faults, shutdown, and the refusals.
 
+mod common;
+
 use std::time::Duration;
 
+use common::threads_named;
 use depengine::{Device, Engine, GpuBuffer, Lane, ShutdownMode};
 
 fn engine(workers: usize) -> Engine {
@@ -358,17 +361,6 @@ fn gpu_ops_on_the_naive_engine_complete_through_the_poller_too() {
     assert_eq!(got, vec![3.0; 8]);
     engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
     assert_eq!(gpu.sim().unwrap().hazards(), Vec::<String>::new());
-}
-
-/// Threads of this process whose name starts with `prefix`, where the
-/// platform tells (Linux; names are cut to 15 bytes there).
-fn threads_named(prefix: &str) -> Option<usize> {
-    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
-    let count = tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with(prefix))
-        .count();
-    Some(count)
 }
 
 #[test]

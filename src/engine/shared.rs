@@ -143,7 +143,7 @@ impl Shared {
     #[cold]
     fn refund(&self, counted: bool) {
         if counted {
-            self.give_slot();
+            self.op_left();
         }
     }
 
@@ -163,15 +163,19 @@ impl Shared {
 
     /// The first failure since the last `wait_for_all`, which forgets them.
     pub(super) fn take_error(&self) -> Result<(), Error> {
-        let failures = std::mem::take(&mut *lock(&self.failures));
-        failures.into_iter().next().map_or(Ok(()), Err)
+        self.take_first(|_| true)
     }
 
     /// The first failure since the last `wait_for_all` that no handle has
     /// handed to the user (for a shutdown's result), forgetting them all.
     pub(super) fn take_unseen_error(&self) -> Result<(), Error> {
+        self.take_first(|err| !err.is_seen())
+    }
+
+    /// Forgets the failures kept, returning the first that `keep` accepts.
+    fn take_first(&self, keep: impl Fn(&Error) -> bool) -> Result<(), Error> {
         let failures = std::mem::take(&mut *lock(&self.failures));
-        failures.into_iter().find(|err| !err.is_seen()).map_or(Ok(()), Err)
+        failures.into_iter().find(keep).map_or(Ok(()), Err)
     }
 
     /// Keeps (weakly) the queue of a new var.

@@ -30,6 +30,14 @@ struct VarFence {
     reads: Vec<InFlight>,
 }
 
+impl VarFence {
+    /// What an access must follow: the last write, and for a write also
+    /// the reads since.
+    fn followed_by(&self, writes: bool) -> impl Iterator<Item = &InFlight> {
+        self.write.iter().chain(self.reads.iter().filter(move |_| writes))
+    }
+}
+
 /// The fences of one engine's vars.
 pub(crate) struct Fences {
     map: Mutex<HashMap<u64, VarFence>>,
@@ -75,7 +83,7 @@ impl Fences {
         let mut wait: Option<(usize, Vec<Event>)> = None;
         for (id, writes) in deps {
             let Some(fence) = map.get(&id) else { continue };
-            for f in fence.write.iter().chain(fence.reads.iter().filter(|_| writes)) {
+            for f in fence.followed_by(writes) {
                 if f.event.is_done() || Some(f.device) == on {
                     continue;
                 }
@@ -104,7 +112,7 @@ impl Fences {
         let mut events: Vec<Event> = Vec::new();
         for (id, writes) in deps {
             let Some(fence) = map.get(&id) else { continue };
-            for f in fence.write.iter().chain(fence.reads.iter().filter(|_| writes)) {
+            for f in fence.followed_by(writes) {
                 let own = f.device == device && f.stream == stream;
                 if !own && !f.event.is_done() && !events.iter().any(|e| e.same(&f.event)) {
                     events.push(f.event.clone());

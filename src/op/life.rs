@@ -9,6 +9,7 @@ use crate::sync::atomic::Ordering;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use super::errors::Carries;
 use super::host::ReadyList;
 use super::record::{Header, Task, TaskRef};
 use crate::error::Error;
@@ -129,9 +130,19 @@ pub(crate) fn release_vars_early(task: &TaskRef) -> bool {
         return false;
     }
     header.vars_gone.store(true, Ordering::Relaxed);
+    complete_vars(header, None);
+    true
+}
+
+/// Completes the op on each of its vars in turn (one lock at a time),
+/// leaving on each what `carries` says, and dispatches the ops that became
+/// ready: let through on a var here, and on every other var already.
+#[inline(always)]
+fn complete_vars(header: &Header, carries: Option<&Carries>) {
     let mut ready = ReadyList::new();
     for dep in header.deps.iter() {
-        dep.var.cell().complete(dep.access, None, &mut |op: TaskRef| {
+        let carry = carries.and_then(|c| c.on(dep.var.id()));
+        dep.var.cell().complete(dep.access, carry, &mut |op: TaskRef| {
             if op.header().pending.release(1) {
                 ready.push(op);
             }
@@ -141,7 +152,6 @@ pub(crate) fn release_vars_early(task: &TaskRef) -> bool {
         header.host.dispatch_ready(&mut ready);
     }
     small::discard(ready);
-    true
 }
 
 /// Completes an op whose body has finished and whose guards are gone: each
@@ -156,21 +166,7 @@ fn finalize(task: &TaskRef, after_guards: bool) {
     let carries = header.carries();
     // A GPU op whose vars went early (`release_vars_early`) has them no more.
     if !header.deps.is_empty() && !header.vars_gone.load(Ordering::Relaxed) {
-        // The ops this completion made ready: let through on a var here,
-        // and on every other var already.
-        let mut ready = ReadyList::new();
-        for dep in header.deps.iter() {
-            let carry = carries.as_ref().and_then(|c| c.on(dep.var.id()));
-            dep.var.cell().complete(dep.access, carry, &mut |op: TaskRef| {
-                if op.header().pending.release(1) {
-                    ready.push(op);
-                }
-            });
-        }
-        if !ready.is_empty() {
-            header.host.dispatch_ready(&mut ready);
-        }
-        small::discard(ready);
+        complete_vars(header, carries.as_deref());
     }
     let ok = match carries {
         None => true,
