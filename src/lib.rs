@@ -92,6 +92,7 @@ mod engine;
 mod error;
 mod exec;
 mod gpu;
+pub mod metrics;
 mod op;
 mod sync;
 mod var;
@@ -114,6 +115,7 @@ pub use engine::{
     MAX_SPIN, MAX_WORKERS, NoSlot, OpBuilder, Reservation, Reserved, ShutdownMode, Slot, WaitForAll,
 };
 pub use error::{BoxError, Error, Result};
+pub use metrics::{Histogram, Metrics, PoolMetrics};
 pub use gpu::{
     Gpu, GpuBuffer, GpuContext, GpuElement, HostBuffer, MAX_GPU_DEVICES, SimBuffer, SimGpu, SimRead,
     SimStream, SimWrite, Stream, Touch,

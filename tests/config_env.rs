@@ -20,6 +20,7 @@ fn child(test: &str, env: &[(&str, &str)]) -> String {
         "DEPENGINE_GPU_COPY_WORKERS",
         "DEPENGINE_SIM_GPUS",
         "DEPENGINE_MAX_IN_FLIGHT",
+        "DEPENGINE_METRICS_TIMING",
     ] {
         cmd.env_remove(var);
     }
@@ -32,7 +33,7 @@ fn report(built: depengine::Result<Engine>) {
     match built {
         Ok(e) => println!(
             "config: kind={:?} workers={} bulk={} spin={:?} gpu_workers={} gpu_copy_workers={} sim_gpus={} \
-             max_in_flight={:?}",
+             max_in_flight={:?} timing={}",
             e.kind(),
             e.cpu_workers(),
             e.bulk_size(),
@@ -41,6 +42,7 @@ fn report(built: depengine::Result<Engine>) {
             e.gpu_copy_workers(),
             e.simulated_gpus(),
             e.max_in_flight(),
+            e.metrics().timing,
         ),
         Err(e) => println!("config error: {e}"),
     }
@@ -161,4 +163,17 @@ fn max_in_flight_is_a_setting() {
     assert!(out.contains("DEPENGINE_MAX_IN_FLIGHT must be at least 1"), "{out}");
     let engine = Engine::builder().max_in_flight(3).build().unwrap();
     assert_eq!(engine.max_in_flight(), Some(3));
+}
+
+/// Timing metrics: off by default; builder, else environment.
+#[test]
+fn metrics_timing_is_a_setting() {
+    let out = child("child_with_defaults", &[]);
+    assert!(out.contains("timing=false"), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_METRICS_TIMING", "1")]);
+    assert!(out.contains("timing=true"), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_METRICS_TIMING", "maybe")]);
+    assert!(out.contains("DEPENGINE_METRICS_TIMING=\"maybe\": expected 1 or 0"), "{out}");
+    let engine = Engine::builder().metrics_timing(true).build().unwrap();
+    assert!(engine.metrics().timing);
 }

@@ -130,7 +130,7 @@ impl Engine {
         let id = NEXT_VAR_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let owner: Owner = self.shared().clone();
         let var = Var::new(owner, id, value);
-        self.shared().register(var.queue());
+        self.shared().queues.register(var.queue());
         var
     }
 
@@ -406,5 +406,6 @@ impl fmt::Debug for WaitForAll {
 
 mod flight;
 mod gpu;
+mod metrics;
 #[cfg(all(test, not(depengine_loom)))]
 mod tests;

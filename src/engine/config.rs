@@ -32,6 +32,7 @@ pub(crate) const ENV_GPU_WORKERS: &str = "DEPENGINE_GPU_WORKERS";
 pub(crate) const ENV_GPU_COPY_WORKERS: &str = "DEPENGINE_GPU_COPY_WORKERS";
 pub(crate) const ENV_SIM_GPUS: &str = "DEPENGINE_SIM_GPUS";
 pub(crate) const ENV_MAX_IN_FLIGHT: &str = "DEPENGINE_MAX_IN_FLIGHT";
+pub(crate) const ENV_METRICS_TIMING: &str = "DEPENGINE_METRICS_TIMING";
 
 /// How long an idle worker watches its queues before it parks, by default:
 /// at one request at a time it saves a third of the CPU per request against
@@ -97,6 +98,7 @@ pub struct EngineBuilder {
     simulated_gpus: Option<usize>,
     gpu_early_release: Option<bool>,
     max_in_flight: Option<usize>,
+    metrics_timing: Option<bool>,
 }
 
 impl EngineBuilder {
@@ -174,6 +176,16 @@ impl EngineBuilder {
     /// `DEPENGINE_MAX_IN_FLIGHT`. Default: no bound.
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = Some(n);
+        self
+    }
+
+    /// Whether the workers measure each op's queue wait (from ready to
+    /// started) and run time, for the distributions of
+    /// [`Engine::metrics`](crate::Engine::metrics). It costs two looks at
+    /// the clock per op; the counters are kept either way. Environment:
+    /// `DEPENGINE_METRICS_TIMING=1|0` (or `true|false`). Default: off.
+    pub fn metrics_timing(mut self, on: bool) -> Self {
+        self.metrics_timing = Some(on);
         self
     }
 
@@ -256,6 +268,7 @@ impl EngineBuilder {
             cpu_devices: setting("cpu_devices", self.cpu_devices, "", 1, MAX_CPU_DEVICES)?,
             thread_name: thread_name(self.thread_name)?,
             spin: spin(self.spin)?,
+            timing: flag(self.metrics_timing, ENV_METRICS_TIMING)?,
             gpu: GpuSettings {
                 workers: setting("gpu_workers", self.gpu_workers, ENV_GPU_WORKERS, 1, MAX_WORKERS)?,
                 copy_workers: setting(
@@ -305,6 +318,19 @@ fn spin(given: Option<Duration>) -> Result<Duration, Error> {
         return Err(Error::invalid(format!("spin {spin:?} is past its bound of {MAX_SPIN:?}")));
     }
     Ok(spin)
+}
+
+/// A yes/no setting: the builder's, else environment variable `env`, else off.
+fn flag(given: Option<bool>, env: &str) -> Result<bool, Error> {
+    if let Some(on) = given {
+        return Ok(on);
+    }
+    let Ok(s) = std::env::var(env) else { return Ok(false) };
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Ok(true),
+        "0" | "false" | "off" | "no" | "" => Ok(false),
+        _ => Err(Error::invalid(format!("{env}={s:?}: expected 1 or 0"))),
+    }
 }
 
 /// GPUs to simulate: the builder's, else `DEPENGINE_SIM_GPUS`, else 0.

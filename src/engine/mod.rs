@@ -14,9 +14,11 @@ mod api;
 mod builder;
 mod bulk;
 mod config;
+mod counts;
 mod jobs;
 mod limit;
 mod options;
+mod queues;
 mod reserve;
 mod shared;
 

@@ -3,12 +3,14 @@
 //! failure since the last `wait_for_all`, the shutdown mode, and the push
 //! path itself (check, build, submit, dispatch).
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use super::bulk::Bulk;
 use super::config::{Config, EngineKind};
+use super::counts::Counts;
 use super::limit::Limit;
 use super::options::bit_set;
+use super::queues::Queues;
 pub(super) use super::options::{Body, OpOptions, Role};
 use crate::error::{Error, Kind};
 use crate::exec::{Dispatcher, Runs};
@@ -24,7 +26,6 @@ use crate::sync::epoch::Tracker;
 use crate::sync::latch::Latch;
 use crate::sync::small::Padded;
 use crate::sync::{Mutex, lock};
-use crate::var::Queue;
 
 /// Failures kept for `wait_for_all` and shutdown between two
 /// `wait_for_all`s: the first few are enough to report one.
@@ -56,18 +57,11 @@ pub(crate) struct Shared {
     pub(super) bulk: Bulk,
     /// The engine's vars, weakly: where a cancelling shutdown finds the ops
     /// queued on them.
-    queues: Mutex<Queues>,
+    pub(super) queues: Queues,
+    /// Ops' outcomes, for metrics.
+    pub(super) counts: Counts,
     /// The bound on user ops in flight, if there is one.
     limit: Option<Limit>,
-}
-
-/// Weak references to the queues of an engine's vars, pruned of the dead
-/// ones whenever the list has doubled since the last pruning.
-#[derive(Default)]
-struct Queues {
-    list: Vec<Weak<dyn Queue>>,
-    /// The list's length after the last pruning.
-    kept: usize,
 }
 
 impl Host for Shared {
@@ -103,6 +97,18 @@ impl Host for Shared {
             limit.give();
         }
     }
+
+    #[inline]
+    fn op_done(&self, counted: bool) {
+        self.counts.completed.add_one();
+        if counted {
+            self.op_left();
+        }
+    }
+
+    fn op_failed(&self, err: &Error) {
+        self.counts.failed(err);
+    }
 }
 
 impl Shared {
@@ -120,7 +126,8 @@ impl Shared {
                 cancelling: AtomicBool::new(false),
                 graves: Padded(Graveyard::new()),
                 bulk,
-                queues: Mutex::new(Queues::default()),
+                queues: Queues::default(),
+                counts: Counts::default(),
                 limit,
             }
         })
@@ -178,23 +185,13 @@ impl Shared {
         failures.into_iter().find(keep).map_or(Ok(()), Err)
     }
 
-    /// Keeps (weakly) the queue of a new var.
-    pub(super) fn register(&self, queue: Weak<dyn Queue>) {
-        let mut queues = lock(&self.queues);
-        if queues.list.len() >= 2 * queues.kept + 64 {
-            queues.list.retain(|q| q.strong_count() > 0);
-            queues.kept = queues.list.len();
-        }
-        queues.list.push(queue);
-    }
-
     /// A cancelling shutdown: resolves every op that has not started, but
     /// for deletions and `wait_for_var`s, as cancelled at once, wherever it
     /// waits (queued on a var behind a running op, or on a pool behind busy
     /// workers), instead of when it would have run. Each still completes on
     /// its vars once they let it through (see `Task::resolve_early`).
     fn cancel_queued(&self) {
-        let queues: Vec<Arc<dyn Queue>> = lock(&self.queues).list.iter().filter_map(Weak::upgrade).collect();
+        let queues = self.queues.alive();
         let mut queued: Vec<TaskRef> = Vec::new();
         let mut take = |op: &TaskRef| {
             let meta = &op.header().meta;

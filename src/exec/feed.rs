@@ -313,6 +313,17 @@ impl<T> FeedShared<T> {
             .collect()
     }
 
+    /// The ops queued, as far as this thread sees (for metrics): the full
+    /// ring slots from the head on, and the spill.
+    pub(crate) fn queued(&self) -> usize {
+        let head = self.head.load(Ordering::Relaxed);
+        let in_ring = (head..head + SLOTS)
+            .take_while(|&p| self.slots[p % SLOTS].seq.load(Ordering::Acquire) == p + 1)
+            .count();
+        let spilled = if self.spilled.load(Ordering::Acquire) { self.spill.lock().len() } else { 0 };
+        in_ring + spilled
+    }
+
     /// Whether no op is queued, as far as this thread sees (no fence: a
     /// hint for a watching worker, which then takes with [`Self::take`]).
     pub(crate) fn is_empty(&self) -> bool {

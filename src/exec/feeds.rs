@@ -153,6 +153,11 @@ impl Feeds {
         !lock(&self.list).is_empty()
     }
 
+    /// The ops queued on all feeds (for metrics).
+    pub(super) fn queued(&self) -> usize {
+        lock(&self.list).iter().map(|feed| feed.queued()).sum()
+    }
+
     /// The feeds in the list.
     #[cfg(all(test, not(depengine_loom)))]
     pub(super) fn len(&self) -> usize {

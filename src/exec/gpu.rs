@@ -40,6 +40,8 @@ pub(super) struct Gpus {
     /// Thread names' prefix, and the workers' and pollers' spin.
     thread_name: String,
     spin: Duration,
+    /// Whether workers measure queue waits and run times (metrics).
+    timing: bool,
     devices: Vec<OnceLock<GpuPools>>,
     /// GPU work in flight per var, after GPU ops let their vars go at
     /// enqueue: what other ops are held back for (see `gpu/fence.rs`).
@@ -127,17 +129,17 @@ fn start_lane(
     let fallback = streams[0].clone();
     let owner = device.clone();
     let init: ThreadInit = Arc::new(move |k| gpu::become_worker(&owner, lane, streams[k].clone()));
-    let pool = Pool::start(name, workers, None, gpus.spin, Some(init))
+    let pool = Pool::start(name, workers, None, (gpus.spin, gpus.timing), Some(init))
         .map_err(|e| Error::pool_unavailable(name, &e))?;
     let early = gpus.settings.early_release;
     Ok((pool, GpuLane::new(device.clone(), lane, fallback, gpus.fences.clone(), early)))
 }
 
 impl Gpus {
-    pub(super) fn new(settings: GpuSettings, thread_name: String, spin: Duration) -> Self {
+    pub(super) fn new(settings: GpuSettings, thread_name: String, (spin, timing): (Duration, bool)) -> Self {
         let devices = (0..MAX_GPU_DEVICES).map(|_| OnceLock::new()).collect();
         let (fences, starting, opened) = (Arc::default(), Mutex::new(()), AtomicUsize::new(0));
-        Self { settings, thread_name, spin, devices, fences, starting, opened }
+        Self { settings, thread_name, spin, timing, devices, fences, starting, opened }
     }
 
     /// Whether any var has GPU work in flight (one load: see `gpu/fence.rs`).
@@ -258,6 +260,17 @@ impl Gpus {
 
     pub(super) fn each_queued(&self, f: &mut impl FnMut(&TaskRef)) {
         self.started().for_each(|gpu| gpu.each_queued(f));
+    }
+
+    /// Calls `f` on every pool of every device opened, with its device and
+    /// lane (for metrics).
+    pub(super) fn each_pool(&self, f: &mut impl FnMut(Device, Lane, &Pool)) {
+        for (i, gpu) in self.devices.iter().enumerate() {
+            let Some(gpu) = gpu.get() else { continue };
+            for ((pool, _), (lane, _)) in gpu.lanes.iter().zip(LANES) {
+                f(Device::Gpu(i), lane, pool);
+            }
+        }
     }
 
     pub(super) fn stop(&self) {

@@ -13,6 +13,7 @@ mod gpu;
 mod park;
 mod place;
 mod pool;
+mod stats;
 mod thread;
 mod worker;
 

@@ -10,6 +10,7 @@ use super::thread;
 use crate::device::{Device, Lane};
 use crate::error::Error;
 use crate::gpu::{Gpu, GpuLane};
+use crate::metrics::PoolMetrics;
 use crate::op::{Exec, TaskRef};
 use crate::sync::small::SmallList;
 
@@ -24,6 +25,8 @@ pub(crate) struct Topology {
     pub(crate) thread_name: String,
     /// How long an idle worker watches its queues before it parks.
     pub(crate) spin: std::time::Duration,
+    /// Whether workers measure queue waits and run times (metrics).
+    pub(crate) timing: bool,
     /// The GPU devices' settings.
     pub(crate) gpu: GpuSettings,
 }
@@ -57,7 +60,7 @@ pub(crate) struct Dispatcher {
 impl Dispatcher {
     pub(crate) fn new(topology: Topology, held: Option<Arc<dyn Held>>) -> Self {
         let cpu = (0..topology.cpu_devices).map(|_| OnceLock::new()).collect();
-        let gpu = Gpus::new(topology.gpu.clone(), topology.thread_name.clone(), topology.spin);
+        let gpu = Gpus::new(topology.gpu.clone(), topology.thread_name.clone(), (topology.spin, topology.timing));
         Self { topology, cpu, priority: OnceLock::new(), gpu, held, starting: Mutex::new(()) }
     }
 
@@ -267,7 +270,7 @@ impl Dispatcher {
             (Device::Cpu(i), _) => (format!("{prefix}-cpu{i}"), *cpu_workers, self.held.clone()),
             (Device::Gpu(_), _) => unreachable!("GPU pools are kept per device"),
         };
-        let pool = Pool::start(&name, workers, held, self.topology.spin, None)
+        let pool = Pool::start(&name, workers, held, (self.topology.spin, self.topology.timing), None)
             .map_err(|e| Error::pool_unavailable(&name, &e))?;
         Ok(cell.get_or_init(|| pool))
     }
@@ -286,6 +289,36 @@ impl Dispatcher {
 
     fn pools(&self) -> impl Iterator<Item = &Pool> {
         self.cpu.iter().chain(std::iter::once(&self.priority)).filter_map(OnceLock::get)
+    }
+
+    /// The metrics of every pool started.
+    pub(crate) fn pool_metrics(&self) -> Vec<PoolMetrics> {
+        let mut all = Vec::new();
+        let mut add = |device: Device, lane: Lane, pool: &Pool| {
+            let sums = pool.sums();
+            all.push(PoolMetrics {
+                device,
+                lane,
+                name: pool.name().to_owned(),
+                workers: pool.workers(),
+                queued: pool.queued(),
+                running: sums.running,
+                ops_run: sums.ran,
+                busy: sums.busy,
+                queue_wait: sums.queue_wait,
+                run_time: sums.run_time,
+            });
+        };
+        for (i, cell) in self.cpu.iter().enumerate() {
+            if let Some(pool) = cell.get() {
+                add(Device::Cpu(i), Lane::Normal, pool);
+            }
+        }
+        if let Some(pool) = self.priority.get() {
+            add(Device::Cpu(0), Lane::Prioritized, pool);
+        }
+        self.gpu.each_pool(&mut add);
+        all
     }
 
     /// Calls `f` on every op queued on a pool (see [`Pool::each_queued`]).

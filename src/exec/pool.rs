@@ -42,6 +42,7 @@ use crossbeam_deque::{Injector, Steal};
 
 use super::feeds::{FeedView, Feeds};
 use super::park::Parking;
+use super::stats::{PoolStats, Sums};
 use super::thread;
 use super::worker::Worker;
 use crate::op::TaskRef;
@@ -65,6 +66,8 @@ pub(crate) trait Held: Send + Sync {
 pub(crate) type ThreadInit = Arc<dyn Fn(usize) + Send + Sync>;
 
 pub(crate) struct Pool {
+    /// Its threads' name prefix.
+    name: String,
     shared: Arc<PoolShared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -88,6 +91,8 @@ pub(super) struct PoolShared {
     pub(super) held: Option<Arc<dyn Held>>,
     /// How long an idle worker watches the queues before it parks.
     pub(super) spin: Duration,
+    /// What the workers count for metrics.
+    pub(super) stats: PoolStats,
 }
 
 #[derive(Default)]
@@ -129,12 +134,13 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Pool {
     /// Starts `workers` threads named `{name}-{k}`, which watch the queues
     /// for `spin` when idle before they park; before they park, they release
-    /// what `held` holds back.
+    /// what `held` holds back. With `timing`, they measure queue waits and
+    /// run times (`stats.rs`).
     pub(crate) fn start(
         name: &str,
         workers: usize,
         held: Option<Arc<dyn Held>>,
-        spin: Duration,
+        (spin, timing): (Duration, bool),
         init: Option<ThreadInit>,
     ) -> std::io::Result<Self> {
         let workers = workers.max(1);
@@ -150,8 +156,9 @@ impl Pool {
             workers,
             held,
             spin,
+            stats: PoolStats::new(workers, timing),
         });
-        let pool = Self { shared, threads: Mutex::new(Vec::with_capacity(workers)) };
+        let pool = Self { name: name.to_owned(), shared, threads: Mutex::new(Vec::with_capacity(workers)) };
         for k in 0..workers {
             let shared = pool.shared.clone();
             let init = init.clone();
@@ -162,7 +169,7 @@ impl Pool {
                             init(k);
                         }
                         thread::become_worker(&shared);
-                        Worker::new(&shared).work();
+                        Worker::new(&shared, k).work();
                     })
                 },
                 Err,
@@ -182,6 +189,7 @@ impl Pool {
 
     /// Queues a ready op.
     pub(crate) fn submit(&self, task: TaskRef) {
+        self.stamp(&task);
         self.queue(task);
         self.shared.parking.notify(1);
     }
@@ -190,6 +198,7 @@ impl Pool {
     pub(crate) fn submit_all(&self, tasks: impl Iterator<Item = TaskRef>) {
         let mut n = 0;
         for task in tasks {
+            self.stamp(&task);
             self.queue(task);
             n += 1;
         }
@@ -223,10 +232,42 @@ impl Pool {
             && task.header().meta.priority >= 0
             && shared.urgent.load(Ordering::Relaxed) == 0;
         // The slot keeps the first successor; later ones are queued.
+        self.stamp(&task);
         let queued = if keep { thread::keep_next(task) } else { Some(task) };
         if let Some(task) = queued {
-            self.submit(task);
+            self.queue(task);
+            self.shared.parking.notify(1);
         }
+    }
+
+    /// Stamps an op as ready now, for its queue wait (timing metrics only).
+    #[inline(always)]
+    fn stamp(&self, task: &TaskRef) {
+        if self.shared.stats.timing {
+            task.header().set_ready_at(self.shared.stats.stamp());
+        }
+    }
+
+    /// The workers' counters, summed (for metrics).
+    pub(crate) fn sums(&self) -> Sums {
+        self.shared.stats.snapshot()
+    }
+
+    /// The ops queued, not yet taken by a worker (for metrics; those kept
+    /// in a worker's next slot are not counted).
+    pub(crate) fn queued(&self) -> usize {
+        let shared = &self.shared;
+        shared.fifo.len() + shared.in_heap.load(Ordering::Relaxed) + shared.feeds.queued()
+    }
+
+    /// Its worker threads.
+    pub(crate) fn workers(&self) -> usize {
+        self.shared.workers
+    }
+
+    /// Its threads' name prefix.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
     }
 
     /// Whether every worker is parked or about to park, so that none will

@@ -33,6 +33,10 @@ enum Next {
 /// ops it ran on their way back to the pushing threads.
 pub(super) struct Worker<'a> {
     pool: &'a PoolShared,
+    /// Its index in the pool (its counters: `stats.rs`).
+    k: usize,
+    /// In a busy spell: it has run ops since it last waited.
+    busy: bool,
     view: FeedView,
     /// Ops run in a row from the next slot.
     streak: u32,
@@ -42,8 +46,8 @@ pub(super) struct Worker<'a> {
 }
 
 impl<'a> Worker<'a> {
-    pub(super) fn new(pool: &'a PoolShared) -> Self {
-        Self { pool, view: FeedView::default(), streak: 0, idles: 0, returns: Returns::new() }
+    pub(super) fn new(pool: &'a PoolShared, k: usize) -> Self {
+        Self { pool, k, busy: false, view: FeedView::default(), streak: 0, idles: 0, returns: Returns::new() }
     }
 
     /// Runs ops until the pool stops.
@@ -84,9 +88,23 @@ impl<'a> Worker<'a> {
     /// Runs a ready op. If the worker then holds the op's last reference,
     /// its record goes back to be reused (`op::recycle`).
     fn run(&mut self, task: TaskRef) {
+        let stats = &self.pool.stats;
+        if !self.busy {
+            self.busy = true;
+            stats.busy(self.k);
+        }
+        let mine = stats.worker(self.k);
+        mine.start();
         // On the worker's reference: if it is the last one, the record is
         // reused below.
-        thread::run_first(|| thread::run(&task));
+        if stats.timing {
+            let start = stats.starting(self.k, task.header().ready_at());
+            thread::run_first(|| thread::run(&task));
+            stats.ran(self.k, start);
+        } else {
+            thread::run_first(|| thread::run(&task));
+        }
+        mine.end();
         self.returns.give(task);
     }
 
@@ -116,8 +134,12 @@ impl<'a> Worker<'a> {
     /// stopping and drained.
     fn wait(&mut self) -> Option<Option<TaskRef>> {
         let pool = self.pool;
-        let view = &mut self.view;
         let start = Instant::now();
+        if self.busy {
+            self.busy = false;
+            pool.stats.idle(self.k, start);
+        }
+        let view = &mut self.view;
         let mut spins = 0u32;
         while !pool.spin.is_zero() && !pool.has_work(view) && !pool.stopping.load(Ordering::Acquire) {
             spins += 1;

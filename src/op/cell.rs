@@ -161,8 +161,8 @@ impl<J: Job> Task for OpCell<J> {
         // early is published again when its vars let it through).
         // Its slot among the ops in flight goes back before anyone waiting
         // for the op (its handle, `wait_for_all`) is told.
-        if epoch.is_some() && self.header.meta.counted() {
-            self.header.host.op_left();
+        if epoch.is_some() {
+            self.header.host.op_done(self.header.meta.counted());
         }
         if let Some(waker) = waker {
             waker.wake();
@@ -196,6 +196,9 @@ impl<J: Job> Task for OpCell<J> {
         }
         // What `store` does, but the op does not complete: its vars have
         // not let it through.
+        if !self.header.meta.clears_error() {
+            self.header.host.op_failed(&err);
+        }
         if pass_on {
             self.header.record_outcome(Err(&err));
             self.header.host.note_error(&err);
@@ -234,6 +237,7 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
         self.header.record_outcome(outcome.as_ref().map(|_| ()));
         if let Err(err) = outcome {
             if !self.header.meta.clears_error() {
+                self.header.host.op_failed(&err);
                 self.header.host.note_error(&err);
             }
         }

@@ -43,9 +43,19 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// waited for may be), and says what it found.
     fn help(&self) -> Help;
 
-    /// An op counted against the engine's limit of ops in flight has
-    /// completed (or was resolved early): its slot is free.
+    /// An op counted against the engine's limit of ops in flight will not
+    /// be published (its push was refused after its record was built): its
+    /// slot is free.
     fn op_left(&self);
+
+    /// An op was published (completed, or resolved early): counted for
+    /// metrics, and, if `counted` against the limit of ops in flight, its
+    /// slot is free.
+    fn op_done(&self, counted: bool);
+
+    /// An op failed, was skipped or was cancelled with `err` (counted for
+    /// metrics; called once per op, before it is published).
+    fn op_failed(&self, err: &Error);
 }
 
 /// What [`Host::help`] found to do.

@@ -11,7 +11,7 @@ use super::host::HostRef;
 use crate::device::{Device, Lane};
 use crate::error::Error;
 use crate::sync::Mutex;
-use crate::sync::atomic::AtomicBool;
+use crate::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use crate::sync::countdown::Countdown;
 use crate::var::inbox::{Link, Linked};
 use crate::var::{Access, Grant};
@@ -201,6 +201,9 @@ pub(crate) struct Header {
     /// A GPU op let its vars go at enqueue (`life::release_vars_early`):
     /// its completion leaves them alone. In the padding before `link`.
     pub(super) vars_gone: AtomicBool,
+    /// When it was queued on a pool, in the pool's ticks: set and read only
+    /// while timing metrics are on (`exec::stats`). In the padding too.
+    ready_at: AtomicU32,
     /// Its place in a var's inbox, if it has one var (see `var::inbox`):
     /// read by the worker that takes it out, which then lets it through.
     link: Link<TaskRef>,
@@ -221,6 +224,7 @@ impl Header {
             live: Countdown::new(1),
             has_errors: AtomicBool::new(false),
             vars_gone: AtomicBool::new(false),
+            ready_at: AtomicU32::new(0),
             link: Link::new(),
             span: op_span(&meta),
             meta,
@@ -228,6 +232,19 @@ impl Header {
             host,
             errors: Mutex::new(OpErrors::default()),
         }
+    }
+
+    /// Stamps the op as queued at `tick` (timing metrics).
+    #[inline]
+    pub(crate) fn set_ready_at(&self, tick: u32) {
+        self.ready_at.store(tick, Ordering::Relaxed);
+    }
+
+    /// When the op was queued (timing metrics): ordered before the worker's
+    /// read by the queue that handed the op over.
+    #[inline]
+    pub(crate) fn ready_at(&self) -> u32 {
+        self.ready_at.load(Ordering::Relaxed)
     }
 
     /// The op's span, if a subscriber wants it.

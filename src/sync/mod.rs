@@ -12,5 +12,6 @@ pub(crate) mod latch;
 pub(crate) mod prefetch;
 pub(crate) mod small;
 pub(crate) mod spin;
+pub(crate) mod tally;
 
 pub(crate) use shim::{Condvar, Mutex, MutexGuard, atomic, cell, lock, wait_timeout};

@@ -1,0 +1,216 @@
+//! What [`Engine::metrics`](crate::Engine::metrics) returns: a snapshot of
+//! the engine's counters, its pools and, when timing is on, distributions
+//! of queue waits and run times, in the spirit of Tokio's `RuntimeMetrics`.
+//!
+//! Counters only grow; gauges (ops queued, running, waiting on vars) are
+//! what each was as it was read. The parts are read one after the other
+//! while ops go on, so a snapshot taken under load is not one instant:
+//! `completed` may be read after an op counted in no gauge completed.
+
+use std::time::Duration;
+
+use crate::device::{Device, Lane};
+
+/// Buckets of a [`Histogram`]: bucket 0 holds durations under 256 ns,
+/// bucket `k` those from `2^(k+7)` to `2^(k+8)` ns, the last everything
+/// from about 2.1 s up.
+pub const HISTOGRAM_BUCKETS: usize = 24;
+
+/// The bucket of a duration of `ns` nanoseconds.
+#[inline]
+pub(crate) fn bucket_of(ns: u64) -> usize {
+    let k = (64 - (ns >> 8).leading_zeros()) as usize;
+    k.min(HISTOGRAM_BUCKETS - 1)
+}
+
+/// A distribution of durations in fixed power-of-two buckets (see
+/// [`HISTOGRAM_BUCKETS`]); quantiles are read as the upper bound of the
+/// bucket they fall in, so they are exact to a factor of two.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Histogram {
+    counts: [u64; HISTOGRAM_BUCKETS],
+}
+
+impl Histogram {
+    /// A histogram of these bucket counts.
+    pub(crate) fn from_counts(counts: [u64; HISTOGRAM_BUCKETS]) -> Self {
+        Self { counts }
+    }
+
+    /// Adds `other`'s counts to these.
+    pub(crate) fn merge(&mut self, other: &Histogram) {
+        for (mine, theirs) in self.counts.iter_mut().zip(other.counts.iter()) {
+            *mine += theirs;
+        }
+    }
+
+    /// The count in each bucket.
+    pub fn counts(&self) -> &[u64; HISTOGRAM_BUCKETS] {
+        &self.counts
+    }
+
+    /// The durations recorded.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// The upper bound of bucket `k` (`None` for the last, which has none).
+    pub fn bucket_upper_bound(k: usize) -> Option<Duration> {
+        (k + 1 < HISTOGRAM_BUCKETS).then(|| Duration::from_nanos(1 << (k + 8)))
+    }
+
+    /// The upper bound of the bucket that holds quantile `q` (0 to 1) of the
+    /// durations; `None` if nothing was recorded, or if the quantile falls in
+    /// the last bucket. A `q` outside 0 to 1 is clamped.
+    pub fn quantile(&self, q: f64) -> Option<Duration> {
+        let total = self.count();
+        if total == 0 {
+            return None;
+        }
+        // The rank of the quantile, 1-based: the smallest count of
+        // durations that covers a fraction `q` of them.
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (k, &n) in self.counts.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return Self::bucket_upper_bound(k);
+            }
+        }
+        None
+    }
+
+    /// [`quantile`](Self::quantile) 0.5.
+    pub fn p50(&self) -> Option<Duration> {
+        self.quantile(0.5)
+    }
+
+    /// [`quantile`](Self::quantile) 0.99.
+    pub fn p99(&self) -> Option<Duration> {
+        self.quantile(0.99)
+    }
+}
+
+/// One worker pool: a CPU device's, a GPU device's lane, or the
+/// prioritized lane's.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct PoolMetrics {
+    /// The device its ops target (`Cpu(0)` for the prioritized lane).
+    pub device: Device,
+    /// Its lane: `Normal`, `Prioritized`, or a GPU's copy lane.
+    pub lane: Lane,
+    /// The pool's threads' name prefix (each thread adds `-k`).
+    pub name: String,
+    /// Its worker threads.
+    pub workers: usize,
+    /// Ready ops queued, not yet taken by a worker (an op a worker keeps to
+    /// run next is not counted).
+    pub queued: usize,
+    /// Workers running an op now.
+    pub running: usize,
+    /// Ops its workers ran (started), since the pool started.
+    pub ops_run: u64,
+    /// The time its workers spent on ops (neither watching the queues nor
+    /// parked), summed over the workers: compare with `workers` times the
+    /// pool's age for its load.
+    pub busy: Duration,
+    /// How long its ops waited, ready, before a worker started them (only
+    /// with timing on: [`EngineBuilder::metrics_timing`](crate::EngineBuilder::metrics_timing)).
+    pub queue_wait: Histogram,
+    /// How long its workers spent in each op's body (for an async op, the
+    /// part of the body that ran on the worker; only with timing on).
+    pub run_time: Histogram,
+}
+
+/// A snapshot of an engine's work (see the module docs for what a
+/// snapshot taken under load means).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Metrics {
+    /// Ops pushed: user ops, and the engine's own (each `wait_for_var`,
+    /// acquire, deletion, and bulk segment), as
+    /// [`Engine::pushed_ops`](crate::Engine::pushed_ops) counts them.
+    pub pushed: u64,
+    /// Ops completed, whatever their outcome (counted as `pushed` is).
+    pub completed: u64,
+    /// Ops that failed: their body returned an error or panicked, or
+    /// dropped its completion token.
+    pub failed: u64,
+    /// Ops skipped for an error on a var they use.
+    pub skipped: u64,
+    /// Ops cancelled before they started: aborted, their handle dropped
+    /// (with `cancel_on_drop`), or a cancelling shutdown.
+    pub cancelled: u64,
+    /// Ops pushed and not completed: `pushed - completed`.
+    pub in_flight: u64,
+    /// Ops queued on a var behind another op: they wait for their vars.
+    pub waiting_on_vars: usize,
+    /// Whether queue waits and run times are measured.
+    pub timing: bool,
+    /// The pools started so far.
+    pub pools: Vec<PoolMetrics>,
+}
+
+impl Metrics {
+    /// Ready ops queued on all pools.
+    pub fn queued(&self) -> usize {
+        self.pools.iter().map(|p| p.queued).sum()
+    }
+
+    /// Workers running an op now, on all pools.
+    pub fn running(&self) -> usize {
+        self.pools.iter().map(|p| p.running).sum()
+    }
+
+    /// Queue waits over all pools.
+    pub fn queue_wait(&self) -> Histogram {
+        let mut all = Histogram::default();
+        self.pools.iter().for_each(|p| all.merge(&p.queue_wait));
+        all
+    }
+
+    /// Run times over all pools.
+    pub fn run_time(&self) -> Histogram {
+        let mut all = Histogram::default();
+        self.pools.iter().for_each(|p| all.merge(&p.run_time));
+        all
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_double_from_256_ns() {
+        assert_eq!(bucket_of(0), 0);
+        assert_eq!(bucket_of(255), 0);
+        assert_eq!(bucket_of(256), 1);
+        assert_eq!(bucket_of(511), 1);
+        assert_eq!(bucket_of(512), 2);
+        assert_eq!(bucket_of(1_000_000), 12);
+        assert_eq!(bucket_of(u64::MAX), HISTOGRAM_BUCKETS - 1);
+        for k in 0..HISTOGRAM_BUCKETS - 1 {
+            let upper = Histogram::bucket_upper_bound(k).unwrap().as_nanos() as u64;
+            assert_eq!(bucket_of(upper - 1), k);
+            assert_eq!(bucket_of(upper), k + 1);
+        }
+    }
+
+    #[test]
+    fn quantiles_are_bucket_upper_bounds() {
+        let mut counts = [0; HISTOGRAM_BUCKETS];
+        counts[2] = 98; // 512 ns to 1 µs
+        counts[10] = 2; // 131 to 262 µs
+        let h = Histogram::from_counts(counts);
+        assert_eq!(h.count(), 100);
+        assert_eq!(h.p50(), Some(Duration::from_nanos(1024)));
+        assert_eq!(h.quantile(0.98), Some(Duration::from_nanos(1024)));
+        assert_eq!(h.p99(), Some(Duration::from_nanos(1 << 18)));
+        assert_eq!(Histogram::default().p50(), None);
+        let mut sum = h.clone();
+        sum.merge(&h);
+        assert_eq!(sum.counts()[2], 196);
+    }
+}
