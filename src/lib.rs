@@ -115,10 +115,10 @@ pub use engine::{
     MAX_SPIN, MAX_WORKERS, NoSlot, OpBuilder, Reservation, Reserved, ShutdownMode, Slot, WaitForAll,
 };
 pub use error::{BoxError, Error, Result};
-pub use metrics::{Histogram, Metrics, PoolMetrics};
 pub use gpu::{
     Gpu, GpuBuffer, GpuContext, GpuElement, HostBuffer, MAX_GPU_DEVICES, SimBuffer, SimGpu, SimRead,
     SimStream, SimWrite, Stream, Touch,
 };
+pub use metrics::{Histogram, Metrics, PoolMetrics};
 pub use op::handle::{Completion, OpHandle};
 pub use var::{AnyVar, ReadGuard, Var, VarDebug, WriteGuard};

@@ -60,7 +60,8 @@ pub(crate) struct Dispatcher {
 impl Dispatcher {
     pub(crate) fn new(topology: Topology, held: Option<Arc<dyn Held>>) -> Self {
         let cpu = (0..topology.cpu_devices).map(|_| OnceLock::new()).collect();
-        let gpu = Gpus::new(topology.gpu.clone(), topology.thread_name.clone(), (topology.spin, topology.timing));
+        let gpu =
+            Gpus::new(topology.gpu.clone(), topology.thread_name.clone(), (topology.spin, topology.timing));
         Self { topology, cpu, priority: OnceLock::new(), gpu, held, starting: Mutex::new(()) }
     }
 

@@ -188,6 +188,7 @@ impl Pool {
     }
 
     /// Queues a ready op.
+    #[inline]
     pub(crate) fn submit(&self, task: TaskRef) {
         self.stamp(&task);
         self.queue(task);
@@ -244,8 +245,14 @@ impl Pool {
     #[inline(always)]
     fn stamp(&self, task: &TaskRef) {
         if self.shared.stats.timing {
-            task.header().set_ready_at(self.shared.stats.stamp());
+            self.stamp_now(task);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn stamp_now(&self, task: &TaskRef) {
+        task.header().set_ready_at(self.shared.stats.stamp());
     }
 
     /// The workers' counters, summed (for metrics).

@@ -9,7 +9,7 @@
 //! 256 ns ticks since the pool started, so a wait is read modulo about
 //! 18 minutes.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::metrics::{HISTOGRAM_BUCKETS, Histogram, bucket_of};
@@ -27,8 +27,10 @@ fn bump(counter: &AtomicU64, n: u64) {
 /// One worker's counters.
 #[derive(Default)]
 pub(super) struct WorkerStats {
-    ran: AtomicU64,
-    running: AtomicBool,
+    /// Ops started, and ops whose run returned: the difference is the one
+    /// running now, if any.
+    started: AtomicU64,
+    ended: AtomicU64,
     /// Busy time of the busy spells that ended (ns).
     busy_ns: AtomicU64,
     /// When the current busy spell began (ns since the pool started, plus
@@ -83,12 +85,14 @@ impl PoolStats {
     }
 
     /// Worker `k` found work after an idle spell: a busy spell begins.
+    #[inline(never)]
     pub(super) fn busy(&self, k: usize) {
         self.workers[k].busy_since.store(self.ns(Instant::now()) + 1, Ordering::Relaxed);
     }
 
     /// Worker `k` found nothing to do at `now`: its busy spell, if one
     /// was on, ends.
+    #[inline(never)]
     pub(super) fn idle(&self, k: usize, now: Instant) {
         let w = &self.workers[k];
         let since = w.busy_since.load(Ordering::Relaxed);
@@ -105,8 +109,11 @@ impl PoolStats {
         let mut waits = [0; HISTOGRAM_BUCKETS];
         let mut runs = [0; HISTOGRAM_BUCKETS];
         for w in self.workers.iter() {
-            sums.ran += w.ran.load(Ordering::Relaxed);
-            sums.running += usize::from(w.running.load(Ordering::Relaxed));
+            // `ended` first: a start is counted before its end.
+            let ended = w.ended.load(Ordering::Relaxed);
+            let started = w.started.load(Ordering::Relaxed);
+            sums.ran += started;
+            sums.running += usize::from(started > ended);
             let since = w.busy_since.load(Ordering::Relaxed);
             let spell = if since == 0 { 0 } else { now.saturating_sub(since) };
             sums.busy += Duration::from_nanos(w.busy_ns.load(Ordering::Relaxed) + spell);
@@ -127,14 +134,13 @@ impl WorkerStats {
     /// The worker starts an op.
     #[inline(always)]
     pub(super) fn start(&self) {
-        self.running.store(true, Ordering::Relaxed);
+        bump(&self.started, 1);
     }
 
     /// The worker's op returned.
     #[inline(always)]
     pub(super) fn end(&self) {
-        bump(&self.ran, 1);
-        self.running.store(false, Ordering::Relaxed);
+        bump(&self.ended, 1);
     }
 }
 

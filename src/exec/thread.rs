@@ -137,7 +137,7 @@ pub(super) fn run_here(task: TaskRef, now: bool) {
 
 /// Runs `first`, then the inline ops made ready on this thread meanwhile
 /// (see [`run_here`]); the caller runs no op already.
-#[inline]
+#[inline(always)]
 pub(super) fn run_first(first: impl FnOnce()) {
     struct Reset;
     impl Drop for Reset {
@@ -167,14 +167,15 @@ fn execute(task: TaskRef) {
     });
 }
 
-/// Executes an op on the caller's reference (see [`execute`]).
-#[inline]
+/// Executes an op on the caller's reference (see [`execute`]). Inlined
+/// into the worker's loop, whatever else calls it.
+#[inline(always)]
 pub(super) fn run(task: &TaskRef) {
     contain(|| task.execute(task));
 }
 
 /// Runs `f`, logging a panic that escapes it instead of unwinding further.
-#[inline]
+#[inline(always)]
 pub(super) fn contain(f: impl FnOnce()) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
         tracing::error!(target: "depengine", "a panic escaped an op, outside its body: {}", panic_message(&*payload));
