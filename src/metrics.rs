@@ -29,12 +29,13 @@ pub(crate) fn bucket_of(ns: u64) -> usize {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Histogram {
     counts: [u64; HISTOGRAM_BUCKETS],
+    sum: Duration,
 }
 
 impl Histogram {
-    /// A histogram of these bucket counts.
-    pub(crate) fn from_counts(counts: [u64; HISTOGRAM_BUCKETS]) -> Self {
-        Self { counts }
+    /// A histogram of these bucket counts, whose durations add up to `sum`.
+    pub(crate) fn from_counts(counts: [u64; HISTOGRAM_BUCKETS], sum: Duration) -> Self {
+        Self { counts, sum }
     }
 
     /// Adds `other`'s counts to these.
@@ -42,6 +43,18 @@ impl Histogram {
         for (mine, theirs) in self.counts.iter_mut().zip(other.counts.iter()) {
             *mine += theirs;
         }
+        self.sum += other.sum;
+    }
+
+    /// The durations recorded, added up.
+    pub fn sum(&self) -> Duration {
+        self.sum
+    }
+
+    /// Their mean; `None` if nothing was recorded.
+    pub fn mean(&self) -> Option<Duration> {
+        let n = self.count();
+        (n > 0).then(|| self.sum / u32::try_from(n).unwrap_or(u32::MAX))
     }
 
     /// The count in each bucket.
@@ -203,12 +216,13 @@ mod tests {
         let mut counts = [0; HISTOGRAM_BUCKETS];
         counts[2] = 98; // 512 ns to 1 µs
         counts[10] = 2; // 131 to 262 µs
-        let h = Histogram::from_counts(counts);
+        let h = Histogram::from_counts(counts, Duration::from_micros(600));
         assert_eq!(h.count(), 100);
         assert_eq!(h.p50(), Some(Duration::from_nanos(1024)));
         assert_eq!(h.quantile(0.98), Some(Duration::from_nanos(1024)));
         assert_eq!(h.p99(), Some(Duration::from_nanos(1 << 18)));
         assert_eq!(Histogram::default().p50(), None);
+        assert_eq!(h.mean(), Some(Duration::from_micros(6)));
         let mut sum = h.clone();
         sum.merge(&h);
         assert_eq!(sum.counts()[2], 196);

@@ -38,6 +38,9 @@ pub(super) struct WorkerStats {
     busy_since: AtomicU64,
     waits: [AtomicU64; HISTOGRAM_BUCKETS],
     runs: [AtomicU64; HISTOGRAM_BUCKETS],
+    /// The waits and run times added up (ns).
+    waits_ns: AtomicU64,
+    runs_ns: AtomicU64,
 }
 
 /// The counters of a pool's workers, and the pool's clock.
@@ -73,15 +76,20 @@ impl PoolStats {
     #[inline]
     pub(super) fn starting(&self, k: usize, ready: u32) -> Instant {
         let now = Instant::now();
-        let waited = ((self.ns(now) >> TICK_SHIFT) as u32).wrapping_sub(ready);
-        bump(&self.workers[k].waits[bucket_of(u64::from(waited) << TICK_SHIFT)], 1);
+        let waited = u64::from(((self.ns(now) >> TICK_SHIFT) as u32).wrapping_sub(ready)) << TICK_SHIFT;
+        let w = &self.workers[k];
+        bump(&w.waits[bucket_of(waited)], 1);
+        bump(&w.waits_ns, waited);
         now
     }
 
     /// Worker `k` ran an op that started at `start` (timing on).
     #[inline]
     pub(super) fn ran(&self, k: usize, start: Instant) {
-        bump(&self.workers[k].runs[bucket_of(start.elapsed().as_nanos() as u64)], 1);
+        let ran = start.elapsed().as_nanos() as u64;
+        let w = &self.workers[k];
+        bump(&w.runs[bucket_of(ran)], 1);
+        bump(&w.runs_ns, ran);
     }
 
     /// Worker `k` found work after an idle spell: a busy spell begins.
@@ -108,6 +116,7 @@ impl PoolStats {
         let mut sums = Sums::default();
         let mut waits = [0; HISTOGRAM_BUCKETS];
         let mut runs = [0; HISTOGRAM_BUCKETS];
+        let (mut waits_ns, mut runs_ns) = (0, 0);
         for w in self.workers.iter() {
             // `ended` first: a start is counted before its end.
             let ended = w.ended.load(Ordering::Relaxed);
@@ -117,6 +126,8 @@ impl PoolStats {
             let since = w.busy_since.load(Ordering::Relaxed);
             let spell = if since == 0 { 0 } else { now.saturating_sub(since) };
             sums.busy += Duration::from_nanos(w.busy_ns.load(Ordering::Relaxed) + spell);
+            waits_ns += w.waits_ns.load(Ordering::Relaxed);
+            runs_ns += w.runs_ns.load(Ordering::Relaxed);
             for (sum, n) in waits.iter_mut().zip(&w.waits) {
                 *sum += n.load(Ordering::Relaxed);
             }
@@ -124,8 +135,8 @@ impl PoolStats {
                 *sum += n.load(Ordering::Relaxed);
             }
         }
-        sums.queue_wait = Histogram::from_counts(waits);
-        sums.run_time = Histogram::from_counts(runs);
+        sums.queue_wait = Histogram::from_counts(waits, Duration::from_nanos(waits_ns));
+        sums.run_time = Histogram::from_counts(runs, Duration::from_nanos(runs_ns));
         sums
     }
 }

@@ -1,0 +1,475 @@
+//! The service of `examples/serve`, shaped like online model serving: the
+//! model is a few shards, each a var; a prediction reads them all and
+//! computes on an engine worker; an update rewrites them all as one op, so
+//! that every prediction sees all of an update or none of it.
+//!
+//! The same routes are built on `tokio::sync::RwLock` (`Variant::RwLock*`),
+//! as such a service is usually written without the engine, for the load
+//! figures in PERFORMANCE.md. `tests/serve.rs` drives this module through
+//! a real HTTP client.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use depengine::{Engine, Error, ShutdownMode, Var};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+
+/// Shards of the model.
+pub const SHARDS: usize = 4;
+/// Weights per shard.
+pub const SHARD_LEN: usize = 4096;
+/// How long a request waits for its op before it answers 504 (and its op,
+/// if it has not started, is cancelled with the dropped handle).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One shard of the model.
+pub struct Shard {
+    /// The model version that wrote it.
+    pub version: u64,
+    pub weights: Vec<f32>,
+}
+
+impl Shard {
+    /// Shard `index` of model version `version`: every weight follows from
+    /// the two, so a client can check what it was served.
+    pub fn new(version: u64, index: usize) -> Self {
+        let base = (version % 1000) as f32 * 0.001 + index as f32;
+        let weights = (0..SHARD_LEN).map(|i| base + (i % 97) as f32 * 1e-4).collect();
+        Self { version, weights }
+    }
+}
+
+/// What a prediction computes over the shards for input `x`: a dot product
+/// per shard, summed (about 16 thousand multiply-adds).
+pub fn compute<'a>(shards: impl IntoIterator<Item = &'a Shard>, x: f32) -> Prediction {
+    let mut y = 0.0f64;
+    let mut versions = Vec::with_capacity(SHARDS);
+    for shard in shards {
+        let dot: f32 = shard.weights.iter().enumerate().map(|(i, w)| w * (x + (i % 13) as f32)).sum();
+        y += f64::from(dot);
+        versions.push(shard.version);
+    }
+    Prediction { y, versions }
+}
+
+/// The answer to a prediction: its value and the version of each shard it
+/// read (all equal unless a read was torn).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    pub y: f64,
+    pub versions: Vec<u64>,
+}
+
+/// The answer to an update: the new model version.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Updated {
+    pub version: u64,
+}
+
+/// How the model's state is guarded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// Shards in vars; ops on engine workers.
+    Engine,
+    /// One `tokio::sync::RwLock` over the shards, predictions computed on
+    /// the runtime's threads while holding the read guard.
+    RwLock,
+    /// As `RwLock`, computing in `spawn_blocking`.
+    RwLockBlocking,
+}
+
+impl std::str::FromStr for Variant {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "engine" => Ok(Variant::Engine),
+            "rwlock" => Ok(Variant::RwLock),
+            "rwlock-blocking" => Ok(Variant::RwLockBlocking),
+            _ => Err(format!("unknown variant {s:?}: engine, rwlock or rwlock-blocking")),
+        }
+    }
+}
+
+/// The service's settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub variant: Variant,
+    /// The engine's bound on ops in flight (`None`: the environment's, or
+    /// no bound).
+    pub max_in_flight: Option<usize>,
+    /// Engine workers (`None`: the environment's, or one per core).
+    pub cpu_workers: Option<usize>,
+    /// Engine thread names' prefix.
+    pub thread_name: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self { variant: Variant::Engine, max_in_flight: Some(1024), cpu_workers: None, thread_name: "serve".into() }
+    }
+}
+
+/// The model, as each variant holds it.
+enum Model {
+    Vars(Vec<Var<Shard>>),
+    Locked(Arc<tokio::sync::RwLock<Vec<Shard>>>),
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: &'static str,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabel {
+    route: &'static str,
+}
+
+struct Inner {
+    variant: Variant,
+    engine: Engine,
+    model: Model,
+    /// The latest model version (updates are serialized by the model's
+    /// vars or lock; this only numbers them).
+    version: AtomicU64,
+    registry: Registry,
+    requests: Family<RouteLabels, Counter>,
+    latency: Family<RouteLabel, Histogram>,
+}
+
+/// The service's state: cheap to clone, one per handler call.
+#[derive(Clone)]
+pub struct App(Arc<Inner>);
+
+impl App {
+    /// A service with model version 0.
+    ///
+    /// # Errors
+    ///
+    /// The engine's settings are refused.
+    pub fn new(config: &Config) -> depengine::Result<Self> {
+        let mut builder = Engine::builder().thread_name(config.thread_name.clone()).metrics_timing(true);
+        if let Some(n) = config.max_in_flight {
+            builder = builder.max_in_flight(n);
+        }
+        if let Some(n) = config.cpu_workers {
+            builder = builder.cpu_workers(n);
+        }
+        let engine = builder.build()?;
+        let shards = (0..SHARDS).map(|i| Shard::new(0, i));
+        let model = match config.variant {
+            Variant::Engine => Model::Vars(shards.map(|s| engine.var(s)).collect()),
+            Variant::RwLock | Variant::RwLockBlocking => {
+                Model::Locked(Arc::new(tokio::sync::RwLock::new(shards.collect())))
+            }
+        };
+        let mut registry = Registry::with_prefix("serve");
+        let requests = Family::<RouteLabels, Counter>::default();
+        registry.register("http_requests", "HTTP requests by route and status", requests.clone());
+        let latency = Family::<RouteLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_01, 2.0, 20))
+        });
+        registry.register("http_request_seconds", "HTTP request latency by route", latency.clone());
+        registry.register_collector(Box::new(EngineCollector(engine.clone())));
+        let variant = config.variant;
+        let inner = Inner { variant, engine, model, version: AtomicU64::new(0), registry, requests, latency };
+        let app = App(Arc::new(inner));
+        tracing::info!(?variant, "service ready");
+        Ok(app)
+    }
+
+    /// The engine (for tests: its metrics, its shutdown).
+    pub fn engine(&self) -> &Engine {
+        &self.0.engine
+    }
+
+    /// The model's vars (the engine variant only): for a test to hold
+    /// them.
+    pub fn shards(&self) -> Option<&[Var<Shard>]> {
+        match &self.0.model {
+            Model::Vars(shards) => Some(shards),
+            Model::Locked(_) => None,
+        }
+    }
+
+    /// The service's routes.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/predict", get(predict))
+            .route("/update", post(update))
+            .route("/health", get(|| async { "ok\n" }))
+            .route("/metrics", get(metrics))
+            .route("/debug/pending", get(debug_pending))
+            .layer(middleware::from_fn_with_state(self.clone(), count))
+            .with_state(self.clone())
+    }
+}
+
+/// Serves `app` on `listener` until `stop` resolves, then shuts down in
+/// order: stop accepting, let in-flight requests finish (axum's graceful
+/// shutdown), then drain the engine and join its threads.
+///
+/// # Errors
+///
+/// The server's I/O error, or the first engine failure no request saw.
+pub async fn serve(
+    app: App,
+    listener: TcpListener,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let addr: SocketAddr = listener.local_addr()?;
+    tracing::info!(%addr, "listening");
+    axum::serve(listener, app.router()).with_graceful_shutdown(stop).await?;
+    tracing::info!("HTTP drained; draining the engine");
+    app.engine().shutdown(ShutdownMode::Drain).await?;
+    Ok(())
+}
+
+/// Counts every request by route and status, and times it.
+async fn count(State(app): State<App>, request: Request, next: Next) -> Response {
+    let route = match request.uri().path() {
+        "/predict" => "/predict",
+        "/update" => "/update",
+        "/health" => "/health",
+        "/metrics" => "/metrics",
+        "/debug/pending" => "/debug/pending",
+        _ => "other",
+    };
+    let start = Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    app.0.requests.get_or_create(&RouteLabels { route, status }).inc();
+    app.0.latency.get_or_create(&RouteLabel { route }).observe(start.elapsed().as_secs_f64());
+    response
+}
+
+#[derive(Deserialize)]
+struct PredictQuery {
+    x: f32,
+}
+
+async fn predict(State(app): State<App>, Query(q): Query<PredictQuery>) -> Response {
+    if !q.x.is_finite() {
+        return (StatusCode::BAD_REQUEST, "x must be a finite number\n").into_response();
+    }
+    let x = q.x;
+    match &app.0.model {
+        Model::Vars(shards) => {
+            // Cancelled if the client goes away (this future is dropped)
+            // before a worker starts it: an orphaned request costs no run.
+            let op = app.0.engine.op("predict").read_all(shards).cancel_on_drop(true);
+            let handle = match op.try_run(move |(shards,), ()| Ok(compute(shards.iter().map(|g| &**g), x))) {
+                Ok(handle) => handle,
+                Err(err) => return error_response(&err),
+            };
+            match tokio::time::timeout(REQUEST_TIMEOUT, handle).await {
+                Ok(Ok(prediction)) => Json(prediction).into_response(),
+                Ok(Err(err)) => error_response(&err),
+                Err(_) => (StatusCode::GATEWAY_TIMEOUT, "the prediction timed out\n").into_response(),
+            }
+        }
+        Model::Locked(lock) if app.0.variant == Variant::RwLockBlocking => {
+            let shards = lock.clone().read_owned().await;
+            match tokio::task::spawn_blocking(move || compute(shards.iter(), x)).await {
+                Ok(prediction) => Json(prediction).into_response(),
+                Err(err) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{err}\n")).into_response(),
+            }
+        }
+        Model::Locked(lock) => Json(compute(lock.read().await.iter(), x)).into_response(),
+    }
+}
+
+
+async fn update(State(app): State<App>) -> Response {
+    match &app.0.model {
+        Model::Vars(shards) => {
+            // All shards in one op: no prediction sees part of an update.
+            // The body builds the new shards before it touches any, so a
+            // failure leaves them as they were: it need not poison them.
+            let version = app.0.version.fetch_add(1, Ordering::Relaxed) + 1;
+            let op = app.0.engine.op("update").write_all(shards).poison(false);
+            let handle = match op.try_run(move |(), (mut shards,)| {
+                let fresh: Vec<Shard> = (0..shards.len()).map(|i| Shard::new(version, i)).collect();
+                for (guard, shard) in shards.iter_mut().zip(fresh) {
+                    **guard = shard;
+                }
+                Ok(version)
+            }) {
+                Ok(handle) => handle,
+                Err(err) => return error_response(&err),
+            };
+            match handle.await {
+                Ok(version) => Json(Updated { version }).into_response(),
+                Err(err) => error_response(&err),
+            }
+        }
+        Model::Locked(lock) => {
+            let mut shards = lock.write().await;
+            let version = app.0.version.fetch_add(1, Ordering::Relaxed) + 1;
+            *shards = (0..SHARDS).map(|i| Shard::new(version, i)).collect();
+            Json(Updated { version }).into_response()
+        }
+    }
+}
+
+async fn metrics(State(app): State<App>) -> Response {
+    let mut body = String::new();
+    if let Err(err) = prometheus_client::encoding::text::encode(&mut body, &app.0.registry) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, format!("{err}\n")).into_response();
+    }
+    let mut response = body.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    response
+}
+
+/// What is pending and on what: the engine's counts, then each shard's
+/// state (ops running on it, ops queued behind them, its error).
+async fn debug_pending(State(app): State<App>) -> Response {
+    let m = app.0.engine.metrics();
+    let mut out = format!(
+        "ops: pushed {} completed {} in flight {} waiting on vars {} queued {} running {}\n",
+        m.pushed,
+        m.completed,
+        m.in_flight,
+        m.waiting_on_vars,
+        m.queued(),
+        m.running()
+    );
+    for p in &m.pools {
+        out += &format!(
+            "pool {} ({} {:?}): {} workers, {} queued, {} running, {} run, busy {:?}\n",
+            p.name, p.device, p.lane, p.workers, p.queued, p.running, p.ops_run, p.busy
+        );
+    }
+    if let Model::Vars(shards) = &app.0.model {
+        for (i, shard) in shards.iter().enumerate() {
+            let d = shard.any().debug_state();
+            out += &format!(
+                "shard {i} (var #{}): version {}, {} reads running, write running: {}, queued: {:?}, error: {:?}\n",
+                d.id, d.version, d.running_reads, d.write_running, d.queued, d.error
+            );
+        }
+    }
+    out.into_response()
+}
+
+/// An engine error as an HTTP answer: no room is 503 with `Retry-After`
+/// (the client should come back), as is a shutting-down or cancelled op;
+/// a failed op is a 500.
+pub fn error_response(err: &Error) -> Response {
+    let (status, retry) = if err.is_full() {
+        (StatusCode::SERVICE_UNAVAILABLE, true)
+    } else if err.is_shutdown() || err.is_cancelled() {
+        (StatusCode::SERVICE_UNAVAILABLE, false)
+    } else {
+        (StatusCode::INTERNAL_SERVER_ERROR, false)
+    };
+    let mut response = (status, format!("{err}\n")).into_response();
+    if retry {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
+}
+
+/// The engine's metrics, read at each scrape.
+#[derive(Debug)]
+struct EngineCollector(Engine);
+
+impl Collector for EngineCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let m = self.0.metrics();
+        let counters = [
+            ("engine_ops_pushed", "Ops pushed", m.pushed),
+            ("engine_ops_completed", "Ops completed", m.completed),
+            ("engine_ops_failed", "Ops that failed", m.failed),
+            ("engine_ops_skipped", "Ops skipped for an error on a var", m.skipped),
+            ("engine_ops_cancelled", "Ops cancelled before they started", m.cancelled),
+        ];
+        for (name, help, value) in counters {
+            let counter = ConstCounter::new(value);
+            counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
+        }
+        let gauges = [
+            ("engine_ops_in_flight", "Ops pushed and not completed", m.in_flight as i64),
+            ("engine_ops_waiting_on_vars", "Ops queued on a var", m.waiting_on_vars as i64),
+        ];
+        for (name, help, value) in gauges {
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        encode_pools(&m, &mut encoder)
+    }
+}
+
+/// The per-pool families: gauges, counters and the two distributions.
+fn encode_pools(m: &depengine::Metrics, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    use prometheus_client::metrics::MetricType;
+    let labels = |p: &depengine::PoolMetrics| [("pool", p.name.clone())];
+    type Get = fn(&depengine::PoolMetrics) -> i64;
+    let gauges: [(&str, &str, Get); 3] = [
+        ("engine_pool_workers", "Worker threads of a pool", |p| p.workers as i64),
+        ("engine_pool_queued", "Ready ops queued on a pool", |p| p.queued as i64),
+        ("engine_pool_running", "Workers running an op", |p| p.running as i64),
+    ];
+    for (name, help, get) in gauges {
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for p in &m.pools {
+            ConstGauge::new(get(p)).encode(family.encode_family(&labels(p))?)?;
+        }
+    }
+    let mut family = encoder.encode_descriptor("engine_pool_ops_run", "Ops a pool ran", None, MetricType::Counter)?;
+    for p in &m.pools {
+        ConstCounter::new(p.ops_run).encode(family.encode_family(&labels(p))?)?;
+    }
+    let mut family =
+        encoder.encode_descriptor("engine_pool_busy_seconds", "Time workers spent on ops", None, MetricType::Counter)?;
+    for p in &m.pools {
+        ConstCounter::new(p.busy.as_secs_f64()).encode(family.encode_family(&labels(p))?)?;
+    }
+    type Hist = fn(&depengine::PoolMetrics) -> &depengine::Histogram;
+    let histograms: [(&str, &str, Hist); 2] = [
+        ("engine_queue_wait_seconds", "Time ready ops waited for a worker", |p| &p.queue_wait),
+        ("engine_run_seconds", "Time workers spent in op bodies", |p| &p.run_time),
+    ];
+    for (name, help, get) in histograms {
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+        for p in &m.pools {
+            let h = get(p);
+            // Per-bucket counts: the encoder makes them cumulative.
+            let buckets: Vec<(f64, u64)> = (0..depengine::metrics::HISTOGRAM_BUCKETS)
+                .map(|k| {
+                    let upper = depengine::Histogram::bucket_upper_bound(k).map_or(f64::INFINITY, |d| d.as_secs_f64());
+                    (upper, h.counts()[k])
+                })
+                .collect();
+            family.encode_family(&labels(p))?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                h.sum().as_secs_f64(),
+                h.count(),
+                &buckets,
+                None,
+            )?;
+        }
+    }
+    Ok(())
+}
