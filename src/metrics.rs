@@ -122,7 +122,9 @@ pub struct PoolMetrics {
     pub queued: usize,
     /// Workers running an op now.
     pub running: usize,
-    /// Ops its workers ran (started), since the pool started.
+    /// Ops its workers took and ran, since the pool started. An op resolved
+    /// before it started (aborted, cancelled) passes through a worker
+    /// without running its body, and is counted too.
     pub ops_run: u64,
     /// The time its workers spent on ops (neither watching the queues nor
     /// parked), summed over the workers: compare with `workers` times the

@@ -122,7 +122,12 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Self { variant: Variant::Engine, max_in_flight: Some(1024), cpu_workers: None, thread_name: "serve".into() }
+        Self {
+            variant: Variant::Engine,
+            max_in_flight: Some(1024),
+            cpu_workers: None,
+            thread_name: "serve".into(),
+        }
     }
 }
 
@@ -150,6 +155,8 @@ struct Inner {
     /// The latest model version (updates are serialized by the model's
     /// vars or lock; this only numbers them).
     version: AtomicU64,
+    /// Predictions computed (bodies run).
+    computed: Counter,
     registry: Registry,
     requests: Family<RouteLabels, Counter>,
     latency: Family<RouteLabel, Histogram>,
@@ -188,9 +195,20 @@ impl App {
             Histogram::new(exponential_buckets(0.000_01, 2.0, 20))
         });
         registry.register("http_request_seconds", "HTTP request latency by route", latency.clone());
+        let computed = Counter::default();
+        registry.register("predictions_computed", "Predictions computed", computed.clone());
         registry.register_collector(Box::new(EngineCollector(engine.clone())));
         let variant = config.variant;
-        let inner = Inner { variant, engine, model, version: AtomicU64::new(0), registry, requests, latency };
+        let inner = Inner {
+            variant,
+            engine,
+            model,
+            version: AtomicU64::new(0),
+            computed,
+            registry,
+            requests,
+            latency,
+        };
         let app = App(Arc::new(inner));
         tracing::info!(?variant, "service ready");
         Ok(app)
@@ -199,6 +217,11 @@ impl App {
     /// The engine (for tests: its metrics, its shutdown).
     pub fn engine(&self) -> &Engine {
         &self.0.engine
+    }
+
+    /// Predictions computed so far.
+    pub fn computed(&self) -> u64 {
+        self.0.computed.get()
     }
 
     /// The model's vars (the engine variant only): for a test to hold
@@ -271,12 +294,18 @@ async fn predict(State(app): State<App>, Query(q): Query<PredictQuery>) -> Respo
         return (StatusCode::BAD_REQUEST, "x must be a finite number\n").into_response();
     }
     let x = q.x;
+    let computed = app.0.computed.clone();
+    let compute = move |shards: &mut dyn Iterator<Item = &Shard>| {
+        computed.inc();
+        compute(shards, x)
+    };
     match &app.0.model {
         Model::Vars(shards) => {
             // Cancelled if the client goes away (this future is dropped)
             // before a worker starts it: an orphaned request costs no run.
             let op = app.0.engine.op("predict").read_all(shards).cancel_on_drop(true);
-            let handle = match op.try_run(move |(shards,), ()| Ok(compute(shards.iter().map(|g| &**g), x))) {
+            let handle = match op.try_run(move |(shards,), ()| Ok(compute(&mut shards.iter().map(|g| &**g))))
+            {
                 Ok(handle) => handle,
                 Err(err) => return error_response(&err),
             };
@@ -288,15 +317,14 @@ async fn predict(State(app): State<App>, Query(q): Query<PredictQuery>) -> Respo
         }
         Model::Locked(lock) if app.0.variant == Variant::RwLockBlocking => {
             let shards = lock.clone().read_owned().await;
-            match tokio::task::spawn_blocking(move || compute(shards.iter(), x)).await {
+            match tokio::task::spawn_blocking(move || compute(&mut shards.iter())).await {
                 Ok(prediction) => Json(prediction).into_response(),
                 Err(err) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{err}\n")).into_response(),
             }
         }
-        Model::Locked(lock) => Json(compute(lock.read().await.iter(), x)).into_response(),
+        Model::Locked(lock) => Json(compute(&mut lock.read().await.iter())).into_response(),
     }
 }
-
 
 async fn update(State(app): State<App>) -> Response {
     match &app.0.model {
@@ -438,12 +466,17 @@ fn encode_pools(m: &depengine::Metrics, encoder: &mut DescriptorEncoder) -> Resu
             ConstGauge::new(get(p)).encode(family.encode_family(&labels(p))?)?;
         }
     }
-    let mut family = encoder.encode_descriptor("engine_pool_ops_run", "Ops a pool ran", None, MetricType::Counter)?;
+    let mut family =
+        encoder.encode_descriptor("engine_pool_ops_run", "Ops a pool ran", None, MetricType::Counter)?;
     for p in &m.pools {
         ConstCounter::new(p.ops_run).encode(family.encode_family(&labels(p))?)?;
     }
-    let mut family =
-        encoder.encode_descriptor("engine_pool_busy_seconds", "Time workers spent on ops", None, MetricType::Counter)?;
+    let mut family = encoder.encode_descriptor(
+        "engine_pool_busy_seconds",
+        "Time workers spent on ops",
+        None,
+        MetricType::Counter,
+    )?;
     for p in &m.pools {
         ConstCounter::new(p.busy.as_secs_f64()).encode(family.encode_family(&labels(p))?)?;
     }
@@ -459,7 +492,8 @@ fn encode_pools(m: &depengine::Metrics, encoder: &mut DescriptorEncoder) -> Resu
             // Per-bucket counts: the encoder makes them cumulative.
             let buckets: Vec<(f64, u64)> = (0..depengine::metrics::HISTOGRAM_BUCKETS)
                 .map(|k| {
-                    let upper = depengine::Histogram::bucket_upper_bound(k).map_or(f64::INFINITY, |d| d.as_secs_f64());
+                    let upper = depengine::Histogram::bucket_upper_bound(k)
+                        .map_or(f64::INFINITY, |d| d.as_secs_f64());
                     (upper, h.counts()[k])
                 })
                 .collect();

@@ -57,9 +57,12 @@ fn parse() -> (String, Config) {
             "--addr" => addr = value(),
             "--variant" => config.variant = value().parse().unwrap_or_else(|e: String| usage(&e)),
             "--max-in-flight" => {
-                config.max_in_flight = Some(value().parse().unwrap_or_else(|_| usage("--max-in-flight: a count")))
+                config.max_in_flight =
+                    Some(value().parse().unwrap_or_else(|_| usage("--max-in-flight: a count")))
             }
-            "--workers" => config.cpu_workers = Some(value().parse().unwrap_or_else(|_| usage("--workers: a count"))),
+            "--workers" => {
+                config.cpu_workers = Some(value().parse().unwrap_or_else(|_| usage("--workers: a count")))
+            }
             "-h" | "--help" => usage("a model-serving service on depengine"),
             other => usage(&format!("unknown argument {other:?}")),
         }

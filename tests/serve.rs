@@ -1,0 +1,258 @@
+//! The service of `examples/serve` under real HTTP load, on loopback, with
+//! a real client: consistent reads while updates run, clients that hang
+//! up, overload past the in-flight bound, and a shutdown under load. Every
+//! loop is bounded in count and time.
+
+#[path = "../examples/serve/app.rs"]
+mod app;
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use app::{App, Config, Prediction, SHARDS, Shard, Variant};
+use common::threads_named;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+type Served = JoinHandle<Result<(), Box<dyn std::error::Error + Send + Sync>>>;
+
+/// A running service: its address, its app, and the way to stop it.
+struct Server {
+    base: String,
+    app: App,
+    stop: Option<oneshot::Sender<()>>,
+    served: Served,
+}
+
+async fn start(config: Config) -> Server {
+    let app = App::new(&config).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let served = tokio::spawn(app::serve(app.clone(), listener, async {
+        let _ = stopped.await;
+    }));
+    Server { base, app, stop: Some(stop), served }
+}
+
+impl Server {
+    /// Stops the service and waits for its orderly end (HTTP drained, then
+    /// the engine), at most 30 s.
+    async fn shut_down(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(30), self.served)
+            .await
+            .expect("the service did not stop within 30 s")
+            .expect("the service task panicked")
+            .expect("the service reported an error");
+    }
+}
+
+fn config(name: &str) -> Config {
+    Config { cpu_workers: Some(2), thread_name: name.into(), ..Config::default() }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap()
+}
+
+/// The answer version `version` gives for `x`.
+fn expected(version: u64, x: f32) -> Prediction {
+    let shards: Vec<Shard> = (0..SHARDS).map(|i| Shard::new(version, i)).collect();
+    app::compute(shards.iter(), x)
+}
+
+async fn predict(client: &reqwest::Client, base: &str, x: f32) -> Result<(u16, String), reqwest::Error> {
+    let response = client.get(format!("{base}/predict?x={x}")).send().await?;
+    let status = response.status().as_u16();
+    Ok((status, response.text().await?))
+}
+
+/// Resident memory of this process, in bytes (Linux).
+fn resident() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// Waits until `done` holds, at most 10 s.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(10), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reads_are_never_torn_while_updates_run() {
+    let server = start(config("svc-reads")).await;
+    let base = Arc::new(server.base.clone());
+    let updating = Arc::new(AtomicBool::new(true));
+    let updates = Arc::new(AtomicUsize::new(0));
+    let updater = {
+        let (base, updating, updates) = (base.clone(), updating.clone(), updates.clone());
+        tokio::spawn(async move {
+            let client = client();
+            let start = Instant::now();
+            while updating.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(60) {
+                let response = client.post(format!("{base}/update")).send().await.unwrap();
+                assert_eq!(response.status(), 200);
+                updates.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let clients: Vec<_> = (0..64)
+        .map(|c| {
+            let base = base.clone();
+            tokio::spawn(async move {
+                let client = client();
+                let mut last = 0;
+                for r in 0..150 {
+                    let x = (c * 1000 + r) as f32 * 0.01;
+                    let (status, body) = predict(&client, &base, x).await.unwrap();
+                    assert_eq!(status, 200, "{body}");
+                    let got: Prediction = serde_json::from_str(&body).unwrap();
+                    let version = got.versions[0];
+                    assert!(got.versions.iter().all(|&v| v == version), "a torn read: {got:?}");
+                    assert_eq!(got, expected(version, x), "not the answer of version {version}");
+                    assert!(version >= last, "versions went back for one client: {last} then {version}");
+                    last = version;
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.await.unwrap();
+    }
+    updating.store(false, Ordering::Relaxed);
+    updater.await.unwrap();
+    assert!(updates.load(Ordering::Relaxed) > 10, "updates ran alongside the reads");
+    let m = server.app.engine().metrics();
+    assert_eq!((m.failed, m.skipped, m.cancelled), (0, 0, 0), "{m:?}");
+    server.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clients_that_hang_up_cost_no_run_and_wedge_nothing() {
+    let server = start(config("svc-hangup")).await;
+    let engine = server.app.engine().clone();
+    // The model is held: requests queue behind the held shard.
+    let held = server.app.shards().unwrap()[0].write().await.unwrap();
+    let impatient = reqwest::Client::builder().timeout(Duration::from_millis(100)).build().unwrap();
+    let hang_ups: Vec<_> = (0..100)
+        .map(|i| {
+            let (client, base) = (impatient.clone(), server.base.clone());
+            tokio::spawn(async move { predict(&client, &base, i as f32).await })
+        })
+        .collect();
+    for h in hang_ups {
+        assert!(h.await.unwrap().unwrap_err().is_timeout());
+    }
+    // Each hung-up request's op is cancelled as its handler is dropped,
+    // before it starts.
+    eventually("every orphaned op cancelled", || engine.metrics().cancelled == 100).await;
+    drop(held);
+    let client = client();
+    for i in 0..20 {
+        let (status, body) = predict(&client, &server.base, i as f32).await.unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    eventually("no op left pending", || {
+        let m = engine.metrics();
+        m.in_flight == 0 && m.waiting_on_vars == 0
+    })
+    .await;
+    assert_eq!(server.app.computed(), 20, "only the answered requests ran their bodies");
+    server.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overload_is_answered_503_and_service_comes_back() {
+    let max = 16;
+    let server = start(Config { max_in_flight: Some(max), ..config("svc-overload") }).await;
+    let engine = server.app.engine().clone();
+    let held = server.app.shards().unwrap()[0].write().await.unwrap();
+    let client = client();
+    // `max` requests take every slot and wait behind the held shard.
+    let waiting: Vec<_> = (0..max)
+        .map(|i| {
+            let (client, base) = (client.clone(), server.base.clone());
+            tokio::spawn(async move { predict(&client, &base, i as f32).await.unwrap() })
+        })
+        .collect();
+    eventually("the bound reached", || engine.in_flight() == max).await;
+    // A flood past the bound: every answer is a 503 with Retry-After, and
+    // memory stays bounded.
+    let before = resident();
+    for round in 0..10 {
+        let flood: Vec<_> = (0..200)
+            .map(|i| {
+                let (client, base) = (client.clone(), server.base.clone());
+                tokio::spawn(async move {
+                    let response = client.get(format!("{base}/predict?x={i}")).send().await.unwrap();
+                    let retry = response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+                    (response.status().as_u16(), retry)
+                })
+            })
+            .collect();
+        for f in flood {
+            let (status, retry) = f.await.unwrap();
+            assert_eq!((status, retry.as_deref()), (503, Some("1")), "round {round}");
+        }
+    }
+    if let (Some(before), Some(after)) = (before, resident()) {
+        let grown = after.saturating_sub(before);
+        assert!(grown < 64 << 20, "2,000 refused requests grew resident memory by {grown} bytes");
+    }
+    assert_eq!(engine.in_flight(), max);
+    drop(held);
+    for w in waiting {
+        assert_eq!(w.await.unwrap().0, 200);
+    }
+    for i in 0..50 {
+        assert_eq!(predict(&client, &server.base, i as f32).await.unwrap().0, 200);
+    }
+    server.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shutdown_under_load_finishes_cleanly_and_joins_every_thread() {
+    let server = start(config("svc-stop")).await;
+    let base = Arc::new(server.base.clone());
+    let ok = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..32)
+        .map(|c| {
+            let (base, ok) = (base.clone(), ok.clone());
+            tokio::spawn(async move {
+                let client = client();
+                for r in 0..1000 {
+                    match predict(&client, &base, (c + r) as f32).await {
+                        Ok((200, body)) => {
+                            let got: Prediction = serde_json::from_str(&body).unwrap();
+                            assert_eq!(got, expected(got.versions[0], (c + r) as f32));
+                            ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                        // The engine closed under a request: a clean 503.
+                        Ok((status, body)) => assert_eq!(status, 503, "{body}"),
+                        // The server stopped accepting or closed the
+                        // connection once idle: the client's clean error.
+                        Err(err) => {
+                            assert!(err.is_connect() || err.is_request(), "{err:?}");
+                            return;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    eventually("load running", || ok.load(Ordering::Relaxed) > 200).await;
+    server.shut_down().await;
+    for c in clients {
+        c.await.expect("a client panicked");
+    }
+    assert_eq!(threads_named("svc-stop"), Some(0), "engine threads left after the shutdown");
+}
