@@ -390,7 +390,7 @@ async fn debug_pending(State(app): State<App>) -> Response {
             p.name, p.device, p.lane, p.workers, p.queued, p.running, p.ops_run, p.busy
         );
     }
-    if let Model::Vars(shards) = &app.0.model {
+    if let Some(shards) = app.shards() {
         for (i, shard) in shards.iter().enumerate() {
             let d = shard.any().debug_state();
             out += &format!(

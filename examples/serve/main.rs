@@ -82,7 +82,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         app.engine().cpu_workers(),
         app.engine().max_in_flight()
     );
-    app::serve(app, listener, stop_signal()).await?;
-    eprintln!("stopped cleanly");
+    app::serve(app.clone(), listener, stop_signal()).await?;
+    eprintln!("stopped cleanly after {} predictions", app.computed());
     Ok(())
 }
