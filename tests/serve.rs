@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use app::{App, Config, Prediction, SHARDS, Shard, Variant};
+use app::{App, Config, Prediction, SHARDS, Shard};
 use common::threads_named;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
