@@ -137,6 +137,8 @@ async fn busy_time_and_run_times_reflect_the_bodies() {
         // Three runs of 10 ms or more: p99 falls among them, p50 does not.
         assert!(runs.p99().unwrap() >= Duration::from_millis(10), "{runs:?}");
         assert!(runs.p50().unwrap() < Duration::from_millis(10), "{runs:?}");
+        assert!(runs.sum() >= Duration::from_millis(30), "{runs:?}");
+        assert!(runs.mean().unwrap() >= Duration::from_micros(30_000 / 53), "{runs:?}");
         let slow: u64 = runs.counts()[first_bucket_from(Duration::from_millis(8))..].iter().sum();
         assert!(slow >= 3, "{runs:?}");
     })

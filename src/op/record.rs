@@ -265,6 +265,12 @@ impl Header {
 
 /// The op's span, boxed, if a subscriber wants it.
 pub(super) fn op_span(meta: &Meta) -> Option<Box<tracing::Span>> {
+    // Asked first: with tracing's `log` feature on (axum's default
+    // features turn it on), a span that no subscriber wants is still built
+    // and its fields formatted for the `log` crate, on every push.
+    if !tracing::enabled!(target: "depengine::op", tracing::Level::DEBUG) {
+        return None;
+    }
     let span = tracing::debug_span!(
         target: "depengine::op",
         "op",
