@@ -74,6 +74,7 @@ impl Turns {
     /// source `k`, or none). The look starts at the source the last op came
     /// from (looking at an empty queue is not free), or at the next one
     /// after [`SOURCE_STREAK`] ops in a row from it.
+    #[inline(always)]
     pub(super) fn look<T>(&mut self, sources: usize, mut take: impl FnMut(usize) -> Option<T>) -> Option<T> {
         // (`turn` is past the end if sources left since the last look.)
         let turn = if self.turn >= sources { 0 } else { self.turn };
