@@ -1,6 +1,7 @@
 //! Where and on what thread ops run: placement and dispatch (`place.rs`),
-//! the pools and their queues (`pool.rs`, `feeds.rs`, `feed.rs`), the
-//! workers' loop (`worker.rs`), parking (`park.rs`), and what each thread is
+//! the pools and their queues (`pool.rs`, `feeds.rs`, `feed.rs`, `heap.rs`),
+//! the workers' loop (`worker.rs`) and what workers count for metrics
+//! (`stats.rs`), parking (`park.rs`), and what each thread is
 //! to the engine (`thread.rs`). `README.md` has the thread roles, the
 //! queues and the parking handshake with its proof sketch.
 //!
@@ -10,6 +11,7 @@
 mod feed;
 mod feeds;
 mod gpu;
+mod heap;
 mod park;
 mod place;
 mod pool;

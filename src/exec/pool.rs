@@ -31,8 +31,6 @@
 //! positive priorities and last for negative ones, which is exactly
 //! "highest first, FIFO among equals".
 
-use std::cmp::Ordering as CmpOrdering;
-use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -41,6 +39,7 @@ use std::time::Duration;
 use crossbeam_deque::{Injector, Steal};
 
 use super::feeds::{FeedView, Feeds};
+use super::heap::Heap;
 use super::park::Parking;
 use super::stats::{PoolStats, Sums};
 use super::thread;
@@ -94,38 +93,6 @@ pub(super) struct PoolShared {
     /// What the workers count for metrics.
     pub(super) stats: PoolStats,
 }
-
-#[derive(Default)]
-struct Heap {
-    heap: BinaryHeap<Queued>,
-    seq: u64,
-}
-
-struct Queued {
-    priority: i32,
-    seq: u64,
-    task: TaskRef,
-}
-
-impl Ord for Queued {
-    fn cmp(&self, other: &Self) -> CmpOrdering {
-        self.priority.cmp(&other.priority).then_with(|| other.seq.cmp(&self.seq))
-    }
-}
-
-impl PartialOrd for Queued {
-    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl PartialEq for Queued {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == CmpOrdering::Equal
-    }
-}
-
-impl Eq for Queued {}
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -353,9 +320,7 @@ impl PoolShared {
         if priority > 0 {
             self.urgent.fetch_add(1, Ordering::Relaxed);
         }
-        heap.seq += 1;
-        let seq = heap.seq;
-        heap.heap.push(Queued { priority, seq, task });
+        heap.push(priority, task);
         self.in_heap.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -404,11 +369,7 @@ impl PoolShared {
 
     /// Pops the heap's top op if its priority passes `take`.
     fn pop_heap(&self, take: impl FnOnce(i32) -> bool) -> Option<TaskRef> {
-        let mut heap = lock(&self.heap);
-        if !take(heap.heap.peek()?.priority) {
-            return None;
-        }
-        let Queued { priority, task, .. } = heap.heap.pop()?;
+        let (priority, task) = lock(&self.heap).pop_if(take)?;
         self.in_heap.fetch_sub(1, Ordering::Relaxed);
         if priority > 0 {
             self.urgent.fetch_sub(1, Ordering::Relaxed);
