@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, u32)] = &[
     ("error", 0),
     ("device", 0),
-    ("metrics", 0),
+    ("metrics", 1),
     ("sync", 1),
     ("gpu", 2),
     ("var", 2),
