@@ -44,7 +44,7 @@ pub(crate) enum Kind {
     /// The engine is closed and takes no more work.
     Shutdown,
     /// A var was used after `delete_var`.
-    VarDeleted { var: u64 },
+    VarDeleted { var: String },
     /// Bad arguments at push or configuration time.
     InvalidArgument(String),
     /// The operation needs something this build or engine does not offer.
@@ -246,7 +246,7 @@ impl fmt::Display for Error {
             }
             Kind::Cancelled { op, reason } => write!(f, "op `{op}` cancelled: {reason}"),
             Kind::Shutdown => f.write_str("engine is shut down"),
-            Kind::VarDeleted { var } => write!(f, "var #{var} has been deleted"),
+            Kind::VarDeleted { var } => write!(f, "var {var} has been deleted"),
             Kind::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
             Kind::Unsupported(msg) => write!(f, "unsupported: {msg}"),
             Kind::NoRuntime => {
@@ -331,7 +331,7 @@ mod tests {
         let errs = [
             Error::new(Kind::Shutdown),
             Error::new(Kind::NoRuntime),
-            Error::new(Kind::VarDeleted { var: 3 }),
+            Error::new(Kind::VarDeleted { var: "#3".into() }),
             Error::invalid("x"),
         ];
         for e in errs {

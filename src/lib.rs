@@ -94,6 +94,7 @@ mod exec;
 mod gpu;
 pub mod metrics;
 mod op;
+pub mod profile;
 mod sync;
 mod var;
 
@@ -112,7 +113,8 @@ struct ReadmeDoctests;
 pub use device::{Device, Lane};
 pub use engine::{
     Acquire, AcquireBuilder, DEFAULT_SPIN, Engine, EngineBuilder, EngineKind, MAX_CPU_DEVICES, MAX_IN_FLIGHT,
-    MAX_SPIN, MAX_WORKERS, NoSlot, OpBuilder, Reservation, Reserved, ShutdownMode, Slot, WaitForAll,
+    MAX_SPIN, MAX_WORKERS, NoSlot, OpBuilder, Profiler, Reservation, Reserved, ShutdownMode, Slot,
+    WaitForAll,
 };
 pub use error::{BoxError, Error, Result};
 pub use gpu::{

@@ -127,9 +127,20 @@ impl Engine {
 
     /// A new var owning `value`.
     pub fn var<T: Send + Sync + 'static>(&self, value: T) -> Var<T> {
+        self.make_var(None, value)
+    }
+
+    /// A new var owning `value`, named `name`: the profiler, the hang
+    /// explainer, errors and `Debug` show the name (with the id), where
+    /// they show a bare id for a var without one. Names need not be unique.
+    pub fn var_named<T: Send + Sync + 'static>(&self, name: impl Into<Arc<str>>, value: T) -> Var<T> {
+        self.make_var(Some(name.into()), value)
+    }
+
+    fn make_var<T: Send + Sync + 'static>(&self, name: Option<Arc<str>>, value: T) -> Var<T> {
         let id = NEXT_VAR_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let owner: Owner = self.shared().clone();
-        let var = Var::new(owner, id, value);
+        let var = Var::new(owner, id, name, value);
         self.shared().queues.register(var.queue());
         var
     }
@@ -332,6 +343,7 @@ impl Engine {
             let (latch, shared) = closing?;
             latch.wait().await;
             shared.dispatcher.stop_and_join();
+            shared.recorder.autosave();
             shared.take_unseen_error()
         }
     }
@@ -373,6 +385,7 @@ impl Drop for EngineHandle {
         latch.on_set(move || {
             if let Some(shared) = weak.upgrade() {
                 shared.dispatcher.stop();
+                shared.recorder.autosave();
             }
         });
     }
@@ -407,5 +420,7 @@ impl fmt::Debug for WaitForAll {
 mod flight;
 mod gpu;
 mod metrics;
+mod profiler;
+pub use profiler::Profiler;
 #[cfg(all(test, not(depengine_loom)))]
 mod tests;

@@ -164,6 +164,15 @@ impl<'e, Rd, Wr, S: Slot> OpBuilder<'e, Rd, Wr, S> {
         self
     }
 
+    /// Whether the profiler records this op ([`Engine::profiler`](crate::Engine::profiler)):
+    /// `true` records it even while the profiler records only the ops that
+    /// opt in; `false` never records it. Default: as the profiler says.
+    pub fn profile(mut self, profile: bool) -> Self {
+        self.opts.set(OpOptions::PROFILE, profile);
+        self.opts.set(OpOptions::NO_PROFILE, !profile);
+        self
+    }
+
     /// Whether the op's own failure (an error it returns, a panic) is left
     /// on the vars it writes, so that the ops after it there are skipped
     /// (default true, as MXNet does). `false`: the op promises that it left

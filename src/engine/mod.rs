@@ -18,12 +18,13 @@ mod counts;
 mod jobs;
 mod limit;
 mod options;
+mod profiler;
 mod queues;
 mod reserve;
 mod shared;
 
 pub use acquire::{Acquire, AcquireBuilder};
-pub use api::{Engine, ShutdownMode, WaitForAll};
+pub use api::{Engine, Profiler, ShutdownMode, WaitForAll};
 pub use builder::OpBuilder;
 pub use config::{
     DEFAULT_SPIN, EngineBuilder, EngineKind, MAX_CPU_DEVICES, MAX_IN_FLIGHT, MAX_SPIN, MAX_WORKERS,

@@ -36,6 +36,10 @@ impl OpOptions {
     pub(crate) const NO_POISON: u8 = 1 << 2;
     /// Its slot among the ops in flight was taken by a reservation.
     pub(crate) const RESERVED: u8 = 1 << 3;
+    /// Recorded by the profiler even when it records only ops that opt in.
+    pub(crate) const PROFILE: u8 = 1 << 4;
+    /// Never recorded by the profiler.
+    pub(crate) const NO_PROFILE: u8 = 1 << 5;
 
     /// Sets `bit` to `on`.
     pub(crate) fn set(&mut self, bit: u8, on: bool) {

@@ -11,6 +11,7 @@ use super::counts::Counts;
 use super::limit::Limit;
 use super::options::bit_set;
 pub(super) use super::options::{Body, OpOptions, Role};
+use super::profiler::Recorder;
 use super::queues::Queues;
 use crate::error::{Error, Kind};
 use crate::exec::{Dispatcher, Runs};
@@ -60,6 +61,8 @@ pub(crate) struct Shared {
     pub(super) queues: Queues,
     /// Ops' outcomes, for metrics.
     pub(super) counts: Counts,
+    /// The profiler.
+    pub(super) recorder: Recorder,
     /// The bound on user ops in flight, if there is one.
     limit: Option<Limit>,
 }
@@ -109,6 +112,10 @@ impl Host for Shared {
     fn op_failed(&self, err: &Error) {
         self.counts.failed(err);
     }
+
+    fn profiled(&self, op: crate::profile::ProfiledOp) {
+        self.recorder.record(op);
+    }
 }
 
 impl Shared {
@@ -128,6 +135,7 @@ impl Shared {
                 bulk,
                 queues: Queues::default(),
                 counts: Counts::default(),
+                recorder: Recorder::from_env(),
                 limit,
             }
         })
@@ -355,14 +363,15 @@ impl Shared {
             })
             .inspect_err(|_| self.refund(counted))?;
         drop(extra);
-        let meta = meta(opts, role, exec, detached, counted);
+        let profiled = self.recorder.wants(&opts);
+        let meta = meta(opts, role, exec, detached, counted, profiled);
         Ok(recycle::build(shell, self, meta, deps, job, epoch))
     }
 }
 
 /// An op's record header fields from its options and its role.
 #[inline(always)]
-fn meta(opts: OpOptions, role: Role, exec: Exec, detached: bool, counted: bool) -> Meta {
+fn meta(opts: OpOptions, role: Role, exec: Exec, detached: bool, counted: bool, profiled: bool) -> Meta {
     let bits = opts.bits();
     Meta {
         device: PackedDevice::new(opts.device).expect("device ordinals are checked at placement"),
@@ -379,7 +388,8 @@ fn meta(opts: OpOptions, role: Role, exec: Exec, detached: bool, counted: bool) 
             .with(Flags::DELETES, role == Role::Delete)
             .with(Flags::NESTED, role == Role::Member)
             .with(Flags::NO_POISON, bit_set(bits, OpOptions::NO_POISON))
-            .with(Flags::COUNTED, counted),
+            .with(Flags::COUNTED, counted)
+            .with(Flags::PROFILED, profiled),
         handle: match (detached, bit_set(bits, OpOptions::CANCEL_ON_DROP)) {
             (true, _) => HandleKind::Detached,
             (false, false) => HandleKind::Handle,

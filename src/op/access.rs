@@ -195,7 +195,7 @@ tuple_append!(A B C D E F G H I J K);
 /// var, one of them exclusive.
 pub(crate) fn normalize(decls: &mut DepList, name: &str, owner: *const ()) -> Result<(), Error> {
     if let Some(d) = decls.iter().find(|d| !std::ptr::addr_eq(Arc::as_ptr(d.var.owner()), owner)) {
-        return Err(Error::invalid(format!("op `{name}` uses var #{} of another engine", d.var.id())));
+        return Err(Error::invalid(format!("op `{name}` uses var {} of another engine", d.var.label())));
     }
     if decls.len() == 1 {
         return Ok(());
@@ -215,9 +215,9 @@ pub(crate) fn normalize(decls: &mut DepList, name: &str, owner: *const ()) -> Re
                 }
                 if typed.0 >= 2 && typed.1 {
                     return Err(Error::invalid(format!(
-                        "op `{name}` declares var #{} more than once with a write; \
+                        "op `{name}` declares var {} more than once with a write; \
                          a typed op gets one guard per declaration, so declare it once",
-                        d.var.id()
+                        d.var.label()
                     )));
                 }
                 if is_write {

@@ -14,6 +14,7 @@ use super::life::{release_body, release_body_late};
 use super::record::{DepList, Header, Meta, Task, TaskRef};
 use super::slot::{Published, ResultSlot};
 use crate::error::Error;
+use crate::profile::Outcome;
 use crate::sync::cell::UnsafeCell;
 use crate::sync::epoch::EpochRef;
 
@@ -129,6 +130,10 @@ impl<J: Job> Task for OpCell<J> {
         let span = self.header.span().cloned();
         let _entered = span.as_ref().map(tracing::Span::enter);
         tracing::debug!(target: "depengine::op", "started");
+        let profile = self.header.profile();
+        if let Some(profile) = profile {
+            profile.started();
+        }
         match self.header.veto() {
             Some(err) => {
                 // Dropping the body runs user destructors: a panic there must
@@ -137,6 +142,9 @@ impl<J: Job> Task for OpCell<J> {
                 self.store(this, Err(err));
             }
             None => job.start(Running { task: this, slot: self }),
+        }
+        if let Some(profile) = profile {
+            profile.ended();
         }
     }
 
@@ -162,6 +170,9 @@ impl<J: Job> Task for OpCell<J> {
         // Its slot among the ops in flight goes back before anyone waiting
         // for the op (its handle, `wait_for_all`) is told.
         if epoch.is_some() {
+            if let Some(profile) = self.header.profile() {
+                self.header.host.profiled(profile.finish(&self.header));
+            }
             self.header.host.op_done(self.header.meta.counted());
         }
         if let Some(waker) = waker {
@@ -199,6 +210,9 @@ impl<J: Job> Task for OpCell<J> {
         if !self.header.meta.clears_error() {
             self.header.host.op_failed(&err);
         }
+        if let Some(profile) = self.header.profile() {
+            profile.outcome(Outcome::of(&err));
+        }
         if pass_on {
             self.header.record_outcome(Err(&err));
             self.header.host.note_error(&err);
@@ -223,6 +237,9 @@ impl<J: Job> Task for OpCell<J> {
 
 impl<J: Job> OpSlot<J::Output> for OpCell<J> {
     fn store(&self, this: &TaskRef, result: Result<J::Output, Error>) {
+        if let Some(profile) = self.header.profile() {
+            profile.ended();
+        }
         let outcome = result.as_ref().map(|_| ()).map_err(Clone::clone);
         // A detached op is a sync op (one store, made by its body) whose
         // result nobody reads: only its outcome is kept, and an error (a
@@ -236,6 +253,9 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
         }
         self.header.record_outcome(outcome.as_ref().map(|_| ()));
         if let Err(err) = outcome {
+            if let Some(profile) = self.header.profile() {
+                profile.outcome(Outcome::of(&err));
+            }
             if !self.header.meta.clears_error() {
                 self.header.host.op_failed(&err);
                 self.header.host.note_error(&err);

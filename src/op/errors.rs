@@ -130,7 +130,9 @@ impl Header {
     /// A write guard of `var` was dropped while its thread panicked (see
     /// `LiveRef::poison`); recorded for `wait_for_all` too.
     pub(super) fn poison(&self, var: u64) {
-        let message = format!("a write guard of var #{var} was dropped while its thread panicked");
+        let label =
+            self.deps.iter().find(|d| d.var.id() == var).map_or_else(|| format!("#{var}"), |d| d.var.label());
+        let message = format!("a write guard of var {label} was dropped while its thread panicked");
         let err = Error::new(Kind::Panicked { op: self.meta.name.clone(), message });
         self.host.note_error(&err);
         lock(&self.errors).rare().poisoned.push((var, err));

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use super::TaskRef;
 use super::recycle::Graveyard;
 use crate::error::Error;
+use crate::profile::ProfiledOp;
 use crate::sync::small::SmallList;
 
 /// Ops a completion made ready, in the order their vars let them through.
@@ -56,6 +57,9 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// An op failed, was skipped or was cancelled with `err` (counted for
     /// metrics; called once per op, before it is published).
     fn op_failed(&self, err: &Error);
+
+    /// A profiled op completed: its record, for the profiler.
+    fn profiled(&self, op: ProfiledOp);
 }
 
 /// What [`Host::help`] found to do.

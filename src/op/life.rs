@@ -31,6 +31,9 @@ pub(crate) fn submit(task: TaskRef, mut dispatch: impl FnMut(TaskRef)) -> Result
     header.in_span(|| tracing::debug!(target: "depengine::op", "pushed"));
     let deps = header.deps.len();
     if deps == 0 {
+        if let Some(profile) = header.meta.profiled().then(|| header.profile()).flatten() {
+            profile.ready();
+        }
         dispatch(task);
         return Ok(());
     }
@@ -62,11 +65,17 @@ pub(crate) fn submit(task: TaskRef, mut dispatch: impl FnMut(TaskRef)) -> Result
     } else {
         for op in others {
             if op.header().pending.release(1) {
+                if let Some(profile) = op.header().profile() {
+                    profile.ready();
+                }
                 dispatch(op);
             }
         }
     }
     if let Some(task) = ready {
+        if let Some(profile) = task.header().meta.profiled().then(|| task.header().profile()).flatten() {
+            profile.ready();
+        }
         dispatch(task);
     }
     Ok(())
@@ -144,6 +153,9 @@ fn complete_vars(header: &Header, carries: Option<&Carries>) {
         let carry = carries.and_then(|c| c.on(dep.var.id()));
         dep.var.cell().complete(dep.access, carry, &mut |op: TaskRef| {
             if op.header().pending.release(1) {
+                if op.header().meta.profiled() {
+                    profile_released(header, &op);
+                }
                 ready.push(op);
             }
         });
@@ -152,6 +164,16 @@ fn complete_vars(header: &Header, carries: Option<&Carries>) {
         header.host.dispatch_ready(&mut ready);
     }
     small::discard(ready);
+}
+
+/// A profiled op is ready: its last dependency was released by `by`.
+#[cold]
+fn profile_released(by: &Header, op: &TaskRef) {
+    let Some(profile) = op.header().profile() else { return };
+    profile.ready();
+    if let Some(by) = by.profile() {
+        by.released(profile.seq);
+    }
 }
 
 /// Completes an op whose body has finished and whose guards are gone: each

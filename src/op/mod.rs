@@ -10,6 +10,7 @@
 //! * `errors.rs`: how errors pass through an op;
 //! * `recycle.rs`: records reused for later pushes;
 //! * `nest.rs`: ops run by a parent op (bulk execution's hook);
+//! * `profile.rs`: what an op records while the profiler is on;
 //! * `handle.rs`: what the pusher holds; `access.rs`: what an op declares;
 //! * `host.rs`: the one way up, to the engine that pushed the op.
 
@@ -22,6 +23,7 @@ mod host;
 pub(crate) mod job;
 mod life;
 mod nest;
+pub(crate) mod profile;
 mod record;
 pub(crate) mod recycle;
 mod slot;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::access::Decl;
 use super::errors::OpErrors;
 use super::host::HostRef;
+use super::profile::OpProfile;
 use crate::device::{Device, Lane};
 use crate::error::Error;
 use crate::sync::Mutex;
@@ -94,6 +95,8 @@ impl Flags {
     /// Counted against the engine's limit of ops in flight: gives its slot
     /// back when it is published.
     pub(crate) const COUNTED: u8 = 1 << 6;
+    /// Recorded by the profiler (its extras hold its profile).
+    pub(crate) const PROFILED: u8 = 1 << 7;
 
     /// The flags whose bits are set in `bits`.
     pub(crate) const fn new(bits: u8) -> Self {
@@ -159,6 +162,12 @@ impl Meta {
         self.flags.has(Flags::COUNTED)
     }
 
+    /// Recorded by the profiler.
+    #[inline]
+    pub(crate) fn profiled(&self) -> bool {
+        self.flags.has(Flags::PROFILED)
+    }
+
     /// Its own failure is left on the vars it writes (the default).
     #[inline]
     pub(crate) fn poisons(&self) -> bool {
@@ -213,8 +222,16 @@ pub(crate) struct Header {
     pub(crate) host: HostRef,
     /// The errors it saw on its vars and the one it passes on (`errors.rs`).
     pub(super) errors: Mutex<OpErrors>,
-    /// The op's span, only while a subscriber wants it.
-    pub(super) span: Option<Box<tracing::Span>>,
+    /// The op's span, while a subscriber wants it, and its profile, while
+    /// the profiler records it: boxed, so that an op with neither carries
+    /// one empty word.
+    pub(super) extra: Option<Box<Extra>>,
+}
+
+/// What an op carries only while someone watches it.
+pub(crate) struct Extra {
+    pub(super) span: Option<tracing::Span>,
+    pub(crate) profile: Option<OpProfile>,
 }
 
 impl Header {
@@ -226,7 +243,7 @@ impl Header {
             vars_gone: AtomicBool::new(false),
             ready_at: AtomicU32::new(0),
             link: Link::new(),
-            span: op_span(&meta),
+            extra: extras(&meta),
             meta,
             deps,
             host,
@@ -250,21 +267,35 @@ impl Header {
     /// The op's span, if a subscriber wants it.
     #[inline]
     pub(crate) fn span(&self) -> Option<&tracing::Span> {
-        self.span.as_deref()
+        self.extra.as_deref().and_then(|e| e.span.as_ref())
+    }
+
+    /// The op's profile, if the profiler records it.
+    #[inline]
+    pub(crate) fn profile(&self) -> Option<&OpProfile> {
+        self.extra.as_deref().and_then(|e| e.profile.as_ref())
     }
 
     /// Runs `f` inside the op's span, if it has one.
     #[inline]
     pub(crate) fn in_span<R>(&self, f: impl FnOnce() -> R) -> R {
-        match &self.span {
+        match self.span() {
             Some(span) => span.in_scope(f),
             None => f(),
         }
     }
 }
 
-/// The op's span, boxed, if a subscriber wants it.
-pub(super) fn op_span(meta: &Meta) -> Option<Box<tracing::Span>> {
+/// The op's extras: its span if a subscriber wants it, its profile if its
+/// push chose to profile it (`Flags::PROFILED`); `None` for neither.
+pub(super) fn extras(meta: &Meta) -> Option<Box<Extra>> {
+    let span = op_span(meta);
+    let profile = meta.profiled().then(OpProfile::new);
+    (span.is_some() || profile.is_some()).then(|| Box::new(Extra { span, profile }))
+}
+
+/// The op's span, if a subscriber wants it.
+fn op_span(meta: &Meta) -> Option<tracing::Span> {
     // Asked first: with tracing's `log` feature on (axum's default
     // features turn it on), a span that no subscriber wants is still built
     // and its fields formatted for the `log` crate, on every push.
@@ -278,7 +309,7 @@ pub(super) fn op_span(meta: &Meta) -> Option<Box<tracing::Span>> {
         device = %meta.device(),
         lane = ?meta.lane,
     );
-    if span.is_disabled() { None } else { Some(Box::new(span)) }
+    if span.is_disabled() { None } else { Some(span) }
 }
 
 /// The typed side of an op, as the engine sees it.

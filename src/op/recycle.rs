@@ -33,7 +33,7 @@ use std::sync::Arc;
 use super::cell::OpCell;
 use super::host::Host;
 use super::job::Job;
-use super::record::{DepList, Header, Meta, Task, TaskRef, op_span, prefetch};
+use super::record::{DepList, Header, Meta, Task, TaskRef, extras, prefetch};
 use crate::error::panic_message;
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::sync::countdown::Countdown;
@@ -295,7 +295,7 @@ impl Header {
     /// Makes a stripped header (see [`strip`](Self::strip)) the header of a
     /// new op of the same engine: its engine reference stays as it is.
     pub(super) fn rebuild(&mut self, meta: Meta, deps: DepList) {
-        debug_assert!(self.deps.is_empty() && self.span.is_none(), "only a stripped header is rebuilt");
+        debug_assert!(self.deps.is_empty() && self.extra.is_none(), "only a stripped header is rebuilt");
         self.pending = Countdown::new(deps.len());
         self.live = Countdown::new(1);
         self.has_errors = AtomicBool::new(false);
@@ -303,8 +303,8 @@ impl Header {
         self.meta = meta;
         // The stripped fields hold nothing: what they are replaced with is
         // not dropped (a drop call each, for nothing, on every push).
-        let span = std::mem::replace(&mut self.span, op_span(&self.meta));
-        std::mem::forget(span);
+        let extra = std::mem::replace(&mut self.extra, extras(&self.meta));
+        std::mem::forget(extra);
         small::discard(std::mem::replace(&mut self.deps, deps));
     }
 
@@ -314,8 +314,8 @@ impl Header {
         if !self.deps.is_empty() {
             self.deps = DepList::new();
         }
-        if let Some(span) = self.span.take() {
-            drop(span);
+        if let Some(extra) = self.extra.take() {
+            drop(extra);
         }
         // Errors are stored only with `has_errors` set; a nested op's
         // handoff state without it.

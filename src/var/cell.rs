@@ -50,6 +50,8 @@ pub(crate) struct VarCell<T> {
     state: Padded<Mutex<VarState<T>>>,
     /// Unique, ascending in creation order: the global lock order.
     id: u64,
+    /// The name the var was given at creation, if any.
+    name: Option<std::sync::Arc<str>>,
 }
 
 impl<T> std::fmt::Debug for VarCell<T> {
@@ -59,9 +61,10 @@ impl<T> std::fmt::Debug for VarCell<T> {
 }
 
 impl<T: Grant + Linked> VarCell<T> {
-    pub(crate) fn new(id: u64) -> Self {
+    pub(crate) fn new(id: u64, name: Option<std::sync::Arc<str>>) -> Self {
         Self {
             id,
+            name,
             inbox: Padded(Inbox::new()),
             state: Padded(Mutex::new(VarState { gate: Gate::new(), error: None, deleted: false })),
         }
@@ -78,6 +81,16 @@ impl<T: Grant + Linked> VarCell<T> {
 
     pub(crate) fn id(&self) -> u64 {
         self.id
+    }
+
+    /// The var's name, if it has one.
+    pub(crate) fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// The var's label for messages (see `handle::label`).
+    pub(crate) fn label(&self) -> String {
+        super::handle::label(self.name(), self.id)
     }
 
     /// The locked state, with the inbox moved to the gate's queue (the
@@ -117,10 +130,11 @@ impl<T: Grant + Linked> VarCell<T> {
         let op = match unsafe { &(*this).inbox }.push(op) {
             Pushed::Queued => return Ok(None),
             Pushed::Sealed(op) => {
-                // SAFETY: `op` is ours again, and keeps the cell alive.
-                let id = unsafe { (*this).id };
+                // SAFETY: `op` is ours again, and keeps the cell alive
+                // until it is dropped, after the label is made.
+                let var = unsafe { (*this).label() };
                 drop(op);
-                return Err(Error::new(Kind::VarDeleted { var: id }));
+                return Err(Error::new(Kind::VarDeleted { var }));
             }
             Pushed::Open(op) => op,
         };
@@ -132,7 +146,7 @@ impl<T: Grant + Linked> VarCell<T> {
         let mut state = lock(&cell.state);
         if state.deleted {
             drop(state);
-            let err = Error::new(Kind::VarDeleted { var: cell.id });
+            let err = Error::new(Kind::VarDeleted { var: cell.label() });
             // Last: it may drop the last reference to the var.
             drop(op);
             return Err(err);
@@ -193,7 +207,7 @@ impl<T: Grant + Linked> VarCell<T> {
     pub(crate) fn append_delete(&self, op: T, ready: &mut impl FnMut(T)) -> Result<bool, Error> {
         let mut state = lock(&self.state);
         if state.deleted {
-            return Err(Error::new(Kind::VarDeleted { var: self.id }));
+            return Err(Error::new(Kind::VarDeleted { var: self.label() }));
         }
         state.deleted = true;
         self.settle(&mut state, ready);
@@ -277,7 +291,7 @@ where
     for (cell, _) in deps.clone() {
         let state = lock(&cell.state);
         if state.deleted {
-            return Err(Error::new(Kind::VarDeleted { var: cell.id }));
+            return Err(Error::new(Kind::VarDeleted { var: cell.label() }));
         }
         guards.push(state);
     }
@@ -364,7 +378,7 @@ mod tests {
 
     #[test]
     fn write_error_is_seen_by_successors_until_a_wait_clears_it() {
-        let cell = VarCell::new(1);
+        let cell = VarCell::new(1, None);
         let w = Tok::new("w", false);
         let r1 = Tok::new("r1", false);
         let wait = Tok::new("wait", true);
@@ -387,7 +401,7 @@ mod tests {
     /// the queue (the next to be let through), and only that one.
     #[test]
     fn completion_announces_the_next_in_line() {
-        let cell = VarCell::new(1);
+        let cell = VarCell::new(1, None);
         let toks = ["w1", "w2", "r1", "r2", "w3"].map(|name| Tok::new(name, false));
         for t in &toks {
             let access = if t.name.starts_with('w') { Access::Write } else { Access::Read };
@@ -421,7 +435,7 @@ mod tests {
     /// lock and are let through at once.
     #[test]
     fn ops_left_in_the_inbox_keep_their_order() {
-        let cell = VarCell::new(1);
+        let cell = VarCell::new(1, None);
         let mut ready = Vec::new();
         assert!(push_one(&cell, &Tok::new("w1", false).writing(), &mut ready));
         let queued = [Tok::new("r1", false), Tok::new("r2", false), Tok::new("w2", false).writing()];
@@ -447,7 +461,7 @@ mod tests {
     /// refused, through the inbox as through the lock.
     #[test]
     fn appends_under_the_lock_come_after_the_inbox() {
-        let (a, b) = (VarCell::new(1), VarCell::new(2));
+        let (a, b) = (VarCell::new(1, None), VarCell::new(2, None));
         let mut ready = Vec::new();
         assert!(push_one(&a, &Tok::new("w1", false).writing(), &mut ready));
         assert!(!push_one(&a, &Tok::new("r1", false), &mut ready));
@@ -475,8 +489,8 @@ mod tests {
 
     #[test]
     fn append_all_is_all_or_nothing_on_deleted_var() {
-        let a = VarCell::new(1);
-        let b = VarCell::new(2);
+        let a = VarCell::new(1, None);
+        let b = VarCell::new(2, None);
         assert!(a.append_delete(Tok::new("del", false), &mut |_| ()).unwrap());
         let t = Tok::new("t", false);
         let err =
@@ -488,8 +502,8 @@ mod tests {
 
     #[test]
     fn append_all_counts_grants() {
-        let a = VarCell::new(1);
-        let b = VarCell::new(2);
+        let a = VarCell::new(1, None);
+        let b = VarCell::new(2, None);
         let t1 = Tok::new("t1", false);
         assert_eq!(
             append_all([(&a, Access::Write), (&b, Access::Read)].into_iter(), &t1, &mut |_| ()).unwrap(),

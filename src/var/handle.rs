@@ -123,8 +123,8 @@ impl<T> Clone for Var<T> {
 }
 
 impl<T: Send + Sync + 'static> Var<T> {
-    pub(crate) fn new(owner: Owner, id: u64, value: T) -> Self {
-        let core = VarCore { cell: VarCell::new(id), owner, count: Count::of::<T>() };
+    pub(crate) fn new(owner: Owner, id: u64, name: Option<Arc<str>>, value: T) -> Self {
+        let core = VarCore { cell: VarCell::new(id, name), owner, count: Count::of::<T>() };
         Self { inner: Arc::new(VarInner { core, data: DataCell::new(value) }) }
     }
 
@@ -157,6 +157,17 @@ impl<T: Send + Sync + 'static> Var<T> {
         self.any().version()
     }
 
+    /// The name given at creation ([`Engine::var_named`](crate::Engine::var_named)), if any.
+    pub fn name(&self) -> Option<&str> {
+        self.inner.core.cell.name()
+    }
+
+    /// How views of the engine name this var: `` `name` (#id) ``, or
+    /// `#id` for a var without a name.
+    pub fn label(&self) -> String {
+        label(self.name(), self.id())
+    }
+
     /// Whether [`Engine::delete_var`](crate::Engine::delete_var) was called on it.
     pub fn is_deleted(&self) -> bool {
         self.any().is_deleted()
@@ -175,7 +186,21 @@ impl<T: Send + Sync + 'static> Var<T> {
 
 impl<T> fmt::Debug for Var<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Var").field("id", &self.inner.core.cell.id()).finish_non_exhaustive()
+        let core = &self.inner.core;
+        let mut d = f.debug_struct("Var");
+        d.field("id", &core.cell.id());
+        if let Some(name) = core.cell.name() {
+            d.field("name", &name);
+        }
+        d.finish_non_exhaustive()
+    }
+}
+
+/// A var's label: its name and id, or its id alone.
+pub(crate) fn label(name: Option<&str>, id: u64) -> String {
+    match name {
+        Some(name) => format!("`{name}` (#{id})"),
+        None => format!("#{id}"),
     }
 }
 
@@ -216,6 +241,16 @@ impl AnyVar {
         self.cell().id()
     }
 
+    /// The name given at creation, if any.
+    pub fn name(&self) -> Option<&str> {
+        self.cell().name()
+    }
+
+    /// How views of the engine name this var: `` `name` (#id) ``, or `#id`.
+    pub fn label(&self) -> String {
+        label(self.name(), self.id())
+    }
+
     /// The number of writes that have completed on this var, whatever
     /// their outcome: failed, skipped and cancelled writes count too.
     pub fn version(&self) -> u64 {
@@ -235,6 +270,7 @@ impl AnyVar {
         let state = self.cell().lock();
         VarDebug {
             id: self.id(),
+            name: self.name().map(str::to_owned),
             version: state.gate.version(),
             running_reads: state.gate.running_reads(),
             write_running: state.gate.write_running(),
@@ -264,7 +300,10 @@ impl Drop for AnyVar {
 
 impl fmt::Debug for AnyVar {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("AnyVar").field(&self.id()).finish()
+        match self.name() {
+            Some(name) => f.debug_tuple("AnyVar").field(&self.id()).field(&name).finish(),
+            None => f.debug_tuple("AnyVar").field(&self.id()).finish(),
+        }
     }
 }
 
@@ -274,6 +313,8 @@ impl fmt::Debug for AnyVar {
 pub struct VarDebug {
     /// The var's id.
     pub id: u64,
+    /// Its name, if it was given one.
+    pub name: Option<String>,
     /// Completed writes.
     pub version: u64,
     /// Reads let through and not yet completed.

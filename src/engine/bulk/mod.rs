@@ -178,7 +178,7 @@ impl Shared {
         let header = record.header();
         // Deletions are pushed under this lock too: this is exact.
         if let Some(dep) = header.deps.iter().find(|d| d.var.is_deleted()) {
-            let err = Error::new(Kind::VarDeleted { var: dep.var.id() });
+            let err = Error::new(Kind::VarDeleted { var: dep.var.label() });
             self.uncount();
             return Err(err);
         }

@@ -57,7 +57,7 @@ struct World {
 impl World {
     fn new(n: usize) -> Arc<Self> {
         Arc::new(Self {
-            vars: (0..n as u64).map(VarCell::new).collect(),
+            vars: (0..n as u64).map(|id| VarCell::new(id, None)).collect(),
             holders: (0..n).map(|_| AtomicUsize::new(0)).collect(),
             logs: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
         })

@@ -1,0 +1,91 @@
+//! The profiler, as the engine's handle shows it (`engine/profiler.rs`
+//! records; `crate::profile` renders).
+
+use super::Engine;
+use crate::profile::Profile;
+
+/// The engine's profiler (see [`Engine::profiler`]).
+#[derive(Debug)]
+pub struct Profiler<'e> {
+    engine: &'e Engine,
+}
+
+impl Engine {
+    /// The engine's profiler: start it, stop it, take what it recorded.
+    ///
+    /// It records, per op: name, device, lane, the thread its body ran on,
+    /// push, ready, start, end and completion times, the vars it read and
+    /// wrote, and the ops whose last dependency it released. An op pushed
+    /// with [`OpBuilder::profile`](crate::OpBuilder::profile)`(false)` is
+    /// never recorded; with `profile(true)`, it is recorded even while the
+    /// profiler records only the ops that opt in
+    /// ([`Profiler::start_opted_in`]), so one stage of a busy service can be
+    /// profiled alone. `DEPENGINE_PROFILE=path.json` makes every engine of
+    /// the process record from its start and write the Chrome trace there
+    /// when it shuts down, or once it has drained after its last handle is
+    /// dropped (a process that exits before that writes nothing: shut the
+    /// engine down, or wait for it, first).
+    ///
+    /// Off, the profiler costs a push one relaxed load.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> depengine::Result<()> {
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("counter", 0u64);
+    /// engine.profiler().start();
+    /// for _ in 0..3 {
+    ///     engine.op("add").write(&v).run(|(), (mut v,)| {
+    ///         *v += 1;
+    ///         Ok(())
+    ///     });
+    /// }
+    /// engine.wait_for_all().await?;
+    /// let profile = engine.profiler().stop();
+    /// assert_eq!(profile.ops().len(), 3);
+    /// assert_eq!(profile.aggregate()[0].count, 3);
+    /// assert!(profile.chrome_trace().contains("counter (#"));
+    /// # Ok(()) }
+    /// ```
+    pub fn profiler(&self) -> Profiler<'_> {
+        Profiler { engine: self }
+    }
+}
+
+impl Profiler<'_> {
+    /// Records every op pushed from now on (but those pushed with
+    /// `profile(false)`).
+    pub fn start(&self) {
+        self.engine.shared().recorder.start(false);
+    }
+
+    /// Records only the ops pushed with `profile(true)` from now on.
+    pub fn start_opted_in(&self) {
+        self.engine.shared().recorder.start(true);
+    }
+
+    /// Whether it records.
+    pub fn is_on(&self) -> bool {
+        self.engine.shared().recorder.is_on()
+    }
+
+    /// Stops recording and takes what was recorded. Ops pushed while it
+    /// recorded and completing later are kept for the next take.
+    pub fn stop(&self) -> Profile {
+        let recorder = &self.engine.shared().recorder;
+        recorder.stop();
+        recorder.profile(true)
+    }
+
+    /// What was recorded so far (the ops that completed), without taking it.
+    pub fn snapshot(&self) -> Profile {
+        self.engine.shared().recorder.profile(false)
+    }
+
+    /// Takes what was recorded so far; recording goes on.
+    pub fn take(&self) -> Profile {
+        self.engine.shared().recorder.profile(true)
+    }
+}

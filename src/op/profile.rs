@@ -1,0 +1,132 @@
+//! What an op records while the profiler is on (`crate::profile` has the
+//! profile it becomes): when it was pushed, made ready, started and ended,
+//! on which thread, the ops whose last dependency it released, and its
+//! outcome. Kept in the op's boxed extras beside its span, so that an op
+//! that is not profiled carries nothing more than before.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use super::record::Header;
+use crate::profile::{Outcome, ProfiledOp, VarRef};
+use crate::sync::lock;
+
+/// The profiler's clock: nanoseconds since the first look at it in this
+/// process, so that the ops of every engine share one time line.
+pub(crate) fn now_ns() -> u64 {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+static NEXT_SEQ: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's name for profiles, made once.
+    static THREAD: RefCell<Option<Arc<str>>> = const { RefCell::new(None) };
+}
+
+/// The calling thread's name (or its id, for a thread without one).
+pub(crate) fn thread_label() -> Arc<str> {
+    THREAD.with(|t| {
+        t.borrow_mut()
+            .get_or_insert_with(|| {
+                let me = std::thread::current();
+                match me.name() {
+                    Some(name) => name.into(),
+                    None => format!("{:?}", me.id()).into(),
+                }
+            })
+            .clone()
+    })
+}
+
+/// An op's profile while it is in the engine.
+pub(crate) struct OpProfile {
+    /// Its number in the profile (the order of pushes, across engines).
+    pub(crate) seq: u64,
+    pushed: u64,
+    /// Times in `now_ns`, 0 until they happen.
+    ready: AtomicU64,
+    start: AtomicU64,
+    end: AtomicU64,
+    outcome: AtomicU8,
+    thread: Mutex<Option<Arc<str>>>,
+    /// The ops whose last dependency this one released, by `seq`.
+    released: Mutex<Vec<u64>>,
+}
+
+impl OpProfile {
+    pub(crate) fn new() -> Self {
+        Self {
+            seq: NEXT_SEQ.fetch_add(1, Ordering::Relaxed),
+            pushed: now_ns(),
+            ready: AtomicU64::new(0),
+            start: AtomicU64::new(0),
+            end: AtomicU64::new(0),
+            outcome: AtomicU8::new(Outcome::Ok as u8),
+            thread: Mutex::new(None),
+            released: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// It is queued on a pool, ready (the first time counts).
+    pub(crate) fn ready(&self) {
+        let _ = self.ready.compare_exchange(0, now_ns(), Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Its body starts on this thread.
+    pub(crate) fn started(&self) {
+        let now = now_ns();
+        let _ = self.ready.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+        self.start.store(now, Ordering::Relaxed);
+        *lock(&self.thread) = Some(thread_label());
+    }
+
+    /// Its body returned, or stored its result (the first time counts: a
+    /// sync body stores its result as it returns, and the op may complete
+    /// inside that store; an async body returns before its token stores).
+    pub(crate) fn ended(&self) {
+        let _ = self.end.compare_exchange(0, now_ns(), Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Its result is stored: how it ended.
+    pub(crate) fn outcome(&self, outcome: Outcome) {
+        self.outcome.store(outcome as u8, Ordering::Relaxed);
+    }
+
+    /// It released the last dependency of op `seq`.
+    pub(crate) fn released(&self, seq: u64) {
+        lock(&self.released).push(seq);
+    }
+
+    /// The record of the op, as it completes on this thread.
+    pub(crate) fn finish(&self, header: &Header) -> ProfiledOp {
+        let at = |t: &AtomicU64| match t.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(t),
+        };
+        let var = |d: &super::access::Decl| VarRef { id: d.var.id(), name: d.var.name().map(str::to_owned) };
+        let (writes, reads) =
+            header.deps.iter().partition::<Vec<_>, _>(|d| d.access == crate::var::Access::Write);
+        ProfiledOp {
+            seq: self.seq,
+            name: header.meta.name.to_string(),
+            device: header.meta.device(),
+            lane: header.meta.lane,
+            priority: header.meta.priority,
+            thread: lock(&self.thread).as_deref().map(str::to_owned),
+            completed_on: thread_label().to_string(),
+            pushed: self.pushed,
+            ready: at(&self.ready),
+            start: at(&self.start),
+            end: at(&self.end),
+            done: now_ns(),
+            reads: reads.into_iter().map(var).collect(),
+            writes: writes.into_iter().map(var).collect(),
+            released: std::mem::take(&mut *lock(&self.released)),
+            outcome: Outcome::from_u8(self.outcome.load(Ordering::Relaxed)),
+        }
+    }
+}

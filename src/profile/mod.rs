@@ -1,0 +1,186 @@
+//! What the profiler records ([`Engine::profiler`](crate::Engine::profiler))
+//! and the views it gives: a Chrome trace (Perfetto, chrome://tracing), an
+//! aggregate table per op name, and a self-contained SVG timeline.
+//!
+//! Times are nanoseconds on one clock for the whole process, from the first
+//! op any engine profiled; a view shows them from the first op it holds.
+
+mod aggregate;
+mod chrome;
+mod svg;
+
+pub use aggregate::Aggregate;
+
+use crate::device::{Device, Lane};
+
+/// How an op ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Its body succeeded.
+    Ok,
+    /// Its body failed, panicked or dropped its token.
+    Failed,
+    /// Skipped for an error on a var it uses.
+    Skipped,
+    /// Cancelled before it started.
+    Cancelled,
+}
+
+impl Outcome {
+    pub(crate) fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Outcome::Failed,
+            2 => Outcome::Skipped,
+            3 => Outcome::Cancelled,
+            _ => Outcome::Ok,
+        }
+    }
+
+    /// The outcome of an op that ended with `err`.
+    pub(crate) fn of(err: &crate::Error) -> Self {
+        if err.is_skipped() {
+            Outcome::Skipped
+        } else if err.is_cancelled() {
+            Outcome::Cancelled
+        } else {
+            Outcome::Failed
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Failed => "failed",
+            Outcome::Skipped => "skipped",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// A var an op declared.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VarRef {
+    /// Its id.
+    pub id: u64,
+    /// Its name, if it was given one.
+    pub name: Option<String>,
+}
+
+impl VarRef {
+    /// Its name and id, or its id.
+    pub fn label(&self) -> String {
+        match &self.name {
+            Some(name) => format!("{name} (#{})", self.id),
+            None => format!("#{}", self.id),
+        }
+    }
+}
+
+/// One profiled op. Times are in nanoseconds on the profiler's clock.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ProfiledOp {
+    /// Its number: the order of pushes among profiled ops.
+    pub seq: u64,
+    /// Its name.
+    pub name: String,
+    /// Its device.
+    pub device: Device,
+    /// Its lane.
+    pub lane: Lane,
+    /// Its priority.
+    pub priority: i32,
+    /// The thread its body ran on (`None`: it never started).
+    pub thread: Option<String>,
+    /// The thread that completed it (a GPU op's: its device's poller).
+    pub completed_on: String,
+    /// When it was pushed.
+    pub pushed: u64,
+    /// When it was queued, its vars free (`None`: it never was).
+    pub ready: Option<u64>,
+    /// When its body started on `thread`.
+    pub start: Option<u64>,
+    /// When its body returned (or stored its result, if that came first).
+    pub end: Option<u64>,
+    /// When it completed: its result published, its vars released.
+    pub done: u64,
+    /// The vars it read.
+    pub reads: Vec<VarRef>,
+    /// The vars it wrote.
+    pub writes: Vec<VarRef>,
+    /// The ops (by `seq`) whose last dependency its completion released.
+    pub released: Vec<u64>,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+impl ProfiledOp {
+    /// Its body's run time on its thread.
+    pub fn run_ns(&self) -> Option<u64> {
+        Some(self.end?.saturating_sub(self.start?))
+    }
+
+    /// How long it waited, ready, for a thread.
+    pub fn queue_wait_ns(&self) -> Option<u64> {
+        Some(self.start?.saturating_sub(self.ready?))
+    }
+}
+
+/// The ops a profiler recorded, in the order they completed.
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    ops: Vec<ProfiledOp>,
+}
+
+impl Profile {
+    pub(crate) fn new(mut ops: Vec<ProfiledOp>) -> Self {
+        ops.sort_by_key(|op| (op.done, op.seq));
+        Self { ops }
+    }
+
+    /// The ops.
+    pub fn ops(&self) -> &[ProfiledOp] {
+        &self.ops
+    }
+
+    /// The first time any op holds: views start there.
+    fn origin(&self) -> u64 {
+        self.ops.iter().map(|op| op.pushed).min().unwrap_or(0)
+    }
+
+    /// The profile as Chrome trace-event JSON (opens in Perfetto and
+    /// chrome://tracing): a process per device, a thread per worker, each
+    /// op's body a complete event with its vars, priority and queue wait;
+    /// flow arrows from an op to the ops whose last dependency it
+    /// released; a counter of ready ops waiting, per device.
+    pub fn chrome_trace(&self) -> String {
+        chrome::render(self)
+    }
+
+    /// Writes [`chrome_trace`](Self::chrome_trace) to `path`.
+    ///
+    /// # Errors
+    ///
+    /// The file's I/O error.
+    pub fn write_chrome_trace(&self, path: impl AsRef<std::path::Path>) -> std::io::Result<()> {
+        std::fs::write(path, self.chrome_trace())
+    }
+
+    /// Per op name: count, total, min, mean and max run time, and mean
+    /// queue wait (MXNet's aggregate statistics), sorted by total run time.
+    pub fn aggregate(&self) -> Vec<Aggregate> {
+        aggregate::compute(self)
+    }
+
+    /// [`aggregate`](Self::aggregate) as a text table.
+    pub fn aggregate_table(&self) -> String {
+        aggregate::table(&self.aggregate())
+    }
+
+    /// A self-contained SVG timeline: a row per thread, each op's body a bar
+    /// coloured by its name, with a legend.
+    pub fn svg(&self) -> String {
+        svg::render(self)
+    }
+}

@@ -1,0 +1,261 @@
+//! The profiler: its Chrome trace parses and holds what happened (one
+//! complete event per op, no two on one thread overlapping, flow arrows
+//! only between ops that conflict on a var, in push order), the aggregate
+//! counts match, and the per-op choice and the opted-in mode select the
+//! ops recorded.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use common::{Rng, timed};
+use depengine::Engine;
+use serde_json::Value;
+
+/// Pushes `n` random ops over four named vars (reads and writes), with
+/// some ops that declare nothing; returns each op's name.
+async fn random_program(engine: &Engine, n: usize, seed: u64) -> Vec<&'static str> {
+    let vars: Vec<_> = (0..4).map(|i| engine.var_named(format!("v{i}"), 0u64)).collect();
+    let mut rng = Rng(seed);
+    let mut names = Vec::new();
+    for _ in 0..n {
+        let (r, w) = (rng.below(4), rng.below(4));
+        let spin = rng.below(20) as u64;
+        let busy = move || {
+            let end = std::time::Instant::now() + std::time::Duration::from_micros(spin);
+            while std::time::Instant::now() < end {}
+        };
+        match rng.below(3) {
+            0 => {
+                names.push("read");
+                engine.op("read").read(&vars[r]).run(move |(_v,), ()| {
+                    busy();
+                    Ok(())
+                });
+            }
+            1 if r != w => {
+                names.push("copy");
+                engine.op("copy").read(&vars[r]).write(&vars[w]).run(move |(a,), (mut b,)| {
+                    busy();
+                    *b = *a + 1;
+                    Ok(())
+                });
+            }
+            1 => {
+                names.push("free");
+                engine.op("free").run(move |(), ()| {
+                    busy();
+                    Ok(())
+                });
+            }
+            _ => {
+                names.push("bump");
+                engine.op("bump").write(&vars[w]).run(move |(), (mut v,)| {
+                    busy();
+                    *v += 1;
+                    Ok(())
+                });
+            }
+        }
+    }
+    engine.wait_for_all().await.unwrap();
+    names
+}
+
+fn engine() -> Engine {
+    Engine::builder().cpu_workers(2).bulk_size(1).build().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chrome_trace_holds_what_happened() {
+    timed(async {
+        let engine = engine();
+        engine.profiler().start();
+        let names = random_program(&engine, 300, 7).await;
+        let profile = engine.profiler().stop();
+        assert_eq!(profile.ops().len(), names.len(), "one record per push");
+
+        let trace: Value = serde_json::from_str(&profile.chrome_trace()).expect("the trace is JSON");
+        let events = trace["traceEvents"].as_array().unwrap();
+        let ops: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+        assert_eq!(ops.len(), names.len(), "one complete event per op");
+        let seqs: HashSet<u64> = ops.iter().map(|e| e["args"]["seq"].as_u64().unwrap()).collect();
+        assert_eq!(seqs.len(), names.len());
+
+        // The events of one thread never overlap.
+        let mut by_thread: BTreeMap<(u64, u64), Vec<(f64, f64)>> = BTreeMap::new();
+        for e in &ops {
+            let key = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap());
+            by_thread.entry(key).or_default().push((e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap()));
+        }
+        assert!(by_thread.len() >= 2, "two workers ran ops");
+        for (thread, mut spans) in by_thread {
+            spans.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            for pair in spans.windows(2) {
+                assert!(pair[0].0 + pair[0].1 <= pair[1].0 + 1e-3, "overlap on {thread:?}: {pair:?}");
+            }
+        }
+
+        // Threads and processes are named; vars by their names.
+        assert!(events.iter().any(|e| e["name"] == "thread_name"));
+        assert!(events.iter().any(|e| e["name"] == "process_name" && e["args"]["name"] == "cpu(0)"));
+        assert!(ops.iter().any(|e| e["args"]["writes"][0].as_str().is_some_and(|v| v.starts_with("v"))));
+
+        // Every arrow joins an op to a later-pushed op it conflicts with:
+        // they share a var that one of them writes.
+        let by_seq: HashMap<u64, &depengine::profile::ProfiledOp> =
+            profile.ops().iter().map(|op| (op.seq, op)).collect();
+        let mut arrows = 0;
+        for op in profile.ops() {
+            for next in &op.released {
+                let next = by_seq[next];
+                arrows += 1;
+                assert!(next.seq > op.seq, "released an op pushed before it");
+                let writes = |o: &depengine::profile::ProfiledOp| {
+                    o.writes.iter().map(|v| v.id).collect::<HashSet<_>>()
+                };
+                let all = |o: &depengine::profile::ProfiledOp| {
+                    o.reads.iter().chain(&o.writes).map(|v| v.id).collect::<HashSet<_>>()
+                };
+                let conflict = writes(op).intersection(&all(next)).next().is_some()
+                    || writes(next).intersection(&all(op)).next().is_some();
+                assert!(conflict, "an arrow between ops that do not conflict: {op:?} -> {next:?}");
+            }
+        }
+        assert!(arrows > 20, "a random program over four vars releases many ops: {arrows}");
+        let starts = events.iter().filter(|e| e["ph"] == "s").count();
+        let ends = events.iter().filter(|e| e["ph"] == "f").count();
+        assert_eq!((starts, ends), (arrows, arrows));
+        assert!(events.iter().any(|e| e["ph"] == "C"), "a queue-depth counter");
+
+        // The aggregate counts match the pushes by name.
+        let mut pushed: HashMap<&str, u64> = HashMap::new();
+        names.iter().for_each(|n| *pushed.entry(n).or_default() += 1);
+        let rows = profile.aggregate();
+        assert_eq!(rows.len(), pushed.len());
+        for row in &rows {
+            assert_eq!(row.count, pushed[row.name.as_str()], "{row:?}");
+            assert_eq!(row.ran, row.count);
+            assert!(row.min <= row.mean && row.mean <= row.max, "{row:?}");
+        }
+        let table = profile.aggregate_table();
+        assert!(table.lines().count() == rows.len() + 1 && table.contains("bump"), "{table}");
+
+        // The picture holds a bar per op and a legend entry per name.
+        let svg = profile.svg();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert_eq!(svg.matches("<title>").count(), names.len());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ops_choose_whether_they_are_recorded() {
+    timed(async {
+        let engine = engine();
+        let v = engine.var(0u64);
+        // Off: nothing recorded, even an op that opts in.
+        engine.op("before").profile(true).write(&v).run(|(), (_v,)| Ok(()));
+        engine.profiler().start();
+        engine.op("hidden").profile(false).write(&v).run(|(), (_v,)| Ok(()));
+        engine.op("seen").write(&v).run(|(), (_v,)| Ok(()));
+        engine.wait_for_all().await.unwrap();
+        let names: Vec<String> = engine.profiler().take().ops().iter().map(|op| op.name.clone()).collect();
+        assert_eq!(names, ["seen"]);
+        // Opted in only: one stage of a busy service.
+        engine.profiler().start_opted_in();
+        for _ in 0..10 {
+            engine.op("busy").write(&v).run(|(), (_v,)| Ok(()));
+        }
+        engine.op("stage").profile(true).write(&v).run(|(), (_v,)| Ok(()));
+        engine.wait_for_all().await.unwrap();
+        let profile = engine.profiler().stop();
+        assert!(!engine.profiler().is_on());
+        let names: Vec<&str> = profile.ops().iter().map(|op| op.name.as_str()).collect();
+        assert_eq!(names, ["stage"]);
+        let stage = &profile.ops()[0];
+        assert!(stage.thread.as_deref().is_some_and(|t| t.starts_with("depengine-cpu0")), "{stage:?}");
+        assert!(stage.pushed <= stage.ready.unwrap() && stage.ready <= stage.start);
+        assert!(stage.start <= stage.end && stage.end.unwrap() <= stage.done);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcomes_are_recorded() {
+    timed(async {
+        let engine = engine();
+        let v = engine.var_named("model", 0u64);
+        engine.profiler().start();
+        let failed = engine.op("fail").write(&v).run(|(), (_v,)| Err::<(), _>("no".into()));
+        let skipped = engine.op("skip").read(&v).run(|(_v,), ()| Ok(()));
+        assert!(failed.await.is_err());
+        assert!(skipped.await.unwrap_err().is_skipped());
+        let _ = engine.wait_for_all().await;
+        let profile = engine.profiler().stop();
+        let outcome = |name: &str| profile.ops().iter().find(|op| op.name == name).unwrap().outcome;
+        assert_eq!(outcome("fail"), depengine::profile::Outcome::Failed);
+        assert_eq!(outcome("skip"), depengine::profile::Outcome::Skipped);
+        assert!(profile.ops()[0].writes[0].label().starts_with("model (#"));
+    })
+    .await;
+}
+
+#[test]
+fn var_names_show_in_debug_and_errors() {
+    let engine = Engine::new();
+    let v = engine.var_named("weights", 1u32);
+    assert_eq!(v.name(), Some("weights"));
+    assert!(format!("{v:?}").contains("weights"));
+    assert!(v.label().starts_with("`weights` (#"));
+    assert_eq!(v.any().debug_state().name.as_deref(), Some("weights"));
+    let unnamed = engine.var(0u8);
+    assert_eq!(unnamed.label(), format!("#{}", unnamed.id()));
+    let err = engine.op("twice").write(&v).write(&v).try_run(|(), (_a, _b)| Ok(())).unwrap_err();
+    assert!(err.to_string().contains("`weights`"), "{err}");
+}
+
+#[test]
+#[ignore = "run by profile_env_writes_the_trace in a child process"]
+fn child_profiled_by_the_environment() {
+    let engine = Engine::builder().cpu_workers(1).bulk_size(1).build().unwrap();
+    let v = engine.var_named("env-var", 0u64);
+    for _ in 0..5 {
+        engine.op("env-op").write(&v).run(|(), (mut v,)| {
+            *v += 1;
+            Ok(())
+        });
+    }
+    engine.blocking_wait_for_all().unwrap();
+    // Dropping the last handle drains the engine and, once drained,
+    // writes the trace (here at once: nothing is pending).
+    drop(v);
+    drop(engine);
+}
+
+/// `DEPENGINE_PROFILE=path` records from the start and writes the trace
+/// when the engine's last handle is dropped.
+#[test]
+fn profile_env_writes_the_trace() {
+    let dir = std::env::temp_dir().join(format!("depengine-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trace.json");
+    let _ = std::fs::remove_file(&path);
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_profiled_by_the_environment", "--ignored", "--test-threads=1"])
+        .env("DEPENGINE_PROFILE", &path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The drain ends on a worker after the drop: the file may come a
+    // moment later.
+    let start = std::time::Instant::now();
+    while !path.exists() && start.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let ops =
+        trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X" && e["name"] == "env-op");
+    assert_eq!(ops.count(), 5);
+    let _ = std::fs::remove_dir_all(&dir);
+}
