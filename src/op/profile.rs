@@ -6,12 +6,12 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use super::record::Header;
 use crate::profile::{Outcome, ProfiledOp, VarRef};
-use crate::sync::lock;
+use crate::sync::{Mutex, lock};
 
 /// The profiler's clock: nanoseconds since the first look at it in this
 /// process, so that the ops of every engine share one time line.
