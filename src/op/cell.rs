@@ -14,7 +14,6 @@ use super::life::{release_body, release_body_late};
 use super::record::{DepList, Header, Meta, Task, TaskRef};
 use super::slot::{Published, ResultSlot};
 use crate::error::Error;
-use crate::profile::Outcome;
 use crate::sync::cell::UnsafeCell;
 use crate::sync::epoch::EpochRef;
 
@@ -127,12 +126,14 @@ impl<J: Job> Task for OpCell<J> {
             self.through_early(this);
             return;
         };
-        let span = self.header.span().cloned();
-        let _entered = span.as_ref().map(tracing::Span::enter);
+        // Borrowed from the header: the record lives while `this` does.
+        let _entered = self.header.span().map(tracing::Span::enter);
         tracing::debug!(target: "depengine::op", "started");
-        let profile = self.header.profile();
-        if let Some(profile) = profile {
-            profile.started();
+        // The flags were read for the veto: no load of its own while the
+        // profiler is off.
+        let profiled = self.header.meta.profiled();
+        if profiled {
+            self.header.profile_started();
         }
         match self.header.veto() {
             Some(err) => {
@@ -143,8 +144,8 @@ impl<J: Job> Task for OpCell<J> {
             }
             None => job.start(Running { task: this, slot: self }),
         }
-        if let Some(profile) = profile {
-            profile.ended();
+        if profiled {
+            self.header.profile_ended(None);
         }
     }
 
@@ -170,8 +171,8 @@ impl<J: Job> Task for OpCell<J> {
         // Its slot among the ops in flight goes back before anyone waiting
         // for the op (its handle, `wait_for_all`) is told.
         if epoch.is_some() {
-            if let Some(profile) = self.header.profile() {
-                self.header.host.profiled(profile.finish(&self.header));
+            if self.header.meta.profiled() {
+                self.header.profile_finished();
             }
             self.header.host.op_done(self.header.meta.counted());
         }
@@ -210,8 +211,8 @@ impl<J: Job> Task for OpCell<J> {
         if !self.header.meta.clears_error() {
             self.header.host.op_failed(&err);
         }
-        if let Some(profile) = self.header.profile() {
-            profile.outcome(Outcome::of(&err));
+        if self.header.meta.profiled() {
+            self.header.profile_ended(Some(&err));
         }
         if pass_on {
             self.header.record_outcome(Err(&err));
@@ -237,8 +238,8 @@ impl<J: Job> Task for OpCell<J> {
 
 impl<J: Job> OpSlot<J::Output> for OpCell<J> {
     fn store(&self, this: &TaskRef, result: Result<J::Output, Error>) {
-        if let Some(profile) = self.header.profile() {
-            profile.ended();
+        if self.header.meta.profiled() {
+            self.header.profile_ended(result.as_ref().err());
         }
         let outcome = result.as_ref().map(|_| ()).map_err(Clone::clone);
         // A detached op is a sync op (one store, made by its body) whose
@@ -253,9 +254,6 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
         }
         self.header.record_outcome(outcome.as_ref().map(|_| ()));
         if let Err(err) = outcome {
-            if let Some(profile) = self.header.profile() {
-                profile.outcome(Outcome::of(&err));
-            }
             if !self.header.meta.clears_error() {
                 self.header.host.op_failed(&err);
                 self.header.host.note_error(&err);

@@ -153,12 +153,14 @@ fn complete_vars(header: &Header, carries: Option<&Carries>) {
         let carry = carries.and_then(|c| c.on(dep.var.id()));
         dep.var.cell().complete(dep.access, carry, &mut |op: TaskRef| {
             if op.header().pending.release(1) {
-                if op.header().meta.profiled() {
-                    profile_released(header, &op);
-                }
                 ready.push(op);
             }
         });
+    }
+    // What a profiled op released (an op released by one that is not
+    // profiled counts as ready when it starts).
+    if header.meta.profiled() && !ready.is_empty() {
+        profile_released(header, &ready);
     }
     if !ready.is_empty() {
         header.host.dispatch_ready(&mut ready);
@@ -166,13 +168,16 @@ fn complete_vars(header: &Header, carries: Option<&Carries>) {
     small::discard(ready);
 }
 
-/// A profiled op is ready: its last dependency was released by `by`.
+/// Profiled ops in `ready` are ready: their last dependency was released
+/// by `by`.
 #[cold]
-fn profile_released(by: &Header, op: &TaskRef) {
-    let Some(profile) = op.header().profile() else { return };
-    profile.ready();
-    if let Some(by) = by.profile() {
-        by.released(profile.seq);
+fn profile_released(by: &Header, ready: &ReadyList) {
+    for op in ready {
+        let Some(profile) = op.header().profile() else { continue };
+        profile.ready();
+        if let Some(by) = by.profile() {
+            by.released(profile.seq);
+        }
     }
 }
 

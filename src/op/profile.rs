@@ -42,6 +42,39 @@ pub(crate) fn thread_label() -> Arc<str> {
     })
 }
 
+/// The profiled op's steps, out of line: called only for an op whose
+/// flags say it is profiled.
+impl Header {
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn profile_started(&self) {
+        if let Some(p) = self.profile() {
+            p.started();
+        }
+    }
+
+    /// Its body returned, or stored its result (`err`: how it failed).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn profile_ended(&self, err: Option<&crate::error::Error>) {
+        if let Some(p) = self.profile() {
+            p.ended();
+            if let Some(err) = err {
+                p.outcome(Outcome::of(err));
+            }
+        }
+    }
+
+    /// It completed: its record goes to the engine.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn profile_finished(&self) {
+        if let Some(p) = self.profile() {
+            self.host.profiled(p.finish(self));
+        }
+    }
+}
+
 /// An op's profile while it is in the engine.
 pub(crate) struct OpProfile {
     /// Its number in the profile (the order of pushes, across engines).

@@ -288,20 +288,28 @@ impl Header {
 
 /// The op's extras: its span if a subscriber wants it, its profile if its
 /// push chose to profile it (`Flags::PROFILED`); `None` for neither.
+#[inline(always)]
 pub(super) fn extras(meta: &Meta) -> Option<Box<Extra>> {
-    let span = op_span(meta);
+    // Asked first: with tracing's `log` feature on (axum's default
+    // features turn it on), a span that no subscriber wants is still built
+    // and its fields formatted for the `log` crate, on every push.
+    let span = tracing::enabled!(target: "depengine::op", tracing::Level::DEBUG);
+    if !span && !meta.profiled() {
+        return None;
+    }
+    make_extras(meta, span)
+}
+
+#[cold]
+#[inline(never)]
+fn make_extras(meta: &Meta, span: bool) -> Option<Box<Extra>> {
+    let span = if span { op_span(meta) } else { None };
     let profile = meta.profiled().then(OpProfile::new);
     (span.is_some() || profile.is_some()).then(|| Box::new(Extra { span, profile }))
 }
 
 /// The op's span, if a subscriber wants it.
 fn op_span(meta: &Meta) -> Option<tracing::Span> {
-    // Asked first: with tracing's `log` feature on (axum's default
-    // features turn it on), a span that no subscriber wants is still built
-    // and its fields formatted for the `log` crate, on every push.
-    if !tracing::enabled!(target: "depengine::op", tracing::Level::DEBUG) {
-        return None;
-    }
     let span = tracing::debug_span!(
         target: "depengine::op",
         "op",
