@@ -8,7 +8,12 @@
 //! checksums the result on a thread of its own, and the program compares
 //! everything with a sequential run.
 //!
-//! Run: `cargo run --release --example quickstart [N] [TILE]`
+//! Run: `cargo run --release --example quickstart [N] [TILE] [--profile DIR]`
+//!
+//! With `--profile DIR`, the engine's profiler records the run: DIR gets
+//! `quickstart.json` (a Chrome trace: open it in Perfetto or
+//! chrome://tracing) and `quickstart.svg` (the schedule, one row per
+//! worker), and the aggregate table per op name is printed.
 
 use std::time::{Duration, Instant};
 
@@ -34,17 +39,28 @@ fn gemm_tile(c: &mut [f32], a: &[f32], b: &[f32], t: usize) {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let profile = args.iter().position(|a| a == "--profile").map(|at| {
+        let dir = args.get(at + 1).cloned().unwrap_or_else(|| ".".into());
+        args.drain(at..(at + 2).min(args.len()));
+        std::path::PathBuf::from(dir)
+    });
+    let mut args = args.into_iter();
     let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(512);
     let t: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(64);
     assert!(n % t == 0, "N must be a multiple of TILE");
     let tiles = n / t;
 
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
-    Ok(runtime.block_on(run(n, t, tiles))?)
+    runtime.block_on(run(n, t, tiles, profile))
 }
 
-async fn run(n: usize, t: usize, tiles: usize) -> depengine::Result<()> {
+async fn run(
+    n: usize,
+    t: usize,
+    tiles: usize,
+    profile: Option<std::path::PathBuf>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let engine = Engine::new();
     println!("depengine quickstart: C = A·B, {n}×{n} f32 in {tiles}×{tiles} tiles of {t}×{t}");
     println!("engine: {:?}, {} cpu worker(s)", engine.kind(), engine.cpu_workers());
@@ -64,9 +80,16 @@ async fn run(n: usize, t: usize, tiles: usize) -> depengine::Result<()> {
     }
     let seq = start.elapsed();
 
-    let a: Vec<Var<Tile>> = a_init.into_iter().map(|x| engine.var(x)).collect();
-    let b: Vec<Var<Tile>> = b_init.into_iter().map(|x| engine.var(x)).collect();
-    let c: Vec<Var<Tile>> = (0..tiles * tiles).map(|_| engine.var(vec![0.0; t * t])).collect();
+    let name = |m: &str, k: usize| format!("{m}[{}][{}]", k / tiles, k % tiles);
+    let a: Vec<Var<Tile>> =
+        a_init.into_iter().enumerate().map(|(k, x)| engine.var_named(name("A", k), x)).collect();
+    let b: Vec<Var<Tile>> =
+        b_init.into_iter().enumerate().map(|(k, x)| engine.var_named(name("B", k), x)).collect();
+    let c: Vec<Var<Tile>> =
+        (0..tiles * tiles).map(|k| engine.var_named(name("C", k), vec![0.0; t * t])).collect();
+    if profile.is_some() {
+        engine.profiler().start();
+    }
 
     // Push every tile product; reads of A and B run in parallel, writes to
     // one C tile in push (k) order.
@@ -143,6 +166,18 @@ async fn run(n: usize, t: usize, tiles: usize) -> depengine::Result<()> {
     assert!(max_err < 1e-3, "engine result differs from the sequential one");
     assert_eq!(c[0].version(), tiles as u64);
     engine.shutdown(depengine::ShutdownMode::Drain).await?;
+    if let Some(dir) = profile {
+        let profile = engine.profiler().stop();
+        std::fs::create_dir_all(&dir)?;
+        profile.write_chrome_trace(dir.join("quickstart.json"))?;
+        std::fs::write(dir.join("quickstart.svg"), profile.svg())?;
+        println!(
+            "profile of {} ops in {}:\n{}",
+            profile.ops().len(),
+            dir.display(),
+            profile.aggregate_table()
+        );
+    }
     println!("ok");
     Ok(())
 }
