@@ -287,14 +287,18 @@ where
         };
         let on_drop = StoreOnDrop(Some(op.to_owned()));
         let engine = Arc::as_ptr(&op.header().host).cast::<()>() as usize;
-        runtime.spawn(FUTURE_OP_OF.scope(engine, async move {
+        // The future runs in the op's span at every poll, so that what it
+        // logs is attributed to its op by any subscriber.
+        let span = op.header().span().cloned().unwrap_or_else(tracing::Span::none);
+        let task = FUTURE_OP_OF.scope(engine, async move {
             let on_drop = on_drop;
             let caught = AssertUnwindSafe(async move { body(reads, writes).await }).catch_unwind().await;
             if let Some(slot) = on_drop.disarm() {
                 let result = op_result(slot.header(), caught);
                 slot.store_owned(result);
             }
-        }));
+        });
+        runtime.spawn(tracing::Instrument::instrument(task, span));
     }
 }
 
