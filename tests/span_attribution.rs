@@ -11,12 +11,14 @@ use tracing::span::{Attributes, Id};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::Registry;
 
-/// Op names by span id, and each event's message with the op name of the
-/// span it was logged in.
+/// An event: the op name of the span it was logged in, and its message.
+type Logged = (Option<String>, String);
+
+/// Op names by span id, and the events logged.
 #[derive(Clone, Default)]
 struct Attribution {
     ops: Arc<Mutex<HashMap<u64, String>>>,
-    events: Arc<Mutex<Vec<(Option<String>, String)>>>,
+    events: Arc<Mutex<Vec<Logged>>>,
 }
 
 struct Grab<'a>(&'a str, Option<String>);
