@@ -259,3 +259,43 @@ fn profile_env_writes_the_trace() {
     assert_eq!(ops.count(), 5);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A GPU op (simulated device) is profiled on its GPU worker, and its
+/// completion shows on the device's poller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_ops_show_their_worker_and_their_poller() {
+    timed(async {
+        let engine = Engine::builder().simulated_gpus(1).build().unwrap();
+        let gpu = engine.gpu(0).unwrap();
+        let v = engine.var_named("buffer", gpu.sim_buffer(vec![1.0f32; 16]).unwrap());
+        engine.profiler().start();
+        for _ in 0..3 {
+            engine.op("scale").write(&v).device(depengine::Device::Gpu(0)).run_gpu(|(), (mut v,), ctx| {
+                let (touch, w) = v.sim_mut().expect("a simulated buffer").writer();
+                let stream = ctx.sim_stream().expect("a simulated device");
+                stream.launch("scale", std::time::Duration::from_micros(200), vec![touch], move || {
+                    w.with(|o| o.iter_mut().for_each(|x| *x *= 2.0));
+                })?;
+                Ok(())
+            });
+        }
+        engine.wait_for_all().await.unwrap();
+        let profile = engine.profiler().stop();
+        assert_eq!(profile.ops().len(), 3);
+        for op in profile.ops() {
+            assert_eq!(op.device, depengine::Device::Gpu(0));
+            assert!(op.thread.as_deref().is_some_and(|t| t.contains("gpu0")), "{op:?}");
+            assert_ne!(
+                op.thread.as_deref(),
+                Some(op.completed_on.as_str()),
+                "completed by the poller: {op:?}"
+            );
+            assert!(op.done >= op.end.unwrap(), "{op:?}");
+        }
+        let trace: Value = serde_json::from_str(&profile.chrome_trace()).unwrap();
+        let events = trace["traceEvents"].as_array().unwrap();
+        assert_eq!(events.iter().filter(|e| e["ph"] == "i" && e["cat"] == "completion").count(), 3);
+        assert!(events.iter().any(|e| e["name"] == "process_name" && e["args"]["name"] == "gpu(0)"));
+    })
+    .await;
+}
