@@ -226,40 +226,52 @@ fn child_profiled_by_the_environment() {
             Ok(())
         });
     }
-    engine.blocking_wait_for_all().unwrap();
-    // Dropping the last handle drains the engine and, once drained,
-    // writes the trace (here at once: nothing is pending).
+    let path = std::path::PathBuf::from(std::env::var_os("DEPENGINE_PROFILE").unwrap());
+    if std::env::var_os("CHILD_SHUTS_DOWN").is_some() {
+        engine.blocking_shutdown(depengine::ShutdownMode::Drain).unwrap();
+        assert!(path.exists(), "written by the shutdown");
+        return;
+    }
+    // Dropping the last handle drains the engine, which writes the trace
+    // once drained, on whichever thread finishes the drain: this process
+    // waits for it rather than exit first.
     drop(v);
     drop(engine);
+    let start = std::time::Instant::now();
+    while !path.exists() {
+        assert!(start.elapsed() < std::time::Duration::from_secs(10), "no trace after the drop");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 /// `DEPENGINE_PROFILE=path` records from the start and writes the trace
-/// when the engine's last handle is dropped.
+/// when the engine shuts down, or once drained after its last handle is
+/// dropped.
 #[test]
 fn profile_env_writes_the_trace() {
-    let dir = std::env::temp_dir().join(format!("depengine-profile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("trace.json");
-    let _ = std::fs::remove_file(&path);
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_profiled_by_the_environment", "--ignored", "--test-threads=1"])
-        .env("DEPENGINE_PROFILE", &path)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    // The drain ends on a worker after the drop: the file may come a
-    // moment later.
-    let start = std::time::Instant::now();
-    while !path.exists() && start.elapsed() < std::time::Duration::from_secs(10) {
-        std::thread::sleep(std::time::Duration::from_millis(10));
+    for shutdown in [false, true] {
+        let dir = std::env::temp_dir().join(format!("depengine-profile-{}-{shutdown}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("trace.json");
+        let _ = std::fs::remove_file(&path);
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        child.args(["--exact", "child_profiled_by_the_environment", "--ignored", "--test-threads=1"]);
+        child.env("DEPENGINE_PROFILE", &path).env_remove("CHILD_SHUTS_DOWN");
+        if shutdown {
+            child.env("CHILD_SHUTS_DOWN", "1");
+        }
+        let out = child.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        let trace: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let ops = trace["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["name"] == "env-op");
+        assert_eq!(ops.count(), 5, "shutdown: {shutdown}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
-    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let ops =
-        trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X" && e["name"] == "env-op");
-    assert_eq!(ops.count(), 5);
-    let _ = std::fs::remove_dir_all(&dir);
 }
-
 /// A GPU op (simulated device) is profiled on its GPU worker, and its
 /// completion shows on the device's poller.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
