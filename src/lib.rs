@@ -91,6 +91,7 @@ mod device;
 mod engine;
 mod error;
 mod exec;
+pub mod explain;
 mod gpu;
 pub mod metrics;
 mod op;

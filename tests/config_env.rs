@@ -21,6 +21,7 @@ fn child(test: &str, env: &[(&str, &str)]) -> String {
         "DEPENGINE_SIM_GPUS",
         "DEPENGINE_MAX_IN_FLIGHT",
         "DEPENGINE_METRICS_TIMING",
+        "DEPENGINE_WATCHDOG_MS",
     ] {
         cmd.env_remove(var);
     }
@@ -176,4 +177,15 @@ fn metrics_timing_is_a_setting() {
     assert!(out.contains("DEPENGINE_METRICS_TIMING=\"maybe\": expected 1 or 0"), "{out}");
     let engine = Engine::builder().metrics_timing(true).build().unwrap();
     assert!(engine.metrics().timing);
+}
+
+/// The watchdog: none by default; a bad threshold is a clear error.
+#[test]
+fn watchdog_is_a_setting() {
+    let out = child("child_with_defaults", &[("DEPENGINE_WATCHDOG_MS", "soon")]);
+    assert!(out.contains("DEPENGINE_WATCHDOG_MS=\"soon\": expected a number of milliseconds"), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_WATCHDOG_MS", "0")]);
+    assert!(out.contains("the watchdog's threshold must be above zero"), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_WATCHDOG_MS", "250")]);
+    assert!(out.contains("config: kind="), "{out}");
 }

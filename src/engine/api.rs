@@ -90,8 +90,18 @@ impl Engine {
         EngineBuilder::default()
     }
 
-    pub(super) fn from_config(config: Config, runtime: Option<tokio::runtime::Handle>) -> Self {
-        Self { handle: Arc::new(EngineHandle { shared: Shared::new(config, runtime) }) }
+    pub(super) fn from_config(
+        config: Config,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> Result<Self, Error> {
+        let watchdog = config.watchdog;
+        let name = config.topology.thread_name.clone();
+        let shared = Shared::new(config, runtime);
+        if let Some(threshold) = watchdog {
+            super::explain::watchdog(Arc::downgrade(&shared), threshold, &name)
+                .map_err(|e| Error::pool_unavailable(&format!("{name}-watchdog"), &e))?;
+        }
+        Ok(Self { handle: Arc::new(EngineHandle { shared }) })
     }
 
     fn shared(&self) -> &Arc<Shared> {
@@ -417,6 +427,7 @@ impl fmt::Debug for WaitForAll {
     }
 }
 
+mod explain;
 mod flight;
 mod gpu;
 mod metrics;

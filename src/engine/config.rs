@@ -33,6 +33,7 @@ pub(crate) const ENV_GPU_COPY_WORKERS: &str = "DEPENGINE_GPU_COPY_WORKERS";
 pub(crate) const ENV_SIM_GPUS: &str = "DEPENGINE_SIM_GPUS";
 pub(crate) const ENV_MAX_IN_FLIGHT: &str = "DEPENGINE_MAX_IN_FLIGHT";
 pub(crate) const ENV_METRICS_TIMING: &str = "DEPENGINE_METRICS_TIMING";
+pub(crate) const ENV_WATCHDOG_MS: &str = "DEPENGINE_WATCHDOG_MS";
 
 /// How long an idle worker watches its queues before it parks, by default:
 /// at one request at a time it saves a third of the CPU per request against
@@ -63,6 +64,9 @@ pub(crate) struct Config {
     pub(crate) bulk_size: usize,
     /// The most user ops in flight; `None`: no bound.
     pub(crate) max_in_flight: Option<usize>,
+    /// How long an op may wait on vars before the watchdog warns; `None`:
+    /// no watchdog.
+    pub(crate) watchdog: Option<Duration>,
 }
 
 /// Configures and builds an [`Engine`].
@@ -99,6 +103,7 @@ pub struct EngineBuilder {
     gpu_early_release: Option<bool>,
     max_in_flight: Option<usize>,
     metrics_timing: Option<bool>,
+    watchdog: Option<Duration>,
 }
 
 impl EngineBuilder {
@@ -186,6 +191,18 @@ impl EngineBuilder {
     /// `DEPENGINE_METRICS_TIMING=1|0` (or `true|false`). Default: off.
     pub fn metrics_timing(mut self, on: bool) -> Self {
         self.metrics_timing = Some(on);
+        self
+    }
+
+    /// A watchdog: a thread (`{prefix}-watchdog`) that looks at the engine
+    /// every half `threshold` and, for each op that has waited on vars for
+    /// longer than `threshold`, emits one `tracing` warning (target
+    /// `depengine::watchdog`) naming the chain from it down to the holder
+    /// at its end (see [`Engine::debug_pending`](crate::Engine::debug_pending)).
+    /// Each look visits every live var under its lock. Environment:
+    /// `DEPENGINE_WATCHDOG_MS`. Default: none.
+    pub fn watchdog(mut self, threshold: Duration) -> Self {
+        self.watchdog = Some(threshold);
         self
     }
 
@@ -287,9 +304,19 @@ impl EngineBuilder {
             (None, Err(_)) => None,
             (given, _) => Some(setting("max_in_flight", given, ENV_MAX_IN_FLIGHT, 1, MAX_IN_FLIGHT)?),
         };
-        let config = Config { kind, topology, bulk_size, max_in_flight };
+        let watchdog = match (self.watchdog, std::env::var(ENV_WATCHDOG_MS)) {
+            (Some(threshold), _) => Some(threshold),
+            (None, Ok(ms)) => Some(Duration::from_millis(ms.trim().parse::<u64>().map_err(|_| {
+                Error::invalid(format!("{ENV_WATCHDOG_MS}={ms:?}: expected a number of milliseconds"))
+            })?)),
+            (None, Err(_)) => None,
+        };
+        if watchdog.is_some_and(|t| t.is_zero()) {
+            return Err(Error::invalid("the watchdog's threshold must be above zero"));
+        }
+        let config = Config { kind, topology, bulk_size, max_in_flight, watchdog };
         let runtime = self.runtime.or_else(|| tokio::runtime::Handle::try_current().ok());
-        Ok(Engine::from_config(config, runtime))
+        Engine::from_config(config, runtime)
     }
 }
 

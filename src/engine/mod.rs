@@ -15,6 +15,7 @@ mod builder;
 mod bulk;
 mod config;
 mod counts;
+mod explain;
 mod jobs;
 mod limit;
 mod options;

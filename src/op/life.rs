@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use super::errors::Carries;
 use super::host::ReadyList;
-use super::record::{Header, Task, TaskRef};
+use super::record::{Header, Task, TaskRef, prefetch};
 use crate::error::Error;
 use crate::sync::small::{self, SmallList};
-use crate::var::VarCell;
+use crate::var::{Grant, VarCell};
 
 /// Appends a built op to all its vars at once; passes it to `dispatch` if
 /// every dep was let through, with the ops of earlier pushes that this one
@@ -139,7 +139,7 @@ pub(crate) fn release_vars_early(task: &TaskRef) -> bool {
         return false;
     }
     header.vars_gone.store(true, Ordering::Relaxed);
-    complete_vars(header, None);
+    complete_vars(task, None);
     true
 }
 
@@ -147,11 +147,13 @@ pub(crate) fn release_vars_early(task: &TaskRef) -> bool {
 /// leaving on each what `carries` says, and dispatches the ops that became
 /// ready: let through on a var here, and on every other var already.
 #[inline(always)]
-fn complete_vars(header: &Header, carries: Option<&Carries>) {
+fn complete_vars(task: &TaskRef, carries: Option<&Carries>) {
+    let header = task.header();
+    let who = task.held();
     let mut ready = ReadyList::new();
     for dep in header.deps.iter() {
         let carry = carries.and_then(|c| c.on(dep.var.id()));
-        dep.var.cell().complete(dep.access, carry, &mut |op: TaskRef| {
+        dep.var.cell().complete(who, dep.access, carry, &mut |op: TaskRef| {
             if op.header().pending.release(1) {
                 ready.push(op);
             }
@@ -193,7 +195,7 @@ fn finalize(task: &TaskRef, after_guards: bool) {
     let carries = header.carries();
     // A GPU op whose vars went early (`release_vars_early`) has them no more.
     if !header.deps.is_empty() && !header.vars_gone.load(Ordering::Relaxed) {
-        complete_vars(header, carries.as_deref());
+        complete_vars(task, carries.as_deref());
     }
     let ok = match carries {
         None => true,
@@ -270,5 +272,55 @@ impl Drop for LiveRef {
 impl std::fmt::Debug for LiveRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "LiveRef({})", self.header().meta.name)
+    }
+}
+
+/// What a var keeps of an op that holds it (see `var::cell`'s
+/// `VarState::holders`): the record's address, without a reference.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HeldOp(NonNull<dyn Task>);
+
+// SAFETY: a `HeldOp` is an address; it is turned back into a reference only
+// by `Grant::from_held`, whose caller guarantees the record is alive, and a
+// `TaskRef` may move between threads.
+unsafe impl Send for HeldOp {}
+
+impl PartialEq for HeldOp {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::addr_eq(self.0.as_ptr(), other.0.as_ptr())
+    }
+}
+
+impl Grant for TaskRef {
+    #[inline]
+    fn on_grant(&self, var: u64, error: &mut Option<Error>) {
+        self.header().on_grant(var, error);
+    }
+
+    #[inline]
+    fn next_in_line(&self) {
+        prefetch(self);
+    }
+
+    fn name(&self) -> &str {
+        &self.header().meta.name
+    }
+
+    type Held = HeldOp;
+
+    #[inline]
+    fn held(&self) -> HeldOp {
+        HeldOp(NonNull::new(Arc::as_ptr(self).cast_mut()).expect("an Arc's pointer is not null"))
+    }
+
+    unsafe fn from_held(held: HeldOp) -> Self {
+        let record = held.0.as_ptr().cast_const();
+        // SAFETY: the caller guarantees the record is alive, so its count
+        // is at least one; `record` came from `Arc::as_ptr` of a `TaskRef`
+        // (`held`), so these are that allocation's count and pointer.
+        unsafe {
+            Arc::increment_strong_count(record);
+            Arc::from_raw(record)
+        }
     }
 }

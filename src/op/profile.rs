@@ -104,6 +104,13 @@ impl OpProfile {
         }
     }
 
+    /// When it was pushed, and when its body started (if it did), on the
+    /// profiler's clock.
+    pub(crate) fn times(&self) -> (u64, Option<u64>) {
+        let start = self.start.load(Ordering::Relaxed);
+        (self.pushed, (start != 0).then_some(start))
+    }
+
     /// It is queued on a pool, ready (the first time counts).
     pub(crate) fn ready(&self) {
         let _ = self.ready.compare_exchange(0, now_ns(), Ordering::Relaxed, Ordering::Relaxed);

@@ -14,8 +14,8 @@ use crate::error::Error;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use crate::sync::countdown::Countdown;
+use crate::var::Access;
 use crate::var::inbox::{Link, Linked};
-use crate::var::{Access, Grant};
 
 /// A shared reference to an erased op.
 pub(crate) type TaskRef = Arc<dyn Task>;
@@ -354,22 +354,6 @@ pub(crate) trait Task: std::any::Any + Send + Sync {
     /// without, the op leaves no trace on its vars, as if never pushed.
     /// False if it had started.
     fn resolve_early(&self, this: &TaskRef, err: Error, pass_on: bool) -> bool;
-}
-
-impl Grant for TaskRef {
-    #[inline]
-    fn on_grant(&self, var: u64, error: &mut Option<Error>) {
-        self.header().on_grant(var, error);
-    }
-
-    #[inline]
-    fn next_in_line(&self) {
-        prefetch(self);
-    }
-
-    fn name(&self) -> &str {
-        &self.header().meta.name
-    }
 }
 
 impl Linked for TaskRef {

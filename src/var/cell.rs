@@ -15,7 +15,7 @@ use crate::sync::{Mutex, MutexGuard};
 
 /// What an op token does when one of its accesses is let through, while the
 /// var's lock is held. Must not run user code or touch another var.
-pub(crate) trait Grant {
+pub(crate) trait Grant: Sized {
     /// Called once per let-through with the var's error slot. Ordinary ops
     /// note the error (to be skipped); a `wait_for_var` takes it (clearing
     /// the var, in push order with the var's other ops).
@@ -29,20 +29,56 @@ pub(crate) trait Grant {
 
     /// The op's name, for a var's debug view.
     fn name(&self) -> &str;
+
+    /// What a var keeps of an op that holds it (let through, not yet
+    /// completed there): the op's address, without a reference.
+    type Held: Copy + PartialEq + Send + std::fmt::Debug;
+
+    fn held(&self) -> Self::Held;
+
+    /// A new reference to the op `held` is of.
+    ///
+    /// # Safety
+    ///
+    /// The op is alive: it holds a var, whose lock the caller holds, and
+    /// has not completed on it (see [`VarState::holders`]).
+    unsafe fn from_held(held: Self::Held) -> Self;
 }
 
 /// A var's state under its lock.
 #[derive(Debug)]
-pub(crate) struct VarState<T> {
+pub(crate) struct VarState<T: Grant> {
     pub(crate) gate: Gate<T>,
     pub(crate) error: Option<Error>,
     pub(crate) deleted: bool,
+    /// Ops let through and not yet completed here, for the hang explainer:
+    /// who holds the var. Every write (a write is let through only when
+    /// nothing else runs), and the first [`NAMED_HOLDERS`] reads let through
+    /// while the list had room, so that a fan of a thousand reads costs
+    /// each a search of a few entries; `gate` counts them all. An op is
+    /// listed from its let-through to its completion here, both under the
+    /// lock, and its record lives at least that long: the thread completing
+    /// it holds a reference until `complete` returns.
+    holders: SmallList<T::Held, 2>,
+}
+
+/// The most holders a var names at once (see [`VarState::holders`]).
+const NAMED_HOLDERS: usize = 4;
+
+impl<T: Grant> VarState<T> {
+    /// `op` was let through.
+    #[inline]
+    fn hold(holders: &mut SmallList<T::Held, 2>, op: &T) {
+        if holders.len() < NAMED_HOLDERS {
+            holders.push(op.held());
+        }
+    }
 }
 
 /// A var's identity, its inbox and its locked state, the last two on lines
 /// of their own: while ops queue on a var, the pushing thread writes the
 /// inbox and the completing worker the state.
-pub(crate) struct VarCell<T> {
+pub(crate) struct VarCell<T: Grant> {
     /// Ops of one-var pushes made while the inbox was closed, not yet moved
     /// to the gate. Closed only while ops are queued or a write runs, as the
     /// last holder of the lock left it (see [`settle`](Self::settle)).
@@ -54,7 +90,7 @@ pub(crate) struct VarCell<T> {
     name: Option<std::sync::Arc<str>>,
 }
 
-impl<T> std::fmt::Debug for VarCell<T> {
+impl<T: Grant> std::fmt::Debug for VarCell<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VarCell").field("id", &self.id).finish_non_exhaustive()
     }
@@ -66,7 +102,12 @@ impl<T: Grant + Linked> VarCell<T> {
             id,
             name,
             inbox: Padded(Inbox::new()),
-            state: Padded(Mutex::new(VarState { gate: Gate::new(), error: None, deleted: false })),
+            state: Padded(Mutex::new(VarState {
+                gate: Gate::new(),
+                error: None,
+                deleted: false,
+                holders: SmallList::new(),
+            })),
         }
     }
 
@@ -167,12 +208,39 @@ impl<T: Grant + Linked> VarCell<T> {
         state.gate.queued().for_each(|(_, op)| each(op));
     }
 
+    /// The ops this var names as holding it (see [`VarState::holders`]),
+    /// and the reads and write let through, counted.
+    pub(crate) fn holders(&self) -> (Vec<T>, usize, bool) {
+        let state = lock(&self.state);
+        let held = state
+            .holders
+            .iter()
+            // SAFETY: listed holders are alive while the lock is held (see
+            // `VarState::holders`), and the lock is held.
+            .map(|&h| unsafe { T::from_held(h) })
+            .collect();
+        (held, state.gate.running_reads(), state.gate.write_running())
+    }
+
     /// Completes one access of a finished op. A write stores `carry` (the
     /// error the op passes on) before letting successors through. The ops let
     /// through are appended to `ready`, in queue order.
-    pub(crate) fn complete(&self, access: Access, carry: Option<&Error>, ready: &mut impl FnMut(T)) {
+    ///
+    /// `who` is the completing op ([`Grant::held`]). Inlined into the one
+    /// completion loop, with its callback.
+    #[inline(always)]
+    pub(crate) fn complete(
+        &self,
+        who: T::Held,
+        access: Access,
+        carry: Option<&Error>,
+        ready: &mut impl FnMut(T),
+    ) {
         let mut state = lock(&self.state);
         let id = self.id;
+        if let Some(at) = state.holders.iter().position(|h| *h == who) {
+            state.holders.swap_remove(at);
+        }
         if access == Access::Write {
             if let Some(err) = carry {
                 state.error = Some(err.clone());
@@ -184,9 +252,10 @@ impl<T: Grant + Linked> VarCell<T> {
             ready(op);
         };
         {
-            let VarState { gate, error, .. } = &mut *state;
+            let VarState { gate, error, holders, .. } = &mut *state;
             gate.complete(access, &mut |op: T| {
                 op.on_grant(id, error);
+                VarState::hold(holders, &op);
                 pass(op);
             });
         }
@@ -219,6 +288,7 @@ impl<T: Grant + Linked> VarCell<T> {
     fn append_locked(id: u64, state: &mut VarState<T>, access: Access, op: T) -> Option<T> {
         let op = state.gate.append(access, op)?;
         op.on_grant(id, &mut state.error);
+        VarState::hold(&mut state.holders, &op);
         Some(op)
     }
 
@@ -361,6 +431,16 @@ mod tests {
         fn name(&self) -> &str {
             self.name
         }
+
+        type Held = usize;
+
+        fn held(&self) -> usize {
+            Arc::as_ptr(&self.seen) as usize
+        }
+
+        unsafe fn from_held(_: usize) -> Self {
+            unreachable!("the unit tests do not ask for holders")
+        }
     }
 
     impl Linked for Tok {
@@ -389,7 +469,7 @@ mod tests {
         }
         let boom = Error::invalid("boom");
         let mut ready = Vec::new();
-        cell.complete(Access::Write, Some(&boom), &mut |op| ready.push(op));
+        cell.complete(0, Access::Write, Some(&boom), &mut |op| ready.push(op));
         assert_eq!(names(&ready), ["r1", "wait", "r2"]);
         assert_eq!(r1.seen().as_deref(), Some("invalid argument: boom"));
         assert_eq!(wait.seen().as_deref(), Some("invalid argument: boom"));
@@ -409,17 +489,17 @@ mod tests {
         }
         let counts = || toks.iter().map(Tok::announced).collect::<Vec<_>>();
         let mut ready = Vec::new();
-        cell.complete(Access::Write, None, &mut |op| ready.push(op));
+        cell.complete(0, Access::Write, None, &mut |op| ready.push(op));
         assert_eq!(names(&ready), ["w2"]);
         assert_eq!(counts(), [0, 0, 1, 0, 0], "r1 heads the queue");
-        cell.complete(Access::Write, None, &mut |op| ready.push(op));
+        cell.complete(0, Access::Write, None, &mut |op| ready.push(op));
         assert_eq!(names(&ready), ["w2", "r1", "r2"]);
         assert_eq!(counts(), [0, 0, 1, 0, 1], "w3 heads the queue");
-        cell.complete(Access::Read, None, &mut |op| ready.push(op));
-        cell.complete(Access::Read, None, &mut |op| ready.push(op));
+        cell.complete(0, Access::Read, None, &mut |op| ready.push(op));
+        cell.complete(0, Access::Read, None, &mut |op| ready.push(op));
         assert_eq!(names(&ready), ["w2", "r1", "r2", "w3"]);
         assert_eq!(counts(), [0, 0, 1, 0, 1], "completions that let nothing through announce nobody");
-        cell.complete(Access::Write, None, &mut |op| ready.push(op));
+        cell.complete(0, Access::Write, None, &mut |op| ready.push(op));
         assert_eq!(counts(), [0, 0, 1, 0, 1], "an empty queue announces nobody");
     }
 
@@ -443,12 +523,12 @@ mod tests {
             assert!(!push_one(&cell, t, &mut ready), "{} is queued behind the write", t.name);
         }
         assert!(ready.is_empty());
-        cell.complete(Access::Write, None, &mut |op| ready.push(op));
+        cell.complete(0, Access::Write, None, &mut |op| ready.push(op));
         assert_eq!(names(&ready), ["r1", "r2"]);
-        cell.complete(Access::Read, None, &mut |op| ready.push(op));
-        cell.complete(Access::Read, None, &mut |op| ready.push(op));
+        cell.complete(0, Access::Read, None, &mut |op| ready.push(op));
+        cell.complete(0, Access::Read, None, &mut |op| ready.push(op));
         assert_eq!(names(&ready), ["r1", "r2", "w2"]);
-        cell.complete(Access::Write, None, &mut |op| ready.push(op));
+        cell.complete(0, Access::Write, None, &mut |op| ready.push(op));
         assert!(cell.lock().gate.is_idle());
         assert!(push_one(&cell, &Tok::new("r3", false), &mut ready), "an idle var lets a read through");
         assert!(push_one(&cell, &Tok::new("r4", false), &mut ready), "and reads alongside it");
@@ -478,7 +558,7 @@ mod tests {
         let refused = unsafe { VarCell::append_one(&a, Access::Read, late, &mut |_| ()) };
         assert!(refused.is_err_and(|e| e.is_var_deleted()), "a sealed inbox refuses");
         for access in [Access::Write, Access::Read, Access::Write, Access::Read, Access::Write] {
-            a.complete(access, None, &mut |op| ready.push(op));
+            a.complete(0, access, None, &mut |op| ready.push(op));
         }
         assert_eq!(names(&ready), ["r1", "both", "r2", "del"]);
         let late = Tok::new("late", false);

@@ -34,6 +34,16 @@ impl Grant for Tok {
     fn name(&self) -> &str {
         self.0.name
     }
+
+    type Held = usize;
+
+    fn held(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
+    unsafe fn from_held(_: usize) -> Self {
+        unreachable!("the models do not ask for holders")
+    }
 }
 
 impl Linked for Tok {
@@ -104,7 +114,7 @@ impl World {
         }
         let mut ready = Vec::new();
         for &(v, access) in &tok.0.deps {
-            self.vars[v].complete(access, None, &mut |op| ready.push(op));
+            self.vars[v].complete(tok.held(), access, None, &mut |op| ready.push(op));
         }
         for next in ready {
             if next.0.pending.release(1) {
@@ -255,7 +265,7 @@ fn loom_a_read_after_an_early_released_gpu_write_sees_its_work() {
                     })
                 };
                 let mut released = Vec::new();
-                world.vars[0].complete(Access::Write, None, &mut |op| released.push(op));
+                world.vars[0].complete(write.held(), Access::Write, None, &mut |op| released.push(op));
                 for read in released {
                     if read.0.pending.release(1) {
                         consume(&fences, &done);

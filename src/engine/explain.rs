@@ -1,0 +1,117 @@
+//! The hang explainer (`Engine::debug_pending`) and its watchdog: one look
+//! at every live var of the engine (each under its lock, briefly) for the
+//! ops queued on it and the ops holding it (see `var::cell`'s
+//! `VarState::holders`), assembled into `crate::explain::Pending`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use super::shared::Shared;
+use crate::explain::{Pending, PendingOp, PendingVar};
+use crate::op::profile::now_ns;
+use crate::op::{ReadyList, TaskRef};
+
+/// An op's key in a report: its record's address.
+fn key(op: &TaskRef) -> usize {
+    Arc::as_ptr(op).cast::<()>() as usize
+}
+
+/// One look at the engine's vars.
+pub(super) fn pending(shared: &Shared) -> Pending {
+    let mut ops: HashMap<usize, PendingOp> = HashMap::new();
+    let mut order = Vec::new();
+    let mut vars = Vec::new();
+    let now = now_ns();
+    let mut note = |op: &TaskRef| {
+        let k = key(op);
+        ops.entry(k).or_insert_with(|| {
+            order.push(k);
+            let header = op.header();
+            let times = header.profile().map(|p| p.times());
+            let ago = |t: u64| Duration::from_nanos(now.saturating_sub(t));
+            PendingOp {
+                key: k,
+                name: header.meta.name.to_string(),
+                waits_on: Vec::new(),
+                holds: Vec::new(),
+                pushed_ago: times.map(|(pushed, _)| ago(pushed)),
+                started_ago: times.and_then(|(_, start)| start.map(ago)),
+                waited_at_least: None,
+            }
+        });
+        k
+    };
+    for queue in shared.queues.alive() {
+        let cell = queue.cell();
+        // Looking moves the var's inbox to its queue, as its next
+        // completion would; an op that lets through runs as it would have.
+        let mut ready = ReadyList::new();
+        let mut queued = Vec::new();
+        cell.queued_ops(&mut |op| ready.push(op), &mut |op| queued.push(op.clone()));
+        ready.drain(..).for_each(|op| shared.dispatcher.dispatch_pushed(op));
+        let (holders, reads, write) = cell.holders();
+        if queued.is_empty() && holders.is_empty() && reads == 0 && !write {
+            continue;
+        }
+        let label = cell.label();
+        let queued: Vec<usize> = queued.iter().map(&mut note).collect();
+        let holders: Vec<usize> = holders.iter().map(&mut note).collect();
+        vars.push((label, write, reads, holders, queued));
+    }
+    for (label, write, reads, holders, queued) in vars.iter() {
+        for k in queued {
+            ops.get_mut(k).expect("noted").waits_on.push(label.clone());
+        }
+        for k in holders {
+            ops.get_mut(k).expect("noted").holds.push(label.clone());
+        }
+        let _ = (write, reads);
+    }
+    Pending {
+        ops: order.into_iter().filter_map(|k| ops.remove(&k)).collect(),
+        vars: vars
+            .into_iter()
+            .map(|(label, write, reads, holders, queued)| PendingVar { label, write, reads, holders, queued })
+            .collect(),
+    }
+}
+
+/// Starts the watchdog of an engine: every half `threshold`, a look at the
+/// engine; each op seen waiting for longer than `threshold` gets one
+/// `tracing` warning naming its chain down to the holder at its end. It
+/// exits once the engine is gone.
+pub(super) fn watchdog(engine: Weak<Shared>, threshold: Duration, name: &str) -> std::io::Result<()> {
+    let period = (threshold / 2).max(Duration::from_millis(1));
+    std::thread::Builder::new().name(format!("{name}-watchdog")).spawn(move || {
+        let mut first_seen: HashMap<usize, Instant> = HashMap::new();
+        let mut warned: HashSet<usize> = HashSet::new();
+        loop {
+            std::thread::sleep(period);
+            let Some(shared) = engine.upgrade() else { return };
+            let mut report = pending(&shared);
+            let closed = shared.tracker.is_closed();
+            drop(shared);
+            if closed && report.is_empty() {
+                return;
+            }
+            let now = Instant::now();
+            let waiting: HashSet<usize> = report.waiting().map(|op| op.key).collect();
+            first_seen.retain(|k, _| waiting.contains(k));
+            warned.retain(|k| waiting.contains(k));
+            for k in &waiting {
+                first_seen.entry(*k).or_insert(now);
+            }
+            for op in &mut report.ops {
+                op.waited_at_least = first_seen.get(&op.key).map(|t| now - *t);
+            }
+            for op in report.waiting() {
+                let waited = op.waited_at_least.unwrap_or_default();
+                if waited >= threshold && warned.insert(op.key) {
+                    tracing::warn!(target: "depengine::watchdog", op = %op.name, ?waited, "{}", report.chain(op));
+                }
+            }
+        }
+    })?;
+    Ok(())
+}
