@@ -37,6 +37,10 @@ pub struct PendingOp {
     pub started_ago: Option<Duration>,
     /// How long it has waited at least, as the watchdog saw it.
     pub waited_at_least: Option<Duration>,
+    /// How long it has held each var of `holds` (in that order), where a
+    /// watchdog kept the explainer's clock since it was let through there
+    /// (to the watchdog's period).
+    pub held_for: Vec<Option<Duration>>,
 }
 
 /// A var that ops wait on or hold.
@@ -118,7 +122,13 @@ impl Pending {
                 return out;
             };
             let access = if var.write { "write" } else { "read" };
-            let _ = write!(out, ", held ({access}) by {}{}", holder.label(), holder.times());
+            let _ = write!(out, ", held ({access}) by {}", holder.label());
+            if let Some(Some(d)) =
+                holder.holds.iter().position(|h| h == label).and_then(|at| holder.held_for.get(at))
+            {
+                let _ = write!(out, " for {d:.1?}");
+            }
+            out += &holder.times();
             if seen.contains(&holder.key) {
                 out += ": a cycle";
                 return out;

@@ -120,7 +120,8 @@ pub struct PoolMetrics {
     /// Ready ops queued, not yet taken by a worker (an op a worker keeps to
     /// run next is not counted).
     pub queued: usize,
-    /// Workers running an op now.
+    /// Workers running an op now (counted until the worker's run returns,
+    /// which may be just after the op completed).
     pub running: usize,
     /// Ops its workers took and ran, since the pool started. An op resolved
     /// before it started (aborted, cancelled) passes through a worker
@@ -135,6 +136,8 @@ pub struct PoolMetrics {
     pub queue_wait: Histogram,
     /// How long its workers spent in each op's body (for an async op, the
     /// part of the body that ran on the worker; only with timing on).
+    /// Recorded when the run returns, which may be just after the op
+    /// completed.
     pub run_time: Histogram,
 }
 

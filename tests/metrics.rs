@@ -9,6 +9,21 @@ use std::time::Duration;
 use common::{hold_worker, timed};
 use depengine::{Device, Engine, Error, Histogram, Lane};
 
+/// The metrics once `done` holds of them (at most 10 s): a worker counts an
+/// op's end, and records its run time, when its run returns, which may come
+/// just after the op's completion woke the test.
+async fn settled(engine: &Engine, done: impl Fn(&depengine::Metrics) -> bool) -> depengine::Metrics {
+    let start = std::time::Instant::now();
+    loop {
+        let m = engine.metrics();
+        if done(&m) {
+            return m;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "metrics never settled: {m:?}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 fn engine(timing: bool) -> Engine {
     Engine::builder().cpu_workers(1).bulk_size(1).metrics_timing(timing).build().unwrap()
 }
@@ -40,7 +55,7 @@ async fn outcome_counters_match_what_happened() {
         }
         assert!(aborted.await.unwrap_err().is_cancelled());
         let _ = engine.wait_for_all().await;
-        let m = engine.metrics();
+        let m = settled(&engine, |m| m.running() == 0).await;
         assert_eq!((m.failed, m.skipped, m.cancelled), (1, 3, 1), "{m:?}");
         assert_eq!(m.completed, m.pushed, "{m:?}");
         assert_eq!(m.in_flight, 0);
@@ -95,7 +110,7 @@ async fn gauges_see_waiting_queued_and_running_ops() {
             assert_eq!(r.await.unwrap(), 1);
         }
         engine.wait_for_all().await.unwrap();
-        let m = engine.metrics();
+        let m = settled(&engine, |m| m.running() == 0).await;
         assert_eq!((m.in_flight, m.waiting_on_vars, m.queued(), m.running()), (0, 0, 0, 0), "{m:?}");
         // The five free ops and the writer waited at least the 20 ms the
         // blocker held on after they were queued: in buckets from 16 ms up.
@@ -128,7 +143,7 @@ async fn busy_time_and_run_times_reflect_the_bodies() {
             engine.op("short").run(|(), ()| Ok(()));
         }
         engine.wait_for_all().await.unwrap();
-        let m = engine.metrics();
+        let m = settled(&engine, |m| m.pools[0].run_time.count() == 53).await;
         let cpu = &m.pools[0];
         assert_eq!(cpu.ops_run, 53);
         assert!(cpu.busy >= Duration::from_millis(30), "{cpu:?}");

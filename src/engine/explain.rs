@@ -38,6 +38,7 @@ pub(super) fn pending(shared: &Shared) -> Pending {
                 pushed_ago: times.map(|(pushed, _)| ago(pushed)),
                 started_ago: times.and_then(|(_, start)| start.map(ago)),
                 waited_at_least: None,
+                held_for: Vec::new(),
             }
         });
         k
@@ -56,15 +57,18 @@ pub(super) fn pending(shared: &Shared) -> Pending {
         }
         let label = cell.label();
         let queued: Vec<usize> = queued.iter().map(&mut note).collect();
-        let holders: Vec<usize> = holders.iter().map(&mut note).collect();
+        let holders: Vec<(usize, Option<Duration>)> =
+            holders.iter().map(|(op, since)| (note(op), crate::sync::coarse::since(*since))).collect();
         vars.push((label, write, reads, holders, queued));
     }
     for (label, write, reads, holders, queued) in vars.iter() {
         for k in queued {
             ops.get_mut(k).expect("noted").waits_on.push(label.clone());
         }
-        for k in holders {
-            ops.get_mut(k).expect("noted").holds.push(label.clone());
+        for (k, held_for) in holders {
+            let op = ops.get_mut(k).expect("noted");
+            op.holds.push(label.clone());
+            op.held_for.push(*held_for);
         }
         let _ = (write, reads);
     }
@@ -72,7 +76,13 @@ pub(super) fn pending(shared: &Shared) -> Pending {
         ops: order.into_iter().filter_map(|k| ops.remove(&k)).collect(),
         vars: vars
             .into_iter()
-            .map(|(label, write, reads, holders, queued)| PendingVar { label, write, reads, holders, queued })
+            .map(|(label, write, reads, holders, queued)| PendingVar {
+                label,
+                write,
+                reads,
+                holders: holders.into_iter().map(|(k, _)| k).collect(),
+                queued,
+            })
             .collect(),
     }
 }
@@ -84,10 +94,12 @@ pub(super) fn pending(shared: &Shared) -> Pending {
 pub(super) fn watchdog(engine: Weak<Shared>, threshold: Duration, name: &str) -> std::io::Result<()> {
     let period = (threshold / 2).max(Duration::from_millis(1));
     std::thread::Builder::new().name(format!("{name}-watchdog")).spawn(move || {
+        let _clock = crate::sync::coarse::Keeper::new();
         let mut first_seen: HashMap<usize, Instant> = HashMap::new();
         let mut warned: HashSet<usize> = HashSet::new();
         loop {
             std::thread::sleep(period);
+            crate::sync::coarse::tick();
             let Some(shared) = engine.upgrade() else { return };
             let mut report = pending(&shared);
             let closed = shared.tracker.is_closed();

@@ -6,6 +6,7 @@
 mod shim;
 
 pub(crate) mod barrier;
+pub(crate) mod coarse;
 pub(crate) mod countdown;
 pub(crate) mod epoch;
 pub(crate) mod latch;

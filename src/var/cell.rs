@@ -59,7 +59,8 @@ pub(crate) struct VarState<T: Grant> {
     /// listed from its let-through to its completion here, both under the
     /// lock, and its record lives at least that long: the thread completing
     /// it holds a reference until `complete` returns.
-    holders: SmallList<T::Held, 2>,
+    /// Each with the coarse clock's reading when it was let through.
+    holders: SmallList<(T::Held, u64), 2>,
 }
 
 /// The most holders a var names at once (see [`VarState::holders`]).
@@ -68,9 +69,9 @@ const NAMED_HOLDERS: usize = 4;
 impl<T: Grant> VarState<T> {
     /// `op` was let through.
     #[inline]
-    fn hold(holders: &mut SmallList<T::Held, 2>, op: &T) {
+    fn hold(holders: &mut SmallList<(T::Held, u64), 2>, op: &T) {
         if holders.len() < NAMED_HOLDERS {
-            holders.push(op.held());
+            holders.push((op.held(), crate::sync::coarse::now_ms()));
         }
     }
 }
@@ -209,15 +210,16 @@ impl<T: Grant + Linked> VarCell<T> {
     }
 
     /// The ops this var names as holding it (see [`VarState::holders`]),
-    /// and the reads and write let through, counted.
-    pub(crate) fn holders(&self) -> (Vec<T>, usize, bool) {
+    /// each with the coarse clock's reading when it was let through, and
+    /// the reads and write let through, counted.
+    pub(crate) fn holders(&self) -> (Vec<(T, u64)>, usize, bool) {
         let state = lock(&self.state);
         let held = state
             .holders
             .iter()
             // SAFETY: listed holders are alive while the lock is held (see
             // `VarState::holders`), and the lock is held.
-            .map(|&h| unsafe { T::from_held(h) })
+            .map(|&(h, since)| (unsafe { T::from_held(h) }, since))
             .collect();
         (held, state.gate.running_reads(), state.gate.write_running())
     }
@@ -238,7 +240,7 @@ impl<T: Grant + Linked> VarCell<T> {
     ) {
         let mut state = lock(&self.state);
         let id = self.id;
-        if let Some(at) = state.holders.iter().position(|h| *h == who) {
+        if let Some(at) = state.holders.iter().position(|h| h.0 == who) {
             state.holders.swap_remove(at);
         }
         if access == Access::Write {

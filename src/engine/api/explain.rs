@@ -13,9 +13,12 @@ impl Engine {
     /// text, [`Pending::dot`] as Graphviz DOT.
     ///
     /// A var names every write holding it and the first four reads (it
-    /// counts them all). Times are known for ops the profiler records; the
-    /// watchdog ([`EngineBuilder::watchdog`](crate::EngineBuilder::watchdog))
-    /// adds how long each op has waited at least. The look visits every
+    /// counts them all). Push and start times are known for ops the
+    /// profiler records. While a watchdog runs
+    /// ([`EngineBuilder::watchdog`](crate::EngineBuilder::watchdog)), holders
+    /// note its coarse clock when they are let through, so the report says
+    /// how long each has held its var (to the watchdog's period), and the
+    /// watchdog's own reports say how long each op has waited at least. The look visits every
     /// live var under its lock, briefly.
     ///
     /// # Examples
