@@ -22,6 +22,7 @@ fn child(test: &str, env: &[(&str, &str)]) -> String {
         "DEPENGINE_MAX_IN_FLIGHT",
         "DEPENGINE_METRICS_TIMING",
         "DEPENGINE_WATCHDOG_MS",
+        "DEPENGINE_TRACK_HOLDERS",
     ] {
         cmd.env_remove(var);
     }
@@ -188,4 +189,6 @@ fn watchdog_is_a_setting() {
     assert!(out.contains("the watchdog's threshold must be above zero"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_WATCHDOG_MS", "250")]);
     assert!(out.contains("config: kind="), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_TRACK_HOLDERS", "perhaps")]);
+    assert!(out.contains("DEPENGINE_TRACK_HOLDERS=\"perhaps\": expected 1 or 0"), "{out}");
 }

@@ -132,3 +132,25 @@ async fn a_chain_through_two_vars_ends_at_its_holder_and_dot_has_its_edges() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_holders_the_explainer_shows_queues_and_counts() {
+    timed(async {
+        let engine = Engine::builder().cpu_workers(2).bulk_size(1).track_holders(false).build().unwrap();
+        let v = engine.var_named("model", 0u64);
+        let guard = v.write().await.unwrap();
+        let reader = engine.op("predict").read(&v).run(|(v,), ()| Ok(*v));
+        let pending = engine.debug_pending();
+        let predict = pending.waiting().find(|op| op.name == "predict").expect("predict waits");
+        let chain = pending.chain(predict);
+        assert!(
+            chain.contains("`predict` waits for `model`")
+                && chain.contains("held by a write it does not name"),
+            "{chain}"
+        );
+        assert!(pending.var(&v.label()).unwrap().holders.is_empty());
+        drop(guard);
+        assert_eq!(reader.await.unwrap(), 0);
+    })
+    .await;
+}

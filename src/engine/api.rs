@@ -150,7 +150,7 @@ impl Engine {
     fn make_var<T: Send + Sync + 'static>(&self, name: Option<Arc<str>>, value: T) -> Var<T> {
         let id = NEXT_VAR_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let owner: Owner = self.shared().clone();
-        let var = Var::new(owner, id, name, value);
+        let var = Var::new(owner, id, name, self.shared().config.track_holders, value);
         self.shared().queues.register(var.queue());
         var
     }

@@ -34,6 +34,7 @@ pub(crate) const ENV_SIM_GPUS: &str = "DEPENGINE_SIM_GPUS";
 pub(crate) const ENV_MAX_IN_FLIGHT: &str = "DEPENGINE_MAX_IN_FLIGHT";
 pub(crate) const ENV_METRICS_TIMING: &str = "DEPENGINE_METRICS_TIMING";
 pub(crate) const ENV_WATCHDOG_MS: &str = "DEPENGINE_WATCHDOG_MS";
+pub(crate) const ENV_TRACK_HOLDERS: &str = "DEPENGINE_TRACK_HOLDERS";
 
 /// How long an idle worker watches its queues before it parks, by default:
 /// at one request at a time it saves a third of the CPU per request against
@@ -67,6 +68,8 @@ pub(crate) struct Config {
     /// How long an op may wait on vars before the watchdog warns; `None`:
     /// no watchdog.
     pub(crate) watchdog: Option<Duration>,
+    /// Whether vars name the ops holding them, for the hang explainer.
+    pub(crate) track_holders: bool,
 }
 
 /// Configures and builds an [`Engine`].
@@ -104,6 +107,7 @@ pub struct EngineBuilder {
     max_in_flight: Option<usize>,
     metrics_timing: Option<bool>,
     watchdog: Option<Duration>,
+    track_holders: Option<bool>,
 }
 
 impl EngineBuilder {
@@ -203,6 +207,17 @@ impl EngineBuilder {
     /// `DEPENGINE_WATCHDOG_MS`. Default: none.
     pub fn watchdog(mut self, threshold: Duration) -> Self {
         self.watchdog = Some(threshold);
+        self
+    }
+
+    /// Whether each var names the ops holding it (every write, the first
+    /// four reads), so that [`Engine::debug_pending`](crate::Engine::debug_pending)
+    /// and the watchdog can name who holds a var. It costs each op a few
+    /// stores per var under the var's lock (PERFORMANCE.md, *The hang
+    /// explainer*); off, the explainer still shows the queues and the
+    /// counts. Environment: `DEPENGINE_TRACK_HOLDERS=1|0`. Default: on.
+    pub fn track_holders(mut self, on: bool) -> Self {
+        self.track_holders = Some(on);
         self
     }
 
@@ -314,7 +329,11 @@ impl EngineBuilder {
         if watchdog.is_some_and(|t| t.is_zero()) {
             return Err(Error::invalid("the watchdog's threshold must be above zero"));
         }
-        let config = Config { kind, topology, bulk_size, max_in_flight, watchdog };
+        let track_holders = match self.track_holders {
+            Some(on) => on,
+            None => std::env::var(ENV_TRACK_HOLDERS).is_err() || flag(None, ENV_TRACK_HOLDERS)?,
+        };
+        let config = Config { kind, topology, bulk_size, max_in_flight, watchdog, track_holders };
         let runtime = self.runtime.or_else(|| tokio::runtime::Handle::try_current().ok());
         Engine::from_config(config, runtime)
     }

@@ -61,16 +61,19 @@ pub(crate) struct VarState<T: Grant> {
     /// it holds a reference until `complete` returns.
     /// Each with the coarse clock's reading when it was let through.
     holders: SmallList<(T::Held, u64), 2>,
+    /// The most holders it names: [`NAMED_HOLDERS`], or 0 on an engine
+    /// that keeps no holders (`EngineBuilder::track_holders(false)`).
+    named: u8,
 }
 
 /// The most holders a var names at once (see [`VarState::holders`]).
-const NAMED_HOLDERS: usize = 4;
+const NAMED_HOLDERS: u8 = 4;
 
 impl<T: Grant> VarState<T> {
     /// `op` was let through.
     #[inline]
-    fn hold(holders: &mut SmallList<(T::Held, u64), 2>, op: &T) {
-        if holders.len() < NAMED_HOLDERS {
+    fn hold(holders: &mut SmallList<(T::Held, u64), 2>, named: u8, op: &T) {
+        if holders.len() < usize::from(named) {
             holders.push((op.held(), crate::sync::coarse::now_ms()));
         }
     }
@@ -98,7 +101,13 @@ impl<T: Grant> std::fmt::Debug for VarCell<T> {
 }
 
 impl<T: Grant + Linked> VarCell<T> {
+    #[cfg(test)]
     pub(crate) fn new(id: u64, name: Option<std::sync::Arc<str>>) -> Self {
+        Self::keeping(id, name, true)
+    }
+
+    /// A cell that names its holders, or not (`holders`).
+    pub(crate) fn keeping(id: u64, name: Option<std::sync::Arc<str>>, holders: bool) -> Self {
         Self {
             id,
             name,
@@ -108,6 +117,7 @@ impl<T: Grant + Linked> VarCell<T> {
                 error: None,
                 deleted: false,
                 holders: SmallList::new(),
+                named: if holders { NAMED_HOLDERS } else { 0 },
             })),
         }
     }
@@ -254,10 +264,10 @@ impl<T: Grant + Linked> VarCell<T> {
             ready(op);
         };
         {
-            let VarState { gate, error, holders, .. } = &mut *state;
+            let VarState { gate, error, holders, named, .. } = &mut *state;
             gate.complete(access, &mut |op: T| {
                 op.on_grant(id, error);
-                VarState::hold(holders, &op);
+                VarState::hold(holders, *named, &op);
                 pass(op);
             });
         }
@@ -290,7 +300,7 @@ impl<T: Grant + Linked> VarCell<T> {
     fn append_locked(id: u64, state: &mut VarState<T>, access: Access, op: T) -> Option<T> {
         let op = state.gate.append(access, op)?;
         op.on_grant(id, &mut state.error);
-        VarState::hold(&mut state.holders, &op);
+        VarState::hold(&mut state.holders, state.named, &op);
         Some(op)
     }
 

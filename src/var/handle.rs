@@ -123,8 +123,8 @@ impl<T> Clone for Var<T> {
 }
 
 impl<T: Send + Sync + 'static> Var<T> {
-    pub(crate) fn new(owner: Owner, id: u64, name: Option<Arc<str>>, value: T) -> Self {
-        let core = VarCore { cell: VarCell::new(id, name), owner, count: Count::of::<T>() };
+    pub(crate) fn new(owner: Owner, id: u64, name: Option<Arc<str>>, holders: bool, value: T) -> Self {
+        let core = VarCore { cell: VarCell::keeping(id, name, holders), owner, count: Count::of::<T>() };
         Self { inner: Arc::new(VarInner { core, data: DataCell::new(value) }) }
     }
 
