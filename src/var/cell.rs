@@ -45,6 +45,14 @@ pub(crate) trait Grant: Sized {
     unsafe fn from_held(held: Self::Held) -> Self;
 }
 
+/// A var's label: its name and id, or its id alone.
+pub(crate) fn label(name: Option<&str>, id: u64) -> String {
+    match name {
+        Some(name) => format!("`{name}` (#{id})"),
+        None => format!("#{id}"),
+    }
+}
+
 /// A var's state under its lock.
 #[derive(Debug)]
 pub(crate) struct VarState<T: Grant> {
@@ -142,7 +150,7 @@ impl<T: Grant + Linked> VarCell<T> {
 
     /// The var's label for messages (see `handle::label`).
     pub(crate) fn label(&self) -> String {
-        super::handle::label(self.name(), self.id)
+        label(self.name(), self.id)
     }
 
     /// The locked state, with the inbox moved to the gate's queue (the

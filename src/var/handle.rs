@@ -8,7 +8,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
 
-use super::cell::{Grant, VarCell};
+use super::cell::{Grant, VarCell, label};
 use super::data::DataCell;
 use super::gate::Access;
 use crate::op::TaskRef;
@@ -193,14 +193,6 @@ impl<T> fmt::Debug for Var<T> {
             d.field("name", &name);
         }
         d.finish_non_exhaustive()
-    }
-}
-
-/// A var's label: its name and id, or its id alone.
-pub(crate) fn label(name: Option<&str>, id: u64) -> String {
-    match name {
-        Some(name) => format!("`{name}` (#{id})"),
-        None => format!("#{id}"),
     }
 }
 
