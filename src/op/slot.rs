@@ -85,11 +85,6 @@ impl<T> ResultSlot<T> {
         self.state.fetch_or(THROUGH, Ordering::AcqRel) & EARLY != 0
     }
 
-    /// Whether the op was resolved early.
-    pub(crate) fn is_early(&self) -> bool {
-        self.state.load(Ordering::Relaxed) & EARLY != 0
-    }
-
     /// Stores `value` unless a value was stored already; gives it back then.
     pub(crate) fn store(&self, value: T) -> Result<(), T> {
         if self.state.fetch_or(STORED, Ordering::Relaxed) & STORED != 0 {
