@@ -300,7 +300,7 @@ impl EngineBuilder {
             cpu_devices: setting("cpu_devices", self.cpu_devices, "", 1, MAX_CPU_DEVICES)?,
             thread_name: thread_name(self.thread_name)?,
             spin: spin(self.spin)?,
-            timing: flag(self.metrics_timing, ENV_METRICS_TIMING)?,
+            timing: flag(self.metrics_timing, ENV_METRICS_TIMING, false)?,
             gpu: GpuSettings {
                 workers: setting("gpu_workers", self.gpu_workers, ENV_GPU_WORKERS, 1, MAX_WORKERS)?,
                 copy_workers: setting(
@@ -329,10 +329,7 @@ impl EngineBuilder {
         if watchdog.is_some_and(|t| t.is_zero()) {
             return Err(Error::invalid("the watchdog's threshold must be above zero"));
         }
-        let track_holders = match self.track_holders {
-            Some(on) => on,
-            None => std::env::var(ENV_TRACK_HOLDERS).is_err() || flag(None, ENV_TRACK_HOLDERS)?,
-        };
+        let track_holders = flag(self.track_holders, ENV_TRACK_HOLDERS, true)?;
         let config = Config { kind, topology, bulk_size, max_in_flight, watchdog, track_holders };
         let runtime = self.runtime.or_else(|| tokio::runtime::Handle::try_current().ok());
         Engine::from_config(config, runtime)
@@ -366,12 +363,13 @@ fn spin(given: Option<Duration>) -> Result<Duration, Error> {
     Ok(spin)
 }
 
-/// A yes/no setting: the builder's, else environment variable `env`, else off.
-fn flag(given: Option<bool>, env: &str) -> Result<bool, Error> {
+/// A yes/no setting: the builder's, else environment variable `env`, else
+/// `default`.
+fn flag(given: Option<bool>, env: &str, default: bool) -> Result<bool, Error> {
     if let Some(on) = given {
         return Ok(on);
     }
-    let Ok(s) = std::env::var(env) else { return Ok(false) };
+    let Ok(s) = std::env::var(env) else { return Ok(default) };
     match s.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "on" | "yes" => Ok(true),
         "0" | "false" | "off" | "no" | "" => Ok(false),

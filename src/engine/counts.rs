@@ -3,6 +3,7 @@
 //! once), failures by kind (rare: one shared counter each).
 
 use crate::error::Error;
+use crate::profile::Outcome;
 use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::sync::tally::Tally;
 
@@ -21,12 +22,10 @@ impl Counts {
     /// Counts an op's failure by its kind.
     #[cold]
     pub(super) fn failed(&self, err: &Error) {
-        let counter = if err.is_skipped() {
-            &self.skipped
-        } else if err.is_cancelled() {
-            &self.cancelled
-        } else {
-            &self.failed
+        let counter = match Outcome::of(err) {
+            Outcome::Skipped => &self.skipped,
+            Outcome::Cancelled => &self.cancelled,
+            _ => &self.failed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }

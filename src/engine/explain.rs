@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use super::shared::Shared;
 use crate::explain::{Pending, PendingOp, PendingVar};
+use crate::op::TaskRef;
 use crate::op::profile::now_ns;
-use crate::op::{ReadyList, TaskRef};
 
 /// An op's key in a report: its record's address.
 fn key(op: &TaskRef) -> usize {
@@ -43,24 +43,16 @@ pub(super) fn pending(shared: &Shared) -> Pending {
         });
         k
     };
-    for queue in shared.queues.alive() {
-        let cell = queue.cell();
-        // Looking moves the var's inbox to its queue, as its next
-        // completion would; an op that lets through runs as it would have.
-        let mut ready = ReadyList::new();
-        let mut queued = Vec::new();
-        cell.queued_ops(&mut |op| ready.push(op), &mut |op| queued.push(op.clone()));
-        ready.drain(..).for_each(|op| shared.dispatcher.dispatch_pushed(op));
+    shared.visit_vars(|cell, queued| {
         let (holders, reads, write) = cell.holders();
         if queued.is_empty() && holders.is_empty() && reads == 0 && !write {
-            continue;
+            return;
         }
-        let label = cell.label();
         let queued: Vec<usize> = queued.iter().map(&mut note).collect();
         let holders: Vec<(usize, Option<Duration>)> =
             holders.iter().map(|(op, since)| (note(op), crate::sync::coarse::since(*since))).collect();
-        vars.push((label, write, reads, holders, queued));
-    }
+        vars.push((cell.label(), write, reads, holders, queued));
+    });
     for (label, write, reads, holders, queued) in vars.iter() {
         for k in queued {
             ops.get_mut(k).expect("noted").waits_on.push(label.clone());

@@ -27,6 +27,7 @@ use crate::sync::epoch::Tracker;
 use crate::sync::latch::Latch;
 use crate::sync::small::Padded;
 use crate::sync::{Mutex, lock};
+use crate::var::{Queue, VarCell};
 
 /// Failures kept for `wait_for_all` and shutdown between two
 /// `wait_for_all`s: the first few are enough to report one.
@@ -193,13 +194,32 @@ impl Shared {
         failures.into_iter().find(keep).map_or(Ok(()), Err)
     }
 
+    /// Calls `each` on every live var's cell with the ops queued on it, in
+    /// order; returns the vars visited, which the caller may need alive.
+    /// Looking moves a var's inbox to its queue, as its next completion
+    /// would; an op that lets through meanwhile is dispatched, as it would
+    /// have been then.
+    pub(super) fn visit_vars(
+        &self,
+        mut each: impl FnMut(&VarCell<TaskRef>, &[TaskRef]),
+    ) -> Vec<Arc<dyn Queue>> {
+        let queues = self.queues.alive();
+        for queue in &queues {
+            let cell = queue.cell();
+            let (mut ready, mut queued) = (ReadyList::new(), Vec::new());
+            cell.queued_ops(&mut |op| ready.push(op), &mut |op| queued.push(op.clone()));
+            ready.drain(..).for_each(|op| self.dispatcher.dispatch_pushed(op));
+            each(cell, &queued);
+        }
+        queues
+    }
+
     /// A cancelling shutdown: resolves every op that has not started, but
     /// for deletions and `wait_for_var`s, as cancelled at once, wherever it
     /// waits (queued on a var behind a running op, or on a pool behind busy
     /// workers), instead of when it would have run. Each still completes on
     /// its vars once they let it through (see `Task::resolve_early`).
     fn cancel_queued(&self) {
-        let queues = self.queues.alive();
         let mut queued: Vec<TaskRef> = Vec::new();
         let mut take = |op: &TaskRef| {
             let meta = &op.header().meta;
@@ -207,11 +227,7 @@ impl Shared {
                 queued.push(op.clone());
             }
         };
-        for queue in &queues {
-            let mut ready = ReadyList::new();
-            queue.cell().queued_ops(&mut |op| ready.push(op), &mut take);
-            ready.drain(..).for_each(|op| self.dispatcher.dispatch_pushed(op));
-        }
+        let queues = self.visit_vars(|_, ops| ops.iter().for_each(&mut take));
         self.dispatcher.each_queued(&mut take);
         for op in queued {
             let reason = "the engine was shut down in cancel mode";

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use super::Engine;
 use crate::metrics::Metrics;
-use crate::op::ReadyList;
 
 impl Engine {
     /// A snapshot of what the engine has done and is doing: ops pushed,
@@ -66,18 +65,10 @@ impl Engine {
 
     /// Ops queued on the engine's vars, each counted once.
     fn waiting_on_vars(&self) -> usize {
-        let shared = self.shared();
         let mut seen = HashSet::new();
-        for queue in shared.queues.alive() {
-            // Looking moves a var's inbox to its queue, as its next
-            // completion would; an op that lets through runs as it would
-            // have then.
-            let mut ready = ReadyList::new();
-            queue.cell().queued_ops(&mut |op| ready.push(op), &mut |op| {
-                seen.insert(Arc::as_ptr(op).cast::<()>() as usize);
-            });
-            ready.drain(..).for_each(|op| shared.dispatcher.dispatch_pushed(op));
-        }
+        self.shared().visit_vars(|_, queued| {
+            seen.extend(queued.iter().map(|op| Arc::as_ptr(op).cast::<()>() as usize));
+        });
         seen.len()
     }
 }
