@@ -189,6 +189,12 @@ fn watchdog_is_a_setting() {
     assert!(out.contains("the watchdog's threshold must be above zero"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_WATCHDOG_MS", "250")]);
     assert!(out.contains("config: kind="), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_WATCHDOG_MS", "18446744073709551615")]);
+    assert!(out.contains("is past its bound of 86400s"), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_WATCHDOG_MS", "86400000")]);
+    assert!(out.contains("config: kind="), "{out}");
+    let err = Engine::builder().watchdog(std::time::Duration::from_secs(86_401)).build().unwrap_err();
+    assert!(err.is_invalid_argument() && err.to_string().contains("past its bound"), "{err}");
     let out = child("child_with_defaults", &[("DEPENGINE_TRACK_HOLDERS", "perhaps")]);
     assert!(out.contains("DEPENGINE_TRACK_HOLDERS=\"perhaps\": expected 1 or 0"), "{out}");
 }

@@ -10,6 +10,7 @@ use std::task::{Context, Poll};
 use super::acquire::AcquireBuilder;
 use super::builder::OpBuilder;
 use super::config::{Config, EngineBuilder, EngineKind};
+use super::explain::Watchdog;
 use super::jobs::{DeleteJob, WaitJob};
 use super::shared::{Body, OpOptions, Role, Shared};
 use crate::error::{BoxError, Error, refuse_in_runtime};
@@ -98,8 +99,9 @@ impl Engine {
         let name = config.topology.thread_name.clone();
         let shared = Shared::new(config, runtime);
         if let Some(threshold) = watchdog {
-            super::explain::watchdog(Arc::downgrade(&shared), threshold, &name)
+            let dog = Watchdog::start(Arc::downgrade(&shared), threshold, &name)
                 .map_err(|e| Error::pool_unavailable(&format!("{name}-watchdog"), &e))?;
+            shared.watch(dog);
         }
         Ok(Self { handle: Arc::new(EngineHandle { shared }) })
     }
@@ -352,7 +354,9 @@ impl Engine {
         async move {
             let (latch, shared) = closing?;
             latch.wait().await;
+            shared.lingering().wait().await;
             shared.dispatcher.stop_and_join();
+            shared.stop_watchdog();
             shared.recorder.autosave();
             shared.take_unseen_error()
         }
@@ -390,13 +394,18 @@ impl fmt::Debug for Engine {
 
 impl Drop for EngineHandle {
     fn drop(&mut self) {
+        // Nobody can ask the engine anything any more.
+        self.shared.stop_watchdog();
         let latch = self.shared.close(false);
         let weak: Weak<Shared> = Arc::downgrade(&self.shared);
         latch.on_set(move || {
-            if let Some(shared) = weak.upgrade() {
-                shared.dispatcher.stop();
-                shared.recorder.autosave();
-            }
+            let Some(lingering) = weak.upgrade().map(|shared| shared.lingering()) else { return };
+            lingering.on_set(move || {
+                if let Some(shared) = weak.upgrade() {
+                    shared.dispatcher.stop();
+                    shared.recorder.autosave();
+                }
+            });
         });
     }
 }

@@ -52,6 +52,10 @@ pub const MAX_WORKERS: usize = 1024;
 /// The most CPU devices an engine may have (see [`MAX_WORKERS`]).
 pub const MAX_CPU_DEVICES: usize = 1024;
 
+/// The longest threshold a watchdog may have: one day. A longer one is a
+/// unit error far more often than a need.
+const MAX_WATCHDOG: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// The largest bound on ops in flight (see [`EngineBuilder::max_in_flight`]).
 pub const MAX_IN_FLIGHT: usize = tokio::sync::Semaphore::MAX_PERMITS;
 
@@ -181,8 +185,11 @@ impl EngineBuilder {
     /// backpressure for a service. At the bound a push is refused with
     /// [`Error::is_full`] (a `run` handle resolves to it; `try_run` returns
     /// it), and [`Engine::reserve`](crate::Engine::reserve) waits for room
-    /// instead. Waits, acquires and deletions are not counted. Environment:
-    /// `DEPENGINE_MAX_IN_FLIGHT`. Default: no bound.
+    /// instead. Waits, acquires and deletions are not counted. An op
+    /// cancelled before its vars let it through (aborted, or its
+    /// `cancel_on_drop` handle dropped) counts until they have, for its
+    /// record waits in their queues till then: the bound bounds memory.
+    /// Environment: `DEPENGINE_MAX_IN_FLIGHT`. Default: no bound.
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = Some(n);
         self
@@ -203,7 +210,9 @@ impl EngineBuilder {
     /// longer than `threshold`, emits one `tracing` warning (target
     /// `depengine::watchdog`) naming the chain from it down to the holder
     /// at its end (see [`Engine::debug_pending`](crate::Engine::debug_pending)).
-    /// Each look visits every live var under its lock. Environment:
+    /// Each look visits every live var under its lock. The threshold is
+    /// above zero and at most one day. The thread stops with the engine
+    /// (its shutdown, or its last handle dropped). Environment:
     /// `DEPENGINE_WATCHDOG_MS`. Default: none.
     pub fn watchdog(mut self, threshold: Duration) -> Self {
         self.watchdog = Some(threshold);
@@ -328,6 +337,11 @@ impl EngineBuilder {
         };
         if watchdog.is_some_and(|t| t.is_zero()) {
             return Err(Error::invalid("the watchdog's threshold must be above zero"));
+        }
+        if let Some(threshold) = watchdog.filter(|t| *t > MAX_WATCHDOG) {
+            return Err(Error::invalid(format!(
+                "the watchdog's threshold {threshold:?} is past its bound of {MAX_WATCHDOG:?}"
+            )));
         }
         let track_holders = flag(self.track_holders, ENV_TRACK_HOLDERS, true)?;
         let config = Config { kind, topology, bulk_size, max_in_flight, watchdog, track_holders };

@@ -4,7 +4,8 @@
 //! `VarState::holders`), assembled into `crate::explain::Pending`.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::shared::Shared;
@@ -79,43 +80,84 @@ pub(super) fn pending(shared: &Shared) -> Pending {
     }
 }
 
-/// Starts the watchdog of an engine: every half `threshold`, a look at the
-/// engine; each op seen waiting for longer than `threshold` gets one
+/// An engine's watchdog thread: every half its threshold, a look at the
+/// engine; each op seen waiting for longer than the threshold gets one
 /// `tracing` warning naming its chain down to the holder at its end. It
-/// exits once the engine is gone.
-pub(super) fn watchdog(engine: Weak<Shared>, threshold: Duration, name: &str) -> std::io::Result<()> {
+/// sleeps on a condition variable, so that the engine's shutdown or drop
+/// wakes it and joins it at once, whatever the threshold.
+pub(super) struct Watchdog {
+    /// Set to stop; the condition variable wakes the thread.
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Watchdog {
+    /// Starts the watchdog of `engine`, as thread `{name}-watchdog`.
+    pub(super) fn start(engine: Weak<Shared>, threshold: Duration, name: &str) -> std::io::Result<Self> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("{name}-watchdog"))
+            .spawn(move || watch(&engine, threshold, &flag))?;
+        Ok(Self { stop, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Stops the thread and waits for it to exit (unless called on it).
+    pub(super) fn stop(&self) {
+        let (flag, wake) = &*self.stop;
+        *flag.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        wake.notify_all();
+        let Some(thread) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() else { return };
+        if thread.thread().id() != std::thread::current().id() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The watchdog's loop, until `stop` is set or the engine is gone.
+fn watch(engine: &Weak<Shared>, threshold: Duration, stop: &(Mutex<bool>, Condvar)) {
     let period = (threshold / 2).max(Duration::from_millis(1));
-    std::thread::Builder::new().name(format!("{name}-watchdog")).spawn(move || {
-        let _clock = crate::sync::coarse::Keeper::new();
-        let mut first_seen: HashMap<usize, Instant> = HashMap::new();
-        let mut warned: HashSet<usize> = HashSet::new();
-        loop {
-            std::thread::sleep(period);
-            crate::sync::coarse::tick();
-            let Some(shared) = engine.upgrade() else { return };
-            let mut report = pending(&shared);
-            let closed = shared.tracker.is_closed();
-            drop(shared);
-            if closed && report.is_empty() {
-                return;
-            }
-            let now = Instant::now();
-            let waiting: HashSet<usize> = report.waiting().map(|op| op.key).collect();
-            first_seen.retain(|k, _| waiting.contains(k));
-            warned.retain(|k| waiting.contains(k));
-            for k in &waiting {
-                first_seen.entry(*k).or_insert(now);
-            }
-            for op in &mut report.ops {
-                op.waited_at_least = first_seen.get(&op.key).map(|t| now - *t);
-            }
-            for op in report.waiting() {
-                let waited = op.waited_at_least.unwrap_or_default();
-                if waited >= threshold && warned.insert(op.key) {
-                    tracing::warn!(target: "depengine::watchdog", op = %op.name, ?waited, "{}", report.chain(op));
-                }
+    let _clock = crate::sync::coarse::Keeper::new();
+    let mut first_seen: HashMap<usize, Instant> = HashMap::new();
+    let mut warned: HashSet<usize> = HashSet::new();
+    loop {
+        let (flag, wake) = stop;
+        let stopped = flag.lock().unwrap_or_else(|e| e.into_inner());
+        let (stopped, _) =
+            wake.wait_timeout_while(stopped, period, |stopped| !*stopped).unwrap_or_else(|e| e.into_inner());
+        if *stopped {
+            return;
+        }
+        drop(stopped);
+        crate::sync::coarse::tick();
+        let Some(shared) = engine.upgrade() else { return };
+        let mut report = pending(&shared);
+        let closed = shared.tracker.is_closed();
+        drop(shared);
+        if closed && report.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let waiting: HashSet<usize> = report.waiting().map(|op| op.key).collect();
+        first_seen.retain(|k, _| waiting.contains(k));
+        warned.retain(|k| waiting.contains(k));
+        for k in &waiting {
+            first_seen.entry(*k).or_insert(now);
+        }
+        for op in &mut report.ops {
+            op.waited_at_least = first_seen.get(&op.key).map(|t| now - *t);
+        }
+        for op in report.waiting() {
+            let waited = op.waited_at_least.unwrap_or_default();
+            if waited >= threshold && warned.insert(op.key) {
+                tracing::warn!(target: "depengine::watchdog", op = %op.name, ?waited, "{}", report.chain(op));
             }
         }
-    })?;
-    Ok(())
+    }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::bulk::Bulk;
 use super::config::{Config, EngineKind};
 use super::counts::Counts;
+use super::explain::Watchdog;
 use super::limit::Limit;
 use super::options::bit_set;
 pub(super) use super::options::{Body, OpOptions, Role};
@@ -24,7 +25,7 @@ use crate::op::{
 };
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::epoch::Tracker;
-use crate::sync::latch::Latch;
+use crate::sync::latch::{CountLatch, Latch};
 use crate::sync::small::Padded;
 use crate::sync::{Mutex, lock};
 use crate::var::{Queue, VarCell};
@@ -66,6 +67,11 @@ pub(crate) struct Shared {
     pub(super) recorder: Recorder,
     /// The bound on user ops in flight, if there is one.
     limit: Option<Limit>,
+    /// Ops resolved early and still queued on their vars (see
+    /// `Host::op_lingers`): the pools run until they are gone.
+    lingering: CountLatch,
+    /// The watchdog, if the engine has one (see `explain.rs`).
+    watchdog: std::sync::OnceLock<Watchdog>,
 }
 
 impl Host for Shared {
@@ -110,6 +116,17 @@ impl Host for Shared {
         }
     }
 
+    fn op_lingers(&self) {
+        self.lingering.add();
+    }
+
+    fn op_gone(&self, counted: bool) {
+        if counted {
+            self.op_left();
+        }
+        self.lingering.release();
+    }
+
     fn op_failed(&self, err: &Error) {
         self.counts.failed(err);
     }
@@ -138,8 +155,22 @@ impl Shared {
                 counts: Counts::default(),
                 recorder: Recorder::from_env(),
                 limit,
+                lingering: CountLatch::default(),
+                watchdog: std::sync::OnceLock::new(),
             }
         })
+    }
+
+    /// Keeps the engine's watchdog, stopped at shutdown and drop.
+    pub(super) fn watch(&self, watchdog: Watchdog) {
+        let _ = self.watchdog.set(watchdog);
+    }
+
+    /// Stops the watchdog, if any, and joins its thread.
+    pub(super) fn stop_watchdog(&self) {
+        if let Some(watchdog) = self.watchdog.get() {
+            watchdog.stop();
+        }
     }
 
     /// The bound on user ops in flight, if there is one.
@@ -240,9 +271,18 @@ impl Shared {
         }
     }
 
+    /// Once everything pushed has completed (the latch `close` returned is
+    /// set): the latch set once the ops resolved early have left their
+    /// vars too. They may still be sent to any pool until then, so the
+    /// pools stop only after it.
+    pub(super) fn lingering(&self) -> Arc<Latch> {
+        self.lingering.close().clone()
+    }
+
     /// Stops taking work; returns the latch set once everything pushed has
     /// completed (with `cancel`, every op that had not started is resolved
-    /// at once: see `cancel_queued`).
+    /// at once: see `cancel_queued`); then wait for
+    /// [`lingering`](Self::lingering) before stopping the pools.
     pub(super) fn close(self: &Arc<Self>, cancel: bool) -> Arc<Latch> {
         if cancel {
             self.cancelling.store(true, Ordering::Release);

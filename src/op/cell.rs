@@ -108,7 +108,47 @@ impl<J: Job> OpCell<J> {
     fn through_early(&self, this: &TaskRef) {
         if self.slot.mark_through() {
             release_body(this);
+            self.header.host.op_gone(self.header.meta.counted());
         }
+    }
+
+    /// Publishes the op (see [`Task::publish`]); `early`: it is resolved
+    /// before its vars let it through, and keeps its slot among the ops in
+    /// flight until they have (`Host::op_gone`).
+    fn publish_as(&self, early: bool) {
+        // Nobody reads a detached op's result: the slot is left alone.
+        let waker = if self.header.meta.detached() {
+            None
+        } else {
+            let Published::First(waker) = self.slot.publish() else {
+                // Its handle was resolved early (`resolve_early`), which
+                // publishes first and marks the slot early just after: a
+                // completion racing with it (a bulk segment publishing its
+                // vetoed members, say) may come between the two, so the
+                // mark cannot be asserted here.
+                return;
+            };
+            waker
+        };
+        // SAFETY: `publish` is called once per op, by the `finalize` whose
+        // release of the live count reached zero (a `Countdown` reports zero
+        // exactly once); of an op with a handle, it is also the one that
+        // published first. So only this call reads `epoch`.
+        let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
+        // Only the first publication finds the epoch (a detached op resolved
+        // early is published again when its vars let it through).
+        // Its slot among the ops in flight goes back before anyone waiting
+        // for the op (its handle, `wait_for_all`) is told.
+        if epoch.is_some() {
+            if self.header.meta.profiled() {
+                self.header.profile_finished();
+            }
+            self.header.host.op_done(self.header.meta.counted() && !early);
+        }
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        drop(epoch);
     }
 }
 
@@ -150,39 +190,7 @@ impl<J: Job> Task for OpCell<J> {
     }
 
     fn publish(&self) {
-        // Nobody reads a detached op's result: the slot is left alone.
-        let waker = if self.header.meta.detached() {
-            None
-        } else {
-            let Published::First(waker) = self.slot.publish() else {
-                // Its handle was resolved early (`resolve_early`), which
-                // publishes first and marks the slot early just after: a
-                // completion racing with it (a bulk segment publishing its
-                // vetoed members, say) may come between the two, so the
-                // mark cannot be asserted here.
-                return;
-            };
-            waker
-        };
-        // SAFETY: `publish` is called once per op, by the `finalize` whose
-        // release of the live count reached zero (a `Countdown` reports zero
-        // exactly once); of an op with a handle, it is also the one that
-        // published first. So only this call reads `epoch`.
-        let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
-        // Only the first publication finds the epoch (a detached op resolved
-        // early is published again when its vars let it through).
-        // Its slot among the ops in flight goes back before anyone waiting
-        // for the op (its handle, `wait_for_all`) is told.
-        if epoch.is_some() {
-            if self.header.meta.profiled() {
-                self.header.profile_finished();
-            }
-            self.header.host.op_done(self.header.meta.counted());
-        }
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-        drop(epoch);
+        self.publish_as(false);
     }
 
     fn abandon(&self, this: &TaskRef, err: Error) {
@@ -222,9 +230,11 @@ impl<J: Job> Task for OpCell<J> {
             self.header.host.note_error(&err);
         }
         let _ = self.slot.store(Err(err));
-        self.publish();
+        self.header.host.op_lingers();
+        self.publish_as(true);
         if self.slot.mark_early() {
             release_body_late(this);
+            self.header.host.op_gone(self.header.meta.counted());
         }
         true
     }

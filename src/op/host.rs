@@ -51,8 +51,20 @@ pub(crate) trait Host: Send + Sync + 'static {
 
     /// An op was published (completed, or resolved early): counted for
     /// metrics, and, if `counted` against the limit of ops in flight, its
-    /// slot is free.
+    /// slot is free (an op resolved early keeps its slot until
+    /// [`op_gone`](Self::op_gone)).
     fn op_done(&self, counted: bool);
+
+    /// An op is resolved early (`Task::resolve_early`): it stays queued on
+    /// its vars until they let it through, and is counted until then, so
+    /// that its record counts against the limit of ops in flight and no
+    /// pool stops while it may still be sent there.
+    fn op_lingers(&self);
+
+    /// An op resolved early has completed on its vars: it is the engine's
+    /// no more, and, if `counted` against the limit of ops in flight, its
+    /// slot is free.
+    fn op_gone(&self, counted: bool);
 
     /// An op failed, was skipped or was cancelled with `err` (counted for
     /// metrics; called once per op, before it is published).

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use crate::sync::Mutex;
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::countdown::Countdown;
 use crate::sync::lock;
 
 type Callback = Box<dyn FnOnce() + Send>;
@@ -60,6 +62,47 @@ impl Latch {
     }
 }
 
+/// A latch set once a count of outstanding things, which starts with one
+/// held by its owner, reaches zero: the owner gives its own up with
+/// [`close`](Self::close) once no more can be added.
+pub(crate) struct CountLatch {
+    count: Countdown,
+    closed: AtomicBool,
+    done: Arc<Latch>,
+}
+
+impl Default for CountLatch {
+    fn default() -> Self {
+        Self { count: Countdown::new(1), closed: AtomicBool::new(false), done: Arc::default() }
+    }
+}
+
+impl CountLatch {
+    /// Counts one more. The caller must know the count has not reached
+    /// zero (the owner has not closed it, or something it counts is
+    /// outstanding and cannot be released meanwhile).
+    pub(crate) fn add(&self) {
+        self.count.add(1);
+    }
+
+    /// Releases one counted by [`add`](Self::add); the release that reaches
+    /// zero sets the latch.
+    pub(crate) fn release(&self) {
+        if self.count.release(1) {
+            self.done.set();
+        }
+    }
+
+    /// Gives up the owner's count (the first call only); returns the latch
+    /// set once the count reaches zero.
+    pub(crate) fn close(&self) -> &Arc<Latch> {
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            self.release();
+        }
+        &self.done
+    }
+}
+
 /// Resolves once the latch is set.
 pub(crate) struct LatchWait(Arc<Latch>);
 
@@ -75,5 +118,25 @@ impl Future for LatchWait {
             state.waiters.push(cx.waker().clone());
         }
         Poll::Pending
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_count_latch_is_set_when_the_owner_and_every_one_counted_are_gone() {
+        let c = CountLatch::default();
+        c.add();
+        c.add();
+        c.release();
+        let done = c.close().clone();
+        assert!(!done.is_set(), "one is still counted");
+        assert!(Arc::ptr_eq(&done, c.close()) && !done.is_set(), "closing twice gives up one count");
+        c.release();
+        assert!(done.is_set());
+        let idle = CountLatch::default();
+        assert!(idle.close().is_set(), "nothing counted: set at close");
     }
 }

@@ -1,0 +1,103 @@
+//! Failure paths that must neither leak nor stall.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::Counted;
+use depengine::{Device, Engine, Lane, ShutdownMode};
+
+#[test]
+fn a_cancelling_shutdown_strands_no_op_on_another_pool() {
+    for round in 0..300 {
+        let engine = Engine::builder().cpu_devices(2).build().unwrap();
+        let drops = Arc::new(AtomicUsize::new(0));
+        let v = engine.var(Counted(drops.clone()));
+        for _ in 0..4 {
+            engine.op("w").write(&v).run_detached(|(), (_v,)| Ok(())).unwrap();
+        }
+        let (device, lane) =
+            if round % 2 == 0 { (Device::Cpu(0), Lane::Prioritized) } else { (Device::Cpu(1), Lane::Normal) };
+        let r = engine.op("r").read(&v).device(device).lane(lane).run(|(_v,), ()| Ok(()));
+        let _ = engine.blocking_shutdown(ShutdownMode::Cancel);
+        let _ = r.blocking_wait();
+        let state = v.any().debug_state();
+        assert!(
+            state.running_reads == 0 && !state.write_running && state.queued.is_empty(),
+            "round {round}: {state:?}"
+        );
+        drop(v);
+        drop(engine);
+        assert_eq!(drops.load(Ordering::SeqCst), 1, "round {round}: the var's data was not freed");
+    }
+}
+
+/// An op cancelled before its vars let it through (its handle dropped
+/// with `cancel_on_drop`, or aborted) keeps its slot among the ops in
+/// flight until it has left its vars: the bound bounds the records kept.
+#[test]
+fn cancelled_ops_count_against_the_bound_until_they_leave_their_vars() {
+    for abort in [false, true] {
+        let engine = Engine::builder().max_in_flight(8).build().unwrap();
+        let v = engine.var(0u64);
+        let held = v.write().blocking_wait().unwrap();
+        let (mut accepted, mut refused) = (0, 0);
+        for _ in 0..1000 {
+            let h = engine.op("request").read(&v).cancel_on_drop(true).run(|(v,), ()| Ok(*v));
+            if h.is_finished() {
+                assert!(h.blocking_wait().unwrap_err().is_full());
+                refused += 1;
+                continue;
+            }
+            accepted += 1;
+            if abort {
+                assert!(h.abort());
+            }
+            drop(h);
+        }
+        assert_eq!((accepted, refused), (8, 992), "abort={abort}");
+        assert_eq!(engine.in_flight(), 8, "abort={abort}");
+        drop(held);
+        engine.blocking_wait_for_var(&v).unwrap();
+        // The cancelled reads leave as the var reaches them.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while engine.in_flight() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(engine.in_flight(), 0, "abort={abort}");
+        assert_eq!(engine.op("after").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap(), 0);
+    }
+}
+
+/// A watchdog thread stops with its engine, at shutdown or at the drop of
+/// its last handle, however long its threshold.
+#[test]
+fn the_watchdog_stops_with_its_engine() {
+    for shutdown in [false, true] {
+        for _ in 0..20 {
+            let engine = Engine::builder()
+                .thread_name("leakdog")
+                .watchdog(std::time::Duration::from_secs(600))
+                .build()
+                .unwrap();
+            let v = engine.var(0u32);
+            engine.op("w").write(&v).run(|(), (mut v,)| {
+                *v += 1;
+                Ok(())
+            });
+            if shutdown {
+                engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
+            }
+            drop(engine);
+        }
+        // Joined before the drop returns (the second allows for the
+        // system's bookkeeping of exited threads).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while common::threads_named("leakdog-watch").unwrap_or(0) > 0 && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(common::threads_named("leakdog-watch"), Some(0), "shutdown={shutdown}");
+    }
+}
