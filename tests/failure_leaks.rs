@@ -101,3 +101,50 @@ fn the_watchdog_stops_with_its_engine() {
         assert_eq!(common::threads_named("leakdog-watch"), Some(0), "shutdown={shutdown}");
     }
 }
+
+/// Runs the ignored test `test` of this file in a child process under an
+/// address-space limit of `kib` KiB; its exit status and output.
+#[cfg(target_os = "linux")]
+fn child_under_limit(test: &str, kib: u64) -> (Option<i32>, String) {
+    let exe = std::env::current_exe().unwrap();
+    let script =
+        format!("ulimit -v {kib} && exec \"$0\" --exact {test} --ignored --nocapture --test-threads=1");
+    let out = std::process::Command::new("sh").arg("-c").arg(script).arg(exe).output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A pool that the OS cannot start (a thousand workers under a memory
+/// limit) is refused to every push, and the process lives on: pushes
+/// within the back-off do not ask the OS for the threads again, and the
+/// threads are started one at a time, so that a refusal comes from a
+/// thread's start, not from inside a thread the OS half started.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_pool_the_os_cannot_start_is_refused_without_aborting() {
+    for kib in [800_000, 1_000_000, 1_200_000, 1_400_000] {
+        let (code, out) = child_under_limit("child_pushes_to_a_huge_pool", kib);
+        assert_eq!(code, Some(0), "{kib} KiB: {out}");
+        assert!(out.contains("refused=100") || out.contains("ran=100"), "{kib} KiB: {out}");
+    }
+}
+
+#[test]
+#[ignore = "run by a_pool_the_os_cannot_start_is_refused_without_aborting"]
+fn child_pushes_to_a_huge_pool() {
+    let engine = Engine::builder().cpu_workers(1024).build().unwrap();
+    let v = engine.var(0u64);
+    let (mut ran, mut refused) = (0, 0);
+    for _ in 0..100 {
+        match engine.op("w").write(&v).try_run(|(), (mut v,)| {
+            *v += 1;
+            Ok(())
+        }) {
+            Ok(_) => ran += 1,
+            Err(err) => {
+                assert!(err.is_pool_unavailable(), "{err}");
+                refused += 1;
+            }
+        }
+    }
+    println!("ran={ran} refused={refused}");
+}

@@ -2,11 +2,12 @@
 //! copy-from-GPU lane and a prioritized lane, each worker owning its own
 //! stream and binding the device's context once, as it starts.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use super::pool::{Pool, ThreadInit, lock};
+use super::lazy::Lazy;
+use super::pool::{Pool, ThreadInit};
 use crate::device::{Device, Lane};
 use crate::error::Error;
 use crate::gpu::{self, Fences, Gpu, GpuDevice, GpuLane, Held as Fenced, MAX_GPU_DEVICES};
@@ -42,12 +43,12 @@ pub(super) struct Gpus {
     spin: Duration,
     /// Whether workers measure queue waits and run times (metrics).
     timing: bool,
-    devices: Vec<OnceLock<GpuPools>>,
+    /// Each opened on first use; a device whose pools cannot start is
+    /// tried again only after a back-off (`lazy.rs`).
+    devices: Vec<Lazy<GpuPools>>,
     /// GPU work in flight per var, after GPU ops let their vars go at
     /// enqueue: what other ops are held back for (see `gpu/fence.rs`).
     fences: Arc<Fences>,
-    /// Taken to open a device, so that two pushes never both open one.
-    starting: Mutex<()>,
     /// Devices opened.
     opened: AtomicUsize,
 }
@@ -137,9 +138,9 @@ fn start_lane(
 
 impl Gpus {
     pub(super) fn new(settings: GpuSettings, thread_name: String, (spin, timing): (Duration, bool)) -> Self {
-        let devices = (0..MAX_GPU_DEVICES).map(|_| OnceLock::new()).collect();
-        let (fences, starting, opened) = (Arc::default(), Mutex::new(()), AtomicUsize::new(0));
-        Self { settings, thread_name, spin, timing, devices, fences, starting, opened }
+        let devices = (0..MAX_GPU_DEVICES).map(|_| Lazy::default()).collect();
+        let (fences, opened) = (Arc::default(), AtomicUsize::new(0));
+        Self { settings, thread_name, spin, timing, devices, fences, opened }
     }
 
     /// Whether any var has GPU work in flight (one load: see `gpu/fence.rs`).
@@ -197,13 +198,14 @@ impl Gpus {
         if let Some(pools) = cell.get() {
             return Ok(pools);
         }
-        let _starting = lock(&self.starting);
-        if let Some(pools) = cell.get() {
-            return Ok(pools);
-        }
-        let pools = GpuPools::start(i, self)?;
-        self.opened.fetch_add(1, Ordering::Release);
-        Ok(cell.get_or_init(|| pools))
+        let start = || {
+            let pools = GpuPools::start(i, self)?;
+            self.opened.fetch_add(1, Ordering::Release);
+            Ok(pools)
+        };
+        // Threads the OS refused are not asked for again at once; a device
+        // that is absent or faulty is looked at again by the next push.
+        cell.get_or_start(start, Error::is_pool_unavailable)
     }
 
     /// The pool of GPU `i`'s `lane`, started when the op was pushed.
@@ -255,7 +257,7 @@ impl Gpus {
     }
 
     fn started(&self) -> impl Iterator<Item = &GpuPools> {
-        self.devices.iter().filter_map(OnceLock::get)
+        self.devices.iter().filter_map(Lazy::get)
     }
 
     pub(super) fn each_queued(&self, f: &mut impl FnMut(&TaskRef)) {

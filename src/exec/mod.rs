@@ -12,6 +12,7 @@ mod feed;
 mod feeds;
 mod gpu;
 mod heap;
+mod lazy;
 mod park;
 mod place;
 mod pool;
@@ -21,7 +22,7 @@ mod worker;
 
 pub(crate) use gpu::GpuSettings;
 pub(crate) use place::{Dispatcher, Runs, Topology};
-#[cfg(all(test, not(depengine_loom)))]
-pub(crate) use pool::FAIL_SPAWN_AT;
 pub(crate) use pool::Held;
+#[cfg(all(test, not(depengine_loom)))]
+pub(crate) use pool::{FAIL_SPAWN_AT, SPAWNS_REFUSED};
 pub(crate) use thread::help;

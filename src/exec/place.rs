@@ -2,10 +2,11 @@
 //! which pool runs an op of a given device and lane, and whether a ready op
 //! goes to a pool or runs on the thread that made it ready.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use super::gpu::{GpuSettings, Gpus};
-use super::pool::{Held, Pool, lock};
+use super::lazy::Lazy;
+use super::pool::{Held, Pool};
 use super::thread;
 use crate::device::{Device, Lane};
 use crate::error::Error;
@@ -46,23 +47,21 @@ pub(crate) enum Runs {
 pub(crate) struct Dispatcher {
     topology: Topology,
     /// One normal pool per CPU device, started on first use.
-    cpu: Vec<OnceLock<Pool>>,
+    cpu: Vec<Lazy<Pool>>,
     /// The shared pool of prioritized CPU ops.
-    priority: OnceLock<Pool>,
+    priority: Lazy<Pool>,
     /// The GPU devices, opened on first use.
     gpu: Gpus,
     /// What the engine holds back, for idle CPU workers to push.
     held: Option<Arc<dyn Held>>,
-    /// Taken to start a pool, so that two pushes never both start one.
-    starting: Mutex<()>,
 }
 
 impl Dispatcher {
     pub(crate) fn new(topology: Topology, held: Option<Arc<dyn Held>>) -> Self {
-        let cpu = (0..topology.cpu_devices).map(|_| OnceLock::new()).collect();
+        let cpu = (0..topology.cpu_devices).map(|_| Lazy::default()).collect();
         let gpu =
             Gpus::new(topology.gpu.clone(), topology.thread_name.clone(), (topology.spin, topology.timing));
-        Self { topology, cpu, priority: OnceLock::new(), gpu, held, starting: Mutex::new(()) }
+        Self { topology, cpu, priority: Lazy::default(), gpu, held }
     }
 
     /// Checks an op's device and lane; decides where its body starts once
@@ -235,7 +234,7 @@ impl Dispatcher {
     }
 
     #[inline]
-    fn cell(&self, device: Device, lane: Lane) -> &OnceLock<Pool> {
+    fn cell(&self, device: Device, lane: Lane) -> &Lazy<Pool> {
         match (device, lane) {
             (_, Lane::Prioritized) => &self.priority,
             (Device::Cpu(i), _) => &self.cpu[i],
@@ -248,7 +247,8 @@ impl Dispatcher {
     /// # Errors
     ///
     /// Its threads cannot start ([`Error::is_pool_unavailable`]); those
-    /// that did are stopped, and a later push tries again.
+    /// that did are stopped, and a push after a back-off tries again
+    /// (`lazy.rs`).
     #[inline(always)]
     fn pool(&self, device: Device, lane: Lane) -> Result<&Pool, Error> {
         match self.cell(device, lane).get() {
@@ -260,20 +260,17 @@ impl Dispatcher {
     /// Starts the pool for `device` and `lane` (see [`pool`](Self::pool)).
     #[cold]
     fn start(&self, device: Device, lane: Lane) -> Result<&Pool, Error> {
-        let cell = self.cell(device, lane);
-        let _starting = lock(&self.starting);
-        if let Some(pool) = cell.get() {
-            return Ok(pool);
-        }
         let Topology { thread_name: prefix, cpu_workers, priority_workers, .. } = &self.topology;
         let (name, workers, held) = match (device, lane) {
             (_, Lane::Prioritized) => (format!("{prefix}-prio"), *priority_workers, None),
             (Device::Cpu(i), _) => (format!("{prefix}-cpu{i}"), *cpu_workers, self.held.clone()),
             (Device::Gpu(_), _) => unreachable!("GPU pools are kept per device"),
         };
-        let pool = Pool::start(&name, workers, held, (self.topology.spin, self.topology.timing), None)
-            .map_err(|e| Error::pool_unavailable(&name, &e))?;
-        Ok(cell.get_or_init(|| pool))
+        let start = || {
+            Pool::start(&name, workers, held, (self.topology.spin, self.topology.timing), None)
+                .map_err(|e| Error::pool_unavailable(&name, &e))
+        };
+        self.cell(device, lane).get_or_start(start, |_| true)
     }
 
     /// Whether every worker of `device`'s normal pool is parking (see
@@ -289,7 +286,7 @@ impl Dispatcher {
     }
 
     fn pools(&self) -> impl Iterator<Item = &Pool> {
-        self.cpu.iter().chain(std::iter::once(&self.priority)).filter_map(OnceLock::get)
+        self.cpu.iter().chain(std::iter::once(&self.priority)).filter_map(Lazy::get)
     }
 
     /// The metrics of every pool started.

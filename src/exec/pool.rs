@@ -126,9 +126,16 @@ impl Pool {
             stats: PoolStats::new(workers, timing),
         });
         let pool = Self { name: name.to_owned(), shared, threads: Mutex::new(Vec::with_capacity(workers)) };
+        // Each thread is started once the one before it has set itself up.
+        // Started all at once, threads still setting up compete for memory
+        // with the next one's start: near a memory limit, the OS may grant
+        // a thread its stack and then refuse what the standard library
+        // sets up inside it before any code of ours runs, which aborts the
+        // process. One at a time, a refusal comes from the start itself,
+        // where it is an error the push returns.
         for k in 0..workers {
-            let shared = pool.shared.clone();
-            let init = init.clone();
+            let (shared, init) = (pool.shared.clone(), init.clone());
+            let (up, set_up) = std::sync::mpsc::channel::<()>();
             let started = spawn_failure(k).map_or_else(
                 || {
                     std::thread::Builder::new().name(format!("{name}-{k}")).spawn(move || {
@@ -136,11 +143,19 @@ impl Pool {
                             init(k);
                         }
                         thread::become_worker(&shared);
-                        Worker::new(&shared, k).work();
+                        let worker = Worker::new(&shared, k);
+                        let _ = up.send(());
+                        drop(up);
+                        worker.work();
                     })
                 },
                 Err,
             );
+            if started.is_ok() {
+                // A thread that ends before it is set up (it panicked) drops
+                // its sender: the wait ends either way.
+                let _ = set_up.recv();
+            }
             match started {
                 Ok(thread) => lock(&pool.threads).push(thread),
                 Err(err) => {
@@ -293,8 +308,10 @@ impl Pool {
 
 #[cfg(all(test, not(depengine_loom)))]
 thread_local! {
-    /// Tests: the worker whose start fails, on this thread's next pool start.
+    /// Tests: the worker whose start fails, on this thread's pool starts.
     pub(crate) static FAIL_SPAWN_AT: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    /// Tests: the thread starts refused so on this thread.
+    pub(crate) static SPAWNS_REFUSED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Tests: a thread start refused as the OS would under a memory limit.
@@ -302,6 +319,7 @@ thread_local! {
 fn spawn_failure(k: usize) -> Option<std::io::Error> {
     #[cfg(all(test, not(depengine_loom)))]
     if FAIL_SPAWN_AT.with(std::cell::Cell::get) == Some(k) {
+        SPAWNS_REFUSED.with(|n| n.set(n.get() + 1));
         return Some(std::io::Error::from_raw_os_error(11));
     }
     let _ = k;

@@ -22,18 +22,26 @@ fn threads_named(prefix: &str) -> usize {
 
 /// A pool whose threads the OS refuses fails the push that needed it:
 /// its var is left as if the op had never been pushed, the threads
-/// that did start are stopped, and a later push starts the pool.
+/// that did start are stopped, pushes within the back-off are refused
+/// without asking the OS again, and a later push starts the pool.
 #[test]
 #[cfg(target_os = "linux")]
 fn a_pool_that_cannot_start_fails_the_push_and_leaves_the_var_alone() {
     let engine = Engine::builder().cpu_workers(3).thread_name("nostart").build().unwrap();
     let v = engine.var(1u32);
     crate::exec::FAIL_SPAWN_AT.with(|at| at.set(Some(2)));
-    let err = engine.op("first").write(&v).try_run(|(), (mut v,)| {
-        *v += 1;
-        Ok(())
-    });
+    let push = || {
+        engine.op("first").write(&v).try_run(|(), (mut v,)| {
+            *v += 1;
+            Ok(())
+        })
+    };
+    let err = push();
+    for _ in 0..100 {
+        assert!(push().unwrap_err().is_pool_unavailable());
+    }
     crate::exec::FAIL_SPAWN_AT.with(|at| at.set(None));
+    assert_eq!(crate::exec::SPAWNS_REFUSED.with(std::cell::Cell::get), 1, "pushes retried the start at once");
     let err = err.unwrap_err();
     assert!(err.is_pool_unavailable(), "{err}");
     assert!(err.to_string().contains("nostart-cpu0"), "{err}");
@@ -41,7 +49,8 @@ fn a_pool_that_cannot_start_fails_the_push_and_leaves_the_var_alone() {
     assert!(!state.write_running && state.queued.is_empty() && state.version == 0, "{state:?}");
     assert_eq!(threads_named("nostart-cpu0"), 0, "started workers were not stopped");
     engine.blocking_wait_for_all().unwrap();
-    // The next push starts the pool and runs.
+    // A push after the back-off starts the pool and runs.
+    std::thread::sleep(std::time::Duration::from_millis(60));
     let after = engine.op("after").write(&v).run(|(), (mut v,)| {
         *v += 10;
         Ok(*v)

@@ -1,0 +1,149 @@
+//! Pools started on first use, whose failed start is remembered for a
+//! while instead of being tried again by every push.
+//!
+//! A pool that cannot start (the OS refuses threads: a memory limit, a
+//! thread limit) fails the push that needed it. Trying again at once, on
+//! every push, would ask the OS for every thread of the pool each time, in
+//! the very state where it refuses them: with a thousand workers per pool
+//! under an address-space limit, a hundred refused pushes start and stop a
+//! hundred thousand threads and may exhaust the process. So a failure is
+//! remembered: pushes within its back-off get the same error without
+//! trying, and each failure in a row doubles the back-off, up to a bound.
+//! A start that succeeds forgets the failures.
+
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::pool::lock;
+use crate::error::Error;
+
+/// The back-off after a first failure.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+/// The longest back-off, after many failures in a row.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// A value (a pool, a device's pools) started on first use.
+pub(super) struct Lazy<T> {
+    value: OnceLock<T>,
+    /// The last failed start, if the last start failed. Its lock is held
+    /// while starting, so that two pushes never both start the value.
+    failed: Mutex<Option<Failure>>,
+}
+
+struct Failure {
+    error: Error,
+    /// When it may be tried again.
+    retry_at: Instant,
+    /// The back-off that set `retry_at`.
+    backoff: Duration,
+}
+
+impl<T> Default for Lazy<T> {
+    fn default() -> Self {
+        Self { value: OnceLock::new(), failed: Mutex::new(None) }
+    }
+}
+
+impl<T> Lazy<T> {
+    /// The value, if it has started.
+    #[inline(always)]
+    pub(super) fn get(&self) -> Option<&T> {
+        self.value.get()
+    }
+
+    /// The value, started with `start` if it has not started.
+    ///
+    /// # Errors
+    ///
+    /// What `start` returned, now or, within the back-off after a failed
+    /// start, then (without calling `start`). Only errors for which
+    /// `remember` says so are remembered.
+    #[cold]
+    pub(super) fn get_or_start(
+        &self,
+        start: impl FnOnce() -> Result<T, Error>,
+        remember: impl FnOnce(&Error) -> bool,
+    ) -> Result<&T, Error> {
+        self.get_or_start_at(Instant::now, start, remember)
+    }
+
+    /// [`get_or_start`](Self::get_or_start) on the clock `now`.
+    fn get_or_start_at(
+        &self,
+        now: impl FnOnce() -> Instant,
+        start: impl FnOnce() -> Result<T, Error>,
+        remember: impl FnOnce(&Error) -> bool,
+    ) -> Result<&T, Error> {
+        let mut failed = lock(&self.failed);
+        if let Some(value) = self.value.get() {
+            return Ok(value);
+        }
+        let now = now();
+        if let Some(failure) = failed.as_ref().filter(|f| now < f.retry_at) {
+            return Err(failure.error.clone());
+        }
+        match start() {
+            Ok(value) => {
+                *failed = None;
+                Ok(self.value.get_or_init(|| value))
+            }
+            Err(error) => {
+                if remember(&error) {
+                    let backoff = failed.as_ref().map_or(FIRST_BACKOFF, |f| (f.backoff * 2).min(MAX_BACKOFF));
+                    *failed = Some(Failure { error: error.clone(), retry_at: now + backoff, backoff });
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    fn refused() -> Error {
+        Error::pool_unavailable("p", &std::io::Error::from_raw_os_error(11))
+    }
+
+    #[test]
+    fn a_failed_start_is_not_tried_again_within_its_backoff_which_doubles() {
+        let lazy: Lazy<u32> = Lazy::default();
+        let t0 = Instant::now();
+        let at = |ms: u64| move || t0 + Duration::from_millis(ms);
+        let tries = Cell::new(0);
+        let failing = || {
+            tries.set(tries.get() + 1);
+            Err(refused())
+        };
+        for ms in 0..100 {
+            assert!(lazy.get_or_start_at(at(ms / 4), failing, |_| true).unwrap_err().is_pool_unavailable());
+        }
+        assert_eq!(tries.get(), 1, "retried within the back-off");
+        assert!(lazy.get_or_start_at(at(50), failing, |_| true).is_err());
+        assert_eq!(tries.get(), 2, "not retried after the back-off");
+        let ok = || Ok(7);
+        assert!(
+            lazy.get_or_start_at(at(149), ok, |_| true).is_err(),
+            "the second back-off is twice the first"
+        );
+        assert_eq!(*lazy.get_or_start_at(at(150), ok, |_| true).unwrap(), 7);
+        assert_eq!(lazy.get(), Some(&7));
+        // Failures in a row back off up to the bound.
+        let capped: Lazy<u32> = Lazy::default();
+        let mut t = 0;
+        for _ in 0..20 {
+            assert!(capped.get_or_start_at(at(t), || Err(refused()), |_| true).is_err());
+            t += MAX_BACKOFF.as_millis() as u64;
+        }
+        assert_eq!(*capped.get_or_start_at(at(t), ok, |_| true).unwrap(), 7);
+    }
+
+    #[test]
+    fn errors_not_remembered_are_tried_again_at_once() {
+        let lazy: Lazy<u32> = Lazy::default();
+        assert!(lazy.get_or_start(|| Err(refused()), |_| false).is_err());
+        assert_eq!(*lazy.get_or_start(|| Ok(3), |_| true).unwrap(), 3);
+    }
+}
