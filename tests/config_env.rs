@@ -23,6 +23,7 @@ fn child(test: &str, env: &[(&str, &str)]) -> String {
         "DEPENGINE_METRICS_TIMING",
         "DEPENGINE_WATCHDOG_MS",
         "DEPENGINE_TRACK_HOLDERS",
+        "DEPENGINE_PROFILE_KEEP",
     ] {
         cmd.env_remove(var);
     }
@@ -195,6 +196,8 @@ fn watchdog_is_a_setting() {
     assert!(out.contains("config: kind="), "{out}");
     let err = Engine::builder().watchdog(std::time::Duration::from_secs(86_401)).build().unwrap_err();
     assert!(err.is_invalid_argument() && err.to_string().contains("past its bound"), "{err}");
+    let out = child("child_with_defaults", &[("DEPENGINE_PROFILE_KEEP", "0")]);
+    assert!(out.contains("DEPENGINE_PROFILE_KEEP must be at least 1"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_TRACK_HOLDERS", "perhaps")]);
     assert!(out.contains("DEPENGINE_TRACK_HOLDERS=\"perhaps\": expected 1 or 0"), "{out}");
 }

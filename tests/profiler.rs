@@ -313,3 +313,107 @@ async fn gpu_ops_show_their_worker_and_their_poller() {
     })
     .await;
 }
+
+#[test]
+#[ignore = "run by two_engines_write_two_traces in a child process"]
+fn child_with_two_profiled_engines() {
+    let engines = [Engine::new(), Engine::new()];
+    for (k, engine) in engines.iter().enumerate() {
+        let v = engine.var(0u64);
+        for _ in 0..=k {
+            engine.op("two-op").write(&v).run(|(), (mut v,)| {
+                *v += 1;
+                Ok(())
+            });
+        }
+    }
+    for engine in &engines {
+        engine.blocking_shutdown(depengine::ShutdownMode::Drain).unwrap();
+    }
+}
+
+/// With `DEPENGINE_PROFILE`, each engine of the process writes its own
+/// trace (the first to the path given, the next with `.2` before the
+/// extension), whole, and once.
+#[test]
+fn two_engines_write_two_traces() {
+    let dir = std::env::temp_dir().join(format!("depengine-two-profiles-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trace.json");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_with_two_profiled_engines", "--ignored", "--test-threads=1"])
+        .env("DEPENGINE_PROFILE", &path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let mut counts = Vec::new();
+    for name in ["trace.json", "trace.2.json"] {
+        let text = std::fs::read_to_string(dir.join(name)).unwrap();
+        let trace: Value = serde_json::from_str(&text).unwrap();
+        let ops = trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X").count();
+        counts.push(ops);
+    }
+    counts.sort_unstable();
+    assert_eq!(counts, [1, 2], "each engine's ops in a trace of its own");
+    let files = std::fs::read_dir(&dir).unwrap().count();
+    assert_eq!(files, 2, "no temporary file is left");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A profiler left on keeps the last ops only, and says how many it let
+/// go; a snapshot while it records does not lose any op.
+#[test]
+fn a_profiler_left_on_keeps_a_bounded_profile() {
+    let engine = Engine::builder().cpu_workers(1).bulk_size(1).build().unwrap();
+    let v = engine.var(0u64);
+    engine.profiler().keep_last(100);
+    assert_eq!(engine.profiler().keeps(), 100);
+    engine.profiler().start();
+    for i in 0..5_000u64 {
+        engine.op("tick").write(&v).run(move |(), (mut v,)| {
+            *v = i;
+            Ok(())
+        });
+        if i % 997 == 0 {
+            let snapshot = engine.profiler().snapshot();
+            assert!(snapshot.ops().len() <= 100);
+        }
+    }
+    engine.blocking_wait_for_all().unwrap();
+    let profile = engine.profiler().stop();
+    assert_eq!(profile.ops().len(), 100);
+    assert_eq!(profile.dropped(), 4_900);
+    // The last ones, in order.
+    let seqs: Vec<u64> = profile.ops().iter().map(|op| op.seq).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert_eq!(engine.profiler().take().ops().len(), 0);
+}
+
+/// Names no view should choke on: a very long one, control characters,
+/// markup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_take_any_name() {
+    timed(async {
+        let engine = engine();
+        let v = engine.var(0u64);
+        engine.profiler().start();
+        let long = "n".repeat(70_000);
+        for name in [long.clone(), "esc\u{1b}[31m\u{1}".into(), "<script>alert(1)</script>".into()] {
+            engine.op(name).write(&v).run(|(), (mut v,)| {
+                *v += 1;
+                Ok(())
+            });
+        }
+        engine.wait_for_all().await.unwrap();
+        let profile = engine.profiler().stop();
+        assert_eq!(profile.aggregate_table().lines().count(), 4);
+        let svg = profile.svg();
+        let bad =
+            svg.chars().find(|c| matches!(*c, '\u{0}'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}'));
+        assert_eq!(bad, None, "a character XML 1.0 does not allow");
+        assert!(svg.contains("\\u{1b}") && !svg.contains("<script>"), "escaped, not dropped");
+        serde_json::from_str::<Value>(&profile.chrome_trace()).unwrap();
+    })
+    .await;
+}

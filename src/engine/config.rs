@@ -4,6 +4,8 @@
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
+use super::profiler::{DEFAULT_KEEP, ENV_PROFILE_KEEP};
+
 use super::Engine;
 use crate::error::Error;
 use crate::exec::{GpuSettings, Topology};
@@ -74,6 +76,8 @@ pub(crate) struct Config {
     pub(crate) watchdog: Option<Duration>,
     /// Whether vars name the ops holding them, for the hang explainer.
     pub(crate) track_holders: bool,
+    /// How many completed ops the profiler keeps.
+    pub(crate) profile_keep: usize,
 }
 
 /// Configures and builds an [`Engine`].
@@ -344,7 +348,9 @@ impl EngineBuilder {
             )));
         }
         let track_holders = flag(self.track_holders, ENV_TRACK_HOLDERS, true)?;
-        let config = Config { kind, topology, bulk_size, max_in_flight, watchdog, track_holders };
+        let profile_keep = setting("profile_keep", None, ENV_PROFILE_KEEP, DEFAULT_KEEP, usize::MAX)?;
+        let config =
+            Config { kind, topology, bulk_size, max_in_flight, watchdog, track_holders, profile_keep };
         let runtime = self.runtime.or_else(|| tokio::runtime::Handle::try_current().ok());
         Engine::from_config(config, runtime)
     }

@@ -6,16 +6,31 @@
 //! record carries nothing more. On, each recorded op allocates its
 //! profile and, at completion, hands its record over under one lock.
 
-use std::path::PathBuf;
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::options::OpOptions;
 use crate::profile::{Profile, ProfiledOp};
-use crate::sync::atomic::{AtomicU8, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use crate::sync::{Mutex, lock};
 
 /// The environment variable that makes every engine of the process
-/// profile from its start and write the trace to the path it names.
+/// profile from its start and write the trace to the path it names (each
+/// engine after the first to a path of its own, see [`Recorder::autosave`]).
 pub(crate) const ENV_PROFILE: &str = "DEPENGINE_PROFILE";
+/// The environment variable that sets how many ops a profile keeps (read
+/// with the engine's other settings, `config.rs`).
+pub(crate) const ENV_PROFILE_KEEP: &str = "DEPENGINE_PROFILE_KEEP";
+
+/// How many completed ops a profiler keeps by default: the last ones, so
+/// that a profiler left on in a long-running service holds a bounded
+/// amount of memory (some 60 MB at this count).
+pub(crate) const DEFAULT_KEEP: usize = 100_000;
+
+/// Ops are kept in chunks of this many: a snapshot shares the full chunks
+/// instead of copying them under the lock that completions take.
+const CHUNK: usize = 1024;
 
 const OFF: u8 = 0;
 /// Every op but those pushed with `profile(false)`.
@@ -23,20 +38,84 @@ const ALL: u8 = 1;
 /// Only ops pushed with `profile(true)`.
 const OPTED_IN: u8 = 2;
 
+/// Engines of the process that write a trace to `DEPENGINE_PROFILE`, so
+/// far: the first writes to the path as given, later ones to their own.
+static AUTOSAVING: AtomicUsize = AtomicUsize::new(0);
+
 pub(super) struct Recorder {
     mode: AtomicU8,
-    ops: Mutex<Vec<ProfiledOp>>,
+    ring: Mutex<Ring>,
     /// Where the trace goes when the engine shuts down or is dropped.
     autosave: Option<PathBuf>,
+    /// Whether it went there already.
+    saved: AtomicBool,
+}
+
+/// The ops recorded since the last take: the last `keep` of them, in
+/// chunks. Full chunks are shared with snapshots; the open one is sealed
+/// when a snapshot is taken.
+struct Ring {
+    sealed: VecDeque<Arc<[ProfiledOp]>>,
+    open: Vec<ProfiledOp>,
+    /// Ops in `sealed` and `open`.
+    held: usize,
+    /// Ops recorded and let go since the last take.
+    dropped: u64,
+    keep: usize,
+}
+
+impl Ring {
+    fn new(keep: usize) -> Self {
+        Self { sealed: VecDeque::new(), open: Vec::new(), held: 0, dropped: 0, keep }
+    }
+
+    fn push(&mut self, op: ProfiledOp) {
+        if self.open.capacity() == 0 {
+            self.open.reserve_exact(CHUNK.min(self.keep));
+        }
+        self.open.push(op);
+        self.held += 1;
+        if self.open.len() >= CHUNK.min(self.keep) {
+            self.seal();
+        }
+    }
+
+    /// Moves the open chunk to the sealed ones, and lets go of the oldest
+    /// chunks that hold only ops past the last `keep`.
+    fn seal(&mut self) {
+        if !self.open.is_empty() {
+            let open = std::mem::take(&mut self.open);
+            self.sealed.push_back(open.into());
+        }
+        while let Some(front) = self.sealed.front().filter(|f| self.held - f.len() >= self.keep) {
+            let n = front.len();
+            self.sealed.pop_front();
+            self.held -= n;
+            self.dropped += n as u64;
+        }
+    }
+
+    /// What a snapshot needs: the chunks, and how many of the oldest ops in
+    /// them are past the last `keep`.
+    fn view(&mut self) -> (Vec<Arc<[ProfiledOp]>>, usize, u64) {
+        self.seal();
+        let excess = self.held.saturating_sub(self.keep);
+        (self.sealed.iter().cloned().collect(), excess, self.dropped + excess as u64)
+    }
 }
 
 impl Recorder {
-    /// A recorder, recording from the start if `DEPENGINE_PROFILE` names a
-    /// file.
-    pub(super) fn from_env() -> Self {
+    /// A recorder keeping the last `keep` ops, recording from the start if
+    /// `DEPENGINE_PROFILE` names a file.
+    pub(super) fn new(keep: usize) -> Self {
         let autosave = std::env::var_os(ENV_PROFILE).filter(|p| !p.is_empty()).map(PathBuf::from);
         let mode = if autosave.is_some() { ALL } else { OFF };
-        Self { mode: AtomicU8::new(mode), ops: Mutex::new(Vec::new()), autosave }
+        Self {
+            mode: AtomicU8::new(mode),
+            ring: Mutex::new(Ring::new(keep)),
+            autosave,
+            saved: AtomicBool::new(false),
+        }
     }
 
     /// Whether a push with `opts` is recorded: one relaxed load while off.
@@ -55,7 +134,7 @@ impl Recorder {
     }
 
     pub(super) fn record(&self, op: ProfiledOp) {
-        lock(&self.ops).push(op);
+        lock(&self.ring).push(op);
     }
 
     pub(super) fn start(&self, opted_in_only: bool) {
@@ -70,24 +149,150 @@ impl Recorder {
         self.mode.load(Ordering::Relaxed) != OFF
     }
 
-    /// The ops recorded so far, kept or taken.
+    /// Keeps the last `n` ops from now on (at least one).
+    pub(super) fn keep_last(&self, n: usize) {
+        let mut ring = lock(&self.ring);
+        ring.keep = n.max(1);
+        ring.seal();
+    }
+
+    /// How many ops it keeps.
+    pub(super) fn keeps(&self) -> usize {
+        lock(&self.ring).keep
+    }
+
+    /// The ops recorded so far, kept or taken. Only chunk references are
+    /// copied under the lock that completions take; the ops are copied
+    /// after.
     pub(super) fn profile(&self, take: bool) -> Profile {
-        let mut ops = lock(&self.ops);
-        Profile::new(if take { std::mem::take(&mut *ops) } else { ops.clone() })
+        let (chunks, excess, dropped) = {
+            let mut ring = lock(&self.ring);
+            let view = ring.view();
+            if take {
+                let keep = ring.keep;
+                *ring = Ring::new(keep);
+            }
+            view
+        };
+        let ops = chunks.iter().flat_map(|c| c.iter()).skip(excess).cloned().collect();
+        Profile::new(ops, dropped)
     }
 
     /// Writes what was recorded to the `DEPENGINE_PROFILE` file, if one is
-    /// named: at shutdown, and when the engine is dropped.
+    /// named, once: at shutdown, or when the engine is dropped and drained.
+    /// The first engine of the process writes to the path as given; each
+    /// later one to the path with its number before the extension
+    /// (`trace.json`, `trace.2.json`, …), so that no engine's trace
+    /// replaces another's. The file is written whole or not at all (to a
+    /// temporary file beside it, then renamed).
     pub(super) fn autosave(&self) {
-        let Some(path) = &self.autosave else { return };
+        let Some(given) = &self.autosave else { return };
+        if self.saved.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let path = numbered(given, AUTOSAVING.fetch_add(1, Ordering::Relaxed) + 1);
         let profile = self.profile(false);
-        match profile.write_chrome_trace(path) {
-            Ok(()) => {
-                tracing::info!(target: "depengine", path = %path.display(), ops = profile.ops().len(), "profile written")
-            }
+        let ops = profile.ops().len();
+        match write_atomically(&path, profile.chrome_trace().as_bytes()) {
+            Ok(()) if profile.dropped() > 0 => tracing::warn!(
+                target: "depengine",
+                path = %path.display(),
+                ops,
+                dropped = profile.dropped(),
+                "profile written with the last {ops} ops only (set {ENV_PROFILE_KEEP} to keep more)"
+            ),
+            Ok(()) => tracing::info!(target: "depengine", path = %path.display(), ops, "profile written"),
             Err(err) => {
                 tracing::error!(target: "depengine", path = %path.display(), "profile not written: {err}")
             }
         }
+    }
+}
+
+/// `path` for the `n`th engine: as given for the first, else with `.n`
+/// before its extension.
+fn numbered(path: &Path, n: usize) -> PathBuf {
+    if n <= 1 {
+        return path.to_owned();
+    }
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}.{n}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.{n}"),
+    };
+    path.with_file_name(name)
+}
+
+/// Writes `bytes` to a temporary file beside `path`, then renames it to
+/// `path`: a reader never sees a part of it.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+    use crate::device::{Device, Lane};
+    use crate::profile::Outcome;
+
+    fn op(seq: u64) -> ProfiledOp {
+        ProfiledOp {
+            seq,
+            name: "op".into(),
+            device: Device::Cpu(0),
+            lane: Lane::Normal,
+            priority: 0,
+            thread: None,
+            completed_on: String::new(),
+            pushed: seq,
+            ready: None,
+            start: None,
+            end: None,
+            done: seq,
+            reads: Vec::new(),
+            writes: Vec::new(),
+            released: Vec::new(),
+            outcome: Outcome::Ok,
+        }
+    }
+
+    fn seqs(profile: &Profile) -> Vec<u64> {
+        profile.ops().iter().map(|op| op.seq).collect()
+    }
+
+    #[test]
+    fn a_profile_keeps_the_last_ops_and_counts_those_let_go() {
+        let recorder = Recorder::new(DEFAULT_KEEP);
+        for keep in [1, 5, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK] {
+            recorder.keep_last(keep);
+            let _ = recorder.profile(true);
+            let n = 5 * CHUNK as u64 + 7;
+            for seq in 0..n {
+                recorder.record(op(seq));
+            }
+            let snapshot = recorder.profile(false);
+            assert_eq!(seqs(&snapshot), (n - keep as u64..n).collect::<Vec<_>>(), "keep {keep}");
+            assert_eq!(snapshot.dropped(), n - keep as u64, "keep {keep}");
+            recorder.record(op(n));
+            let taken = recorder.profile(true);
+            assert_eq!(taken.ops().last().map(|op| op.seq), Some(n), "keep {keep}");
+            assert_eq!(taken.ops().len(), keep, "keep {keep}");
+            assert_eq!(taken.dropped(), n + 1 - keep as u64, "keep {keep}");
+            let empty = recorder.profile(true);
+            assert!(empty.ops().is_empty() && empty.dropped() == 0, "keep {keep}");
+        }
+    }
+
+    #[test]
+    fn later_engines_write_their_own_trace() {
+        let path = Path::new("dir").join("trace.json");
+        assert_eq!(numbered(&path, 1), path);
+        assert_eq!(numbered(&path, 2), Path::new("dir").join("trace.2.json"));
+        assert_eq!(numbered(Path::new("trace"), 3), Path::new("trace.3"));
     }
 }

@@ -142,6 +142,7 @@ impl Shared {
         Arc::new_cyclic(|weak| {
             let bulk = Bulk::new(bulk_size, weak.clone());
             let limit = config.max_in_flight.map(Limit::new);
+            let recorder = Recorder::new(config.profile_keep);
             Shared {
                 dispatcher: Dispatcher::new(config.topology.clone(), bulk.held()),
                 config,
@@ -153,7 +154,7 @@ impl Shared {
                 bulk,
                 queues: Queues::default(),
                 counts: Counts::default(),
-                recorder: Recorder::from_env(),
+                recorder,
                 limit,
                 lingering: CountLatch::default(),
                 watchdog: std::sync::OnceLock::new(),

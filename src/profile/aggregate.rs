@@ -78,18 +78,40 @@ pub(super) fn compute(profile: &Profile) -> Vec<Aggregate> {
     rows
 }
 
+/// The widest name column of a table: longer names are cut, with `…`.
+const NAME_WIDTH: usize = 60;
+
+/// `name` in a column of `width` characters.
+fn cell(name: &str, width: usize) -> String {
+    let mut out: String = name.chars().take(width).collect();
+    if name.chars().count() > width {
+        out.pop();
+        out.push('…');
+    }
+    let pad = width - out.chars().count();
+    out.extend(std::iter::repeat_n(' ', pad));
+    out
+}
+
 pub(super) fn table(rows: &[Aggregate]) -> String {
-    let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
+    let width = rows.iter().map(|r| r.name.chars().count()).max().unwrap_or(4).clamp(4, NAME_WIDTH);
     let mut out = format!(
-        "{:<width$} {:>8} {:>8} {:>12} {:>10} {:>10} {:>10} {:>12}\n",
-        "name", "count", "ran", "total µs", "min µs", "mean µs", "max µs", "mean wait µs"
+        "{} {:>8} {:>8} {:>12} {:>10} {:>10} {:>10} {:>12}\n",
+        cell("name", width),
+        "count",
+        "ran",
+        "total µs",
+        "min µs",
+        "mean µs",
+        "max µs",
+        "mean wait µs"
     );
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     for r in rows {
         let _ = writeln!(
             out,
-            "{:<width$} {:>8} {:>8} {:>12.1} {:>10.1} {:>10.1} {:>10.1} {:>12.1}",
-            r.name,
+            "{} {:>8} {:>8} {:>12.1} {:>10.1} {:>10.1} {:>10.1} {:>12.1}",
+            cell(&r.name, width),
             r.count,
             r.ran,
             us(r.total),
@@ -100,4 +122,26 @@ pub(super) fn table(rows: &[Aggregate]) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str) -> Aggregate {
+        let d = Duration::from_micros(1);
+        let (count, ran) = (1, 1);
+        Aggregate { name: name.into(), count, ran, total: d, min: d, mean: d, max: d, mean_queue_wait: d }
+    }
+
+    #[test]
+    fn long_and_wide_names_keep_the_table_aligned() {
+        let long = "x".repeat(70_000);
+        let text = table(&[row(&long), row("é✓"), row("ab")]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        let widths: Vec<usize> = lines.iter().map(|l| l.chars().count()).collect();
+        assert!(widths.iter().all(|w| *w == widths[0]), "{widths:?}");
+        assert!(lines[1].starts_with(&format!("{}…", "x".repeat(NAME_WIDTH - 1))), "{}", lines[1]);
+    }
 }

@@ -127,21 +127,29 @@ impl ProfiledOp {
     }
 }
 
-/// The ops a profiler recorded, in the order they completed.
+/// The ops a profiler recorded, in the order they completed: the last
+/// ones it keeps (see [`Profiler::keep_last`](crate::Profiler::keep_last)).
 #[derive(Clone, Debug, Default)]
 pub struct Profile {
     ops: Vec<ProfiledOp>,
+    dropped: u64,
 }
 
 impl Profile {
-    pub(crate) fn new(mut ops: Vec<ProfiledOp>) -> Self {
+    pub(crate) fn new(mut ops: Vec<ProfiledOp>, dropped: u64) -> Self {
         ops.sort_by_key(|op| (op.done, op.seq));
-        Self { ops }
+        Self { ops, dropped }
     }
 
     /// The ops.
     pub fn ops(&self) -> &[ProfiledOp] {
         &self.ops
+    }
+
+    /// The ops recorded before these and let go, to keep the profile
+    /// within its bound.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
     }
 
     /// The first time any op holds: views start there.

@@ -19,9 +19,24 @@ fn colour(k: usize) -> String {
     format!("hsl({hue:.0},65%,55%)")
 }
 
-/// Escapes text for XML.
+/// Escapes text for XML. Characters XML 1.0 does not allow at all (most
+/// control characters, U+FFFE, U+FFFF) cannot be escaped as references
+/// either: they are written as Rust writes them (`\u{1b}`), so that the
+/// document stays well-formed and the name still shows what it held.
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\t' | '\n' | '\r' => out.push(c),
+            '\u{0}'..='\u{1f}' | '\u{fffe}' | '\u{ffff}' => out.extend(c.escape_unicode()),
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 pub(super) fn render(profile: &Profile) -> String {
@@ -116,5 +131,17 @@ fn axis(svg: &mut String, span: f64, y: f64) {
             writeln!(svg, "<line x1=\"{tx}\" y1=\"{y}\" x2=\"{tx}\" y2=\"{}\" stroke=\"black\"/>", y + 5.0);
         let _ =
             writeln!(svg, "<text x=\"{tx}\" y=\"{}\" text-anchor=\"middle\">{label:.0} µs</text>", y + 18.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::esc;
+
+    #[test]
+    fn names_are_escaped_into_well_formed_xml_text() {
+        assert_eq!(esc("<script>&\"x\""), "&lt;script&gt;&amp;&quot;x&quot;");
+        assert_eq!(esc("a\u{1}b\u{1b}[0m\u{fffe}"), "a\\u{1}b\\u{1b}[0m\\u{fffe}");
+        assert_eq!(esc("tab\there é ✓"), "tab\there é ✓");
     }
 }

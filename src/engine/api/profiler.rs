@@ -24,7 +24,10 @@ impl Engine {
     /// the process record from its start and write the Chrome trace there
     /// when it shuts down, or once it has drained after its last handle is
     /// dropped (a process that exits before that writes nothing: shut the
-    /// engine down, or wait for it, first).
+    /// engine down, or wait for it, first). The first engine of the process
+    /// writes `path.json`, later ones `path.2.json`, `path.3.json`…; each
+    /// file is written whole, once. It keeps the last ops only (see
+    /// [`Profiler::keep_last`]).
     ///
     /// Off, the profiler costs a push one relaxed load.
     ///
@@ -79,7 +82,10 @@ impl Profiler<'_> {
         recorder.profile(true)
     }
 
-    /// What was recorded so far (the ops that completed), without taking it.
+    /// What was recorded so far (the ops that completed), without taking
+    /// it. Completions are held back only while the references to what is
+    /// kept are copied, not while the ops are: a snapshot of a large
+    /// profile does not stall the engine.
     pub fn snapshot(&self) -> Profile {
         self.engine.shared().recorder.profile(false)
     }
@@ -87,5 +93,20 @@ impl Profiler<'_> {
     /// Takes what was recorded so far; recording goes on.
     pub fn take(&self) -> Profile {
         self.engine.shared().recorder.profile(true)
+    }
+
+    /// Keeps only the last `n` completed ops (at least one): older ones
+    /// are let go as new ones complete, and
+    /// [`Profile::dropped`](crate::profile::Profile::dropped) counts them.
+    /// A profiler left on in a long-running service thus holds a bounded
+    /// amount of memory (each op kept costs some 600 bytes). Environment:
+    /// `DEPENGINE_PROFILE_KEEP`. Default: 100,000.
+    pub fn keep_last(&self, n: usize) {
+        self.engine.shared().recorder.keep_last(n);
+    }
+
+    /// How many completed ops it keeps (see [`keep_last`](Self::keep_last)).
+    pub fn keeps(&self) -> usize {
+        self.engine.shared().recorder.keeps()
     }
 }
