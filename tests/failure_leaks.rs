@@ -148,3 +148,72 @@ fn child_pushes_to_a_huge_pool() {
     }
     println!("ran={ran} refused={refused}");
 }
+
+/// The resident memory of this process, in KiB (Linux).
+#[cfg(target_os = "linux")]
+fn resident_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Threads that pushed once and then idle cost little more memory than
+/// threads that never pushed: a feed's ring holds only the pages its ops
+/// touched, and goes back to the system once retired. (Each run in a child
+/// process, alone, so that no other test's memory is counted.)
+#[test]
+#[cfg(target_os = "linux")]
+fn idle_pushing_threads_keep_little_memory() {
+    let per_thread = |push: bool| {
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new(exe)
+            .args(["--exact", "child_with_idle_threads", "--ignored", "--nocapture", "--test-threads=1"])
+            .env("CHILD_THREADS_PUSH", if push { "1" } else { "0" })
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{text}");
+        let figure = text.split("per thread: ").nth(1).and_then(|rest| rest.split_whitespace().next());
+        figure.and_then(|f| f.parse::<f64>().ok()).unwrap_or_else(|| panic!("no figure in {text}"))
+    };
+    let (pushed, idle) = (per_thread(true), per_thread(false));
+    assert!(
+        pushed < idle + 16.0,
+        "{pushed:.1} KiB per thread that pushed once, {idle:.1} per thread that did not"
+    );
+}
+
+#[test]
+#[ignore = "run by idle_pushing_threads_keep_little_memory"]
+#[cfg(target_os = "linux")]
+fn child_with_idle_threads() {
+    use std::sync::Barrier;
+    const THREADS: usize = 1000;
+    let push = std::env::var("CHILD_THREADS_PUSH").as_deref() == Ok("1");
+    let engine = Engine::builder().cpu_workers(2).build().unwrap();
+    engine.op("warm").run(|(), ()| Ok(())).blocking_wait().unwrap();
+    let before = resident_kib();
+    let (up, down) = (Arc::new(Barrier::new(THREADS + 1)), Arc::new(Barrier::new(THREADS + 1)));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (engine, up, down) = (engine.clone(), up.clone(), down.clone());
+            std::thread::Builder::new()
+                .stack_size(64 << 10)
+                .spawn(move || {
+                    if push {
+                        engine.op("once").run(|(), ()| Ok(())).blocking_wait().unwrap();
+                    }
+                    up.wait();
+                    down.wait();
+                })
+                .unwrap()
+        })
+        .collect();
+    up.wait();
+    // Idle feeds are retired 50 to 100 ms after their last push.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let kib = resident_kib().saturating_sub(before) as f64 / THREADS as f64;
+    println!("per thread: {kib:.1} KiB");
+    down.wait();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+}

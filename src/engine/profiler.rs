@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::options::OpOptions;
 use crate::profile::{Profile, ProfiledOp};
-use crate::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use crate::sync::{Mutex, lock};
 
 /// The environment variable that makes every engine of the process
@@ -40,7 +40,8 @@ const OPTED_IN: u8 = 2;
 
 /// Engines of the process that write a trace to `DEPENGINE_PROFILE`, so
 /// far: the first writes to the path as given, later ones to their own.
-static AUTOSAVING: AtomicUsize = AtomicUsize::new(0);
+// std's atomic even under loom: a static cannot hold loom's.
+static AUTOSAVING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 pub(super) struct Recorder {
     mode: AtomicU8,
