@@ -2,6 +2,9 @@
 //! it writes, a shutdown that does not report failures already seen, and
 //! the count of successful writes beside a var's version.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use depengine::{Engine, ShutdownMode};
 
 fn engines() -> [Engine; 2] {
@@ -91,4 +94,102 @@ fn a_shutdown_reports_only_failures_nobody_was_handed() {
     let v = engine.var(0u32);
     assert!(fail(&engine, &v).blocking_wait().is_err());
     assert!(engine.blocking_wait_for_all().is_err());
+}
+
+/// A repair op writes every shard of a model that a failed update left
+/// half written and poisoned, and clears their errors in the same op:
+/// reads pushed from other threads meanwhile are either skipped (pushed
+/// before the repair) or see the repaired model whole (pushed after it),
+/// never the half-written one.
+#[test]
+fn a_repair_clears_the_errors_in_push_order_under_concurrent_reads() {
+    for engine in engines() {
+        let shards: Vec<_> = (0..4).map(|_| engine.var(vec![0u32; 64])).collect();
+        let bad =
+            engine.op("update").write_all(&shards).run(|(), (mut shards,)| -> depengine::Result<(), _> {
+                for (i, shard) in shards.iter_mut().enumerate() {
+                    shard.fill(1);
+                    if i == 1 {
+                        return Err("the update failed half way".into());
+                    }
+                }
+                Ok(())
+            });
+        assert!(bad.blocking_wait().unwrap_err().is_failed());
+        let stop = Arc::new(AtomicBool::new(false));
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let (engine, shards, stop) = (engine.clone(), shards.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let (mut skipped, mut served) = (0, 0);
+                    while !stop.load(Ordering::Relaxed) || served == 0 {
+                        let read = engine.op("request").read_all(&shards).run(|(shards,), ()| {
+                            Ok(shards.iter().flat_map(|s| s.iter().copied()).collect::<Vec<u32>>())
+                        });
+                        match read.blocking_wait() {
+                            Ok(values) => {
+                                assert!(values.iter().all(|&v| v == 2), "a read saw the model half repaired");
+                                served += 1;
+                            }
+                            Err(err) => {
+                                assert!(err.is_skipped(), "{err}");
+                                assert_eq!(served, 0, "a read pushed after the repair was skipped");
+                                skipped += 1;
+                            }
+                        }
+                    }
+                    (skipped, served)
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let repair = engine.op("repair").write_all(&shards).repair(true).run(|(), (mut shards,)| {
+            shards.iter_mut().for_each(|s| s.fill(2));
+            Ok(())
+        });
+        repair.blocking_wait().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        stop.store(true, Ordering::Relaxed);
+        for reader in readers {
+            let (_skipped, served) = reader.join().unwrap();
+            assert!(served > 0);
+        }
+        for shard in &shards {
+            assert!(shard.any().debug_state().error.is_none());
+        }
+        // The update's failure was reported once; the repair adds none.
+        assert!(engine.blocking_wait_for_all().unwrap_err().is_failed());
+        assert!(engine.blocking_wait_for_all().is_ok());
+    }
+}
+
+/// A repair that fails leaves its own failure on the vars it writes; a
+/// var it only reads keeps its error.
+#[test]
+fn a_failed_repair_poisons_and_a_read_var_keeps_its_error() {
+    for engine in engines() {
+        let (a, b) = (engine.var(0u32), engine.var(0u32));
+        let fail = |v: &depengine::Var<u32>, what: &'static str| {
+            engine.op("fail").write(v).run(move |(), (_v,)| -> depengine::Result<(), _> { Err(what.into()) })
+        };
+        assert!(fail(&a, "a broke").blocking_wait().is_err());
+        assert!(fail(&b, "b broke").blocking_wait().is_err());
+        let repair = engine.op("repair").read(&b).write(&a).repair(true).run(
+            |(b,), (_a,)| -> depengine::Result<u32, _> { Err(format!("cannot repair from {}", *b).into()) },
+        );
+        assert!(repair.blocking_wait().unwrap_err().to_string().contains("cannot repair from 0"));
+        let on_a = engine.op("use a").read(&a).run(|(a,), ()| Ok(*a)).blocking_wait().unwrap_err();
+        assert!(on_a.is_skipped() && on_a.to_string().contains("cannot repair"), "{on_a}");
+        let on_b = engine.op("use b").read(&b).run(|(b,), ()| Ok(*b)).blocking_wait().unwrap_err();
+        assert!(on_b.is_skipped() && on_b.to_string().contains("b broke"), "{on_b}");
+        let repair = engine.op("repair").write(&a).write(&b).repair(true).run(|(), (mut a, mut b)| {
+            *a = 1;
+            *b = 1;
+            Ok(())
+        });
+        repair.blocking_wait().unwrap();
+        let sum = engine.op("sum").read(&a).read(&b).run(|(a, b), ()| Ok(*a + *b));
+        assert_eq!(sum.blocking_wait().unwrap(), 2);
+        let _ = engine.blocking_wait_for_all();
+    }
 }

@@ -173,6 +173,46 @@ impl<'e, Rd, Wr, S: Slot> OpBuilder<'e, Rd, Wr, S> {
         self
     }
 
+    /// Makes the op a repair of the vars it writes (default false): it runs
+    /// whatever errors its vars carry (as [`no_skip`](Self::no_skip)), it
+    /// takes the error of each var it writes as it is let through there,
+    /// and it passes on no error it saw. So if it succeeds, the vars it
+    /// writes carry no error after it; if it fails, they carry its own
+    /// failure (unless [`poison(false)`](Self::poison)). Ops pushed before
+    /// it saw the error (and were skipped), ops pushed after it see the
+    /// repaired data: the repair and the clearing are one op, in push
+    /// order, with no window between them in which another op could see
+    /// the vars half repaired.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> depengine::Result<()> {
+    /// let engine = depengine::Engine::new();
+    /// let model = engine.var(vec![1.0f32; 4]);
+    /// let bad = engine.op("update").write(&model).run(|(), (mut m,)| -> depengine::Result<(), _> {
+    ///     m[0] = f32::NAN; // half written…
+    ///     Err("the update failed".into())
+    /// });
+    /// assert!(bad.blocking_wait().is_err());
+    /// // Requests are skipped while the model carries the error.
+    /// let skipped = engine.op("request").read(&model).run(|(m,), ()| Ok(m[0]));
+    /// assert!(skipped.blocking_wait().unwrap_err().is_skipped());
+    /// // One op repairs the data and clears the error.
+    /// engine.op("repair").write(&model).repair(true).run(|(), (mut m,)| {
+    ///     m.iter_mut().for_each(|w| *w = 1.0);
+    ///     Ok(())
+    /// });
+    /// let served = engine.op("request").read(&model).run(|(m,), ()| Ok(m[0]));
+    /// assert_eq!(served.blocking_wait()?, 1.0);
+    /// # let _ = engine.blocking_wait_for_all();
+    /// # Ok(()) }
+    /// ```
+    pub fn repair(mut self, repair: bool) -> Self {
+        self.opts.set(OpOptions::REPAIR, repair);
+        self
+    }
+
     /// Whether the op's own failure (an error it returns, a panic) is left
     /// on the vars it writes, so that the ops after it there are skipped
     /// (default true, as MXNet does). `false`: the op promises that it left

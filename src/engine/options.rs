@@ -40,6 +40,9 @@ impl OpOptions {
     pub(crate) const PROFILE: u8 = 1 << 4;
     /// Never recorded by the profiler.
     pub(crate) const NO_PROFILE: u8 = 1 << 5;
+    /// Repairs the vars it writes: runs whatever they carry, and clears
+    /// their errors.
+    pub(crate) const REPAIR: u8 = 1 << 6;
 
     /// Sets `bit` to `on`.
     pub(crate) fn set(&mut self, bit: u8, on: bool) {

@@ -438,8 +438,11 @@ fn meta(opts: OpOptions, role: Role, exec: Exec, detached: bool, counted: bool, 
         flags: Flags::new(0)
             .with(
                 Flags::NO_SKIP,
-                bit_set(bits, OpOptions::NO_SKIP) || role == Role::Delete || role == Role::Segment,
+                bit_set(bits, OpOptions::NO_SKIP | OpOptions::REPAIR)
+                    || role == Role::Delete
+                    || role == Role::Segment,
             )
+            .with(Flags::REPAIRS, bit_set(bits, OpOptions::REPAIR))
             .with(Flags::CLEARS_ERROR, role == Role::WaitForVar)
             .with(Flags::CANCELLABLE, matches!(role, Role::User | Role::Member | Role::Acquire))
             .with(Flags::DELETES, role == Role::Delete)

@@ -54,6 +54,11 @@ impl Header {
     /// (called under the var's lock): a `wait_for_var` takes the error, any
     /// other op sees it.
     pub(super) fn on_grant(&self, var: u64, error: &mut Option<Error>) {
+        if error.is_some() && self.meta.repairs() && self.writes(var) {
+            // A repair takes the error; it runs whatever it was.
+            *error = None;
+            return;
+        }
         let seen = if self.meta.clears_error() { error.take() } else { error.clone() };
         if let Some(err) = seen {
             let mut errors = lock(&self.errors);
@@ -61,6 +66,12 @@ impl Header {
             errors.seen.get_or_insert(err);
             self.has_errors.store(true, Ordering::Release);
         }
+    }
+
+    /// Whether the op writes `var`.
+    #[cold]
+    fn writes(&self, var: u64) -> bool {
+        self.deps.iter().any(|d| d.var.id() == var && d.access == crate::var::Access::Write)
     }
 
     /// Why the body must not run, if it must not.
@@ -159,16 +170,16 @@ impl Header {
     }
 
     /// Records the op's outcome for propagation: the error it passes to the
-    /// vars it writes is the one it saw, else its own failure (unless it
-    /// does not poison: then its own failure stays with its handle and
-    /// `wait_for_all`).
+    /// vars it writes is the one it saw (but for a repair, which passes on
+    /// none), else its own failure (unless it does not poison: then its own
+    /// failure stays with its handle and `wait_for_all`).
     pub(crate) fn record_outcome(&self, result: Result<(), &Error>) {
         if result.is_ok() && !self.has_errors.load(Ordering::Acquire) {
             return;
         }
         let mut errors = lock(&self.errors);
         let carry = match (&errors.seen, result) {
-            (Some(seen), _) if !self.meta.clears_error() => seen.clone(),
+            (Some(seen), _) if !self.meta.clears_error() && !self.meta.repairs() => seen.clone(),
             (_, Err(own)) if self.meta.poisons() => own.clone(),
             _ => return,
         };

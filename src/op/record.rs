@@ -75,41 +75,45 @@ pub(crate) struct Meta {
 /// An op's yes/no properties, one bit each: they fit the bytes left before
 /// the name.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Flags(u8);
+pub(crate) struct Flags(u16);
 
 impl Flags {
     /// Runs even if a var it uses carries an error.
-    pub(crate) const NO_SKIP: u8 = 1;
+    pub(crate) const NO_SKIP: u16 = 1;
     /// Takes (clears) the error of the var it reads: `wait_for_var`.
-    pub(crate) const CLEARS_ERROR: u8 = 1 << 1;
+    pub(crate) const CLEARS_ERROR: u16 = 1 << 1;
     /// A user op: cancelled, not run, by a cancelling shutdown.
-    pub(crate) const CANCELLABLE: u8 = 1 << 2;
+    pub(crate) const CANCELLABLE: u16 = 1 << 2;
     /// Deletes its one (written) var: appended with `append_delete`.
-    pub(crate) const DELETES: u8 = 1 << 3;
+    pub(crate) const DELETES: u16 = 1 << 3;
     /// Run by a parent op, which holds its vars and publishes it (see
     /// `nest.rs`).
-    pub(crate) const NESTED: u8 = 1 << 4;
+    pub(crate) const NESTED: u16 = 1 << 4;
     /// Its own failure is not left on the vars it writes (it promises it
     /// left them consistent).
-    pub(crate) const NO_POISON: u8 = 1 << 5;
+    pub(crate) const NO_POISON: u16 = 1 << 5;
     /// Counted against the engine's limit of ops in flight: gives its slot
     /// back when it is published.
-    pub(crate) const COUNTED: u8 = 1 << 6;
+    pub(crate) const COUNTED: u16 = 1 << 6;
     /// Recorded by the profiler (its extras hold its profile).
-    pub(crate) const PROFILED: u8 = 1 << 7;
+    pub(crate) const PROFILED: u16 = 1 << 7;
+    /// Takes (clears) the error of each var it writes as it is let through
+    /// there, and passes on none it saw: it repairs them (see
+    /// `errors.rs`).
+    pub(crate) const REPAIRS: u16 = 1 << 8;
 
     /// The flags whose bits are set in `bits`.
-    pub(crate) const fn new(bits: u8) -> Self {
+    pub(crate) const fn new(bits: u16) -> Self {
         Self(bits)
     }
 
     /// `bit` set if `on`.
-    pub(crate) const fn with(self, bit: u8, on: bool) -> Self {
+    pub(crate) const fn with(self, bit: u16, on: bool) -> Self {
         if on { Self(self.0 | bit) } else { Self(self.0 & !bit) }
     }
 
     #[inline]
-    const fn has(self, bit: u8) -> bool {
+    const fn has(self, bit: u16) -> bool {
         self.0 & bit != 0
     }
 }
@@ -136,6 +140,12 @@ impl Meta {
     #[inline]
     pub(crate) fn clears_error(&self) -> bool {
         self.flags.has(Flags::CLEARS_ERROR)
+    }
+
+    /// Repairs the vars it writes (see [`Flags::REPAIRS`]).
+    #[inline]
+    pub(crate) fn repairs(&self) -> bool {
+        self.flags.has(Flags::REPAIRS)
     }
 
     /// A user op: cancelled, not run, by a cancelling shutdown.

@@ -150,6 +150,7 @@ impl Shared {
         let mut open = lock(&self.bulk.open);
         let joins = body == Body::Sync
             && role == Role::User
+            && !opts.has(OpOptions::REPAIR)
             && opts.lane == Lane::Normal
             && matches!(opts.device, Device::Cpu(_))
             // With every worker parked, a new segment would be pushed at
