@@ -186,8 +186,10 @@ impl Error {
     }
 
     /// A worker pool could not start its threads (the OS refused them):
-    /// the push that needed it was refused and left its vars untouched; a
-    /// later push tries again.
+    /// the push that needed it was refused and left its vars untouched;
+    /// pushes within a back-off (50 ms, doubling with each failure in a
+    /// row, up to 5 s) get the same error without asking the OS again, and
+    /// a later push tries again.
     pub fn is_pool_unavailable(&self) -> bool {
         matches!(self.kind(), Kind::PoolUnavailable { .. })
     }
@@ -224,6 +226,69 @@ impl Error {
             | Kind::Cancelled { op, .. } => Some(op),
             Kind::Gpu { op, .. } => op.as_deref(),
             _ => None,
+        }
+    }
+
+    /// The HTTP status a service answers a request with when the request's
+    /// op ended with this error, or its push was refused: 503 (Service
+    /// Unavailable) where the engine cannot serve now but may later (it is
+    /// full, shutting down, the op was cancelled, a var it needs carries an
+    /// error until it is repaired, a pool cannot start), 500 otherwise (the
+    /// op failed, or the server misused the engine).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> depengine::Result<()> {
+    /// let engine = depengine::Engine::builder().max_in_flight(1).build()?;
+    /// let v = engine.var(0u32);
+    /// let held = v.write().blocking_wait()?;
+    /// let first = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
+    /// let refused = engine.op("request").read(&v).try_run(|(v,), ()| Ok(*v)).unwrap_err();
+    /// assert_eq!(refused.http_status(), 503);
+    /// assert_eq!(refused.retry_after(), Some(std::time::Duration::from_secs(1)));
+    /// // For the client: no engine internals.
+    /// assert_eq!(refused.client_message(), "the service is at capacity; try again shortly");
+    /// drop(held);
+    /// first.blocking_wait()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn http_status(&self) -> u16 {
+        match self.kind() {
+            Kind::Full { .. }
+            | Kind::Shutdown
+            | Kind::Cancelled { .. }
+            | Kind::Skipped { .. }
+            | Kind::PoolUnavailable { .. } => 503,
+            _ => 500,
+        }
+    }
+
+    /// How long a client should wait before it tries again (a
+    /// `Retry-After` header), where trying again soon may succeed: the
+    /// engine was full, or a pool could not start.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self.kind() {
+            Kind::Full { .. } | Kind::PoolUnavailable { .. } => Some(std::time::Duration::from_secs(1)),
+            _ => None,
+        }
+    }
+
+    /// What a service may tell its client about this error: what happened,
+    /// in a sentence, without the engine's internals (op and var names,
+    /// settings, API names), which belong in its logs (`Display` has them).
+    pub fn client_message(&self) -> &'static str {
+        match self.kind() {
+            Kind::Full { .. } => "the service is at capacity; try again shortly",
+            Kind::PoolUnavailable { .. } => "the service cannot take work now; try again shortly",
+            Kind::Shutdown => "the service is shutting down",
+            Kind::Cancelled { .. } => "the request was cancelled",
+            Kind::Skipped { .. } => "the data this request needs is unavailable after an earlier failure",
+            Kind::Failed { .. }
+            | Kind::Panicked { .. }
+            | Kind::CompletionDropped { .. }
+            | Kind::Gpu { .. } => "the request failed",
+            _ => "internal error",
         }
     }
 

@@ -30,16 +30,17 @@ pub struct PendingOp {
     pub waits_on: Vec<String>,
     /// The vars it holds (let through, not completed), by label.
     pub holds: Vec<String>,
-    /// How long ago it was pushed and its body started, where known (the
-    /// op was profiled).
+    /// How long ago it was pushed: exact for an op the profiler records,
+    /// else to the explainer's clock (it advances every 50 ms while an
+    /// engine that tracks holders exists); `None` if neither knows.
     pub pushed_ago: Option<Duration>,
-    /// See `pushed_ago`.
+    /// How long ago its body started, where known (the op was profiled).
     pub started_ago: Option<Duration>,
     /// How long it has waited at least, as the watchdog saw it.
     pub waited_at_least: Option<Duration>,
-    /// How long it has held each var of `holds` (in that order), where a
-    /// watchdog kept the explainer's clock since it was let through there
-    /// (to the watchdog's period).
+    /// How long it has held each var of `holds` (in that order), to the
+    /// explainer's clock (see `pushed_ago`), where the engine tracks
+    /// holders.
     pub held_for: Vec<Option<Duration>>,
 }
 
@@ -55,8 +56,12 @@ pub struct PendingVar {
     pub reads: usize,
     /// The holders it names, oldest first (every write, the first reads).
     pub holders: Vec<usize>,
-    /// The ops queued on it, in order.
+    /// The ops queued on it, in order (those cancelled while queued
+    /// apart).
     pub queued: Vec<usize>,
+    /// Ops cancelled while queued on it: their handles have resolved, and
+    /// each leaves the queue as the var reaches it.
+    pub cancelled: usize,
 }
 
 impl PendingOp {
@@ -64,18 +69,29 @@ impl PendingOp {
         format!("`{}`", self.name)
     }
 
-    fn times(&self) -> String {
-        let mut out = String::new();
+    /// What is known of its times, as `" (pushed ~1.2s ago)"`, or nothing.
+    /// `held`: how long it has held the var the text is about.
+    fn times(&self, held: Option<Duration>) -> String {
+        let mut parts = Vec::new();
+        if let Some(d) = held {
+            parts.push(format!("for {}", coarse(d)));
+        }
         if let Some(d) = self.started_ago {
-            let _ = write!(out, ", started {d:.1?} ago");
+            parts.push(format!("started {d:.1?} ago"));
         } else if let Some(d) = self.pushed_ago {
-            let _ = write!(out, ", pushed {d:.1?} ago");
+            parts.push(format!("pushed {} ago", coarse(d)));
         }
         if let Some(d) = self.waited_at_least {
-            let _ = write!(out, ", waiting for at least {d:.1?}");
+            parts.push(format!("waiting for at least {}", coarse(d)));
         }
-        out
+        if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) }
     }
+}
+
+/// A duration known to the explainer's clock (50 ms), as text: tenths of
+/// a second, no finer.
+fn coarse(d: Duration) -> String {
+    if d < Duration::from_millis(100) { "<0.1s".to_owned() } else { format!("~{:.1}s", d.as_secs_f64()) }
 }
 
 impl Pending {
@@ -122,16 +138,19 @@ impl Pending {
                 return out;
             };
             let access = if var.write { "write" } else { "read" };
-            let _ = write!(out, ", held ({access}) by {}", holder.label());
-            if let Some(Some(d)) =
-                holder.holds.iter().position(|h| h == label).and_then(|at| holder.held_for.get(at))
-            {
-                let _ = write!(out, " for {d:.1?}");
-            }
-            out += &holder.times();
+            let held = holder.holds.iter().position(|h| h == label).and_then(|at| holder.held_for.get(at));
+            let _ = write!(
+                out,
+                ", held ({access}) by {}{}",
+                holder.label(),
+                holder.times(held.copied().flatten())
+            );
             if seen.contains(&holder.key) {
                 out += ": a cycle";
                 return out;
+            }
+            if !holder.waits_on.is_empty() {
+                out += ", which";
             }
             cur = holder;
         }
@@ -161,21 +180,50 @@ impl Pending {
 }
 
 impl fmt::Display for Pending {
+    /// One line per distinct chain (ops of one name waiting on the same
+    /// vars behind the same holder are one line, with their count and the
+    /// longest wait), then one line per var, its queue with runs of one
+    /// name counted.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let waiting: Vec<_> = self.waiting().collect();
         writeln!(f, "{} ops wait on vars; {} vars are held or waited on", waiting.len(), self.vars.len())?;
+        let mut groups: Vec<(String, Vec<&PendingOp>)> = Vec::new();
         for op in &waiting {
-            writeln!(f, "  {}{}", self.chain(op), op.times())?;
+            let chain = self.chain(op);
+            match groups.iter_mut().find(|(c, _)| *c == chain) {
+                Some((_, ops)) => ops.push(op),
+                None => groups.push((chain, vec![op])),
+            }
+        }
+        for (chain, ops) in &groups {
+            let oldest =
+                ops.iter().max_by_key(|op| (op.pushed_ago, op.waited_at_least)).expect("a group has ops");
+            match ops.len() {
+                1 => writeln!(f, "  {chain}{}", oldest.times(None))?,
+                n => writeln!(f, "  {n} × {chain}; the longest waiting{}", oldest.times(None))?,
+            }
         }
         let by_key: HashMap<usize, &PendingOp> = self.ops.iter().map(|o| (o.key, o)).collect();
         let name = |k: &usize| by_key.get(k).map_or_else(|| "?".to_owned(), |o| o.label());
         for var in &self.vars {
             let held = if var.write { "a write".to_owned() } else { format!("{} reads", var.reads) };
             let holders: Vec<String> = var.holders.iter().map(name).collect();
-            let queued: Vec<String> = var.queued.iter().map(name).collect();
+            let mut queued: Vec<(String, usize)> = Vec::new();
+            for label in var.queued.iter().map(name) {
+                match queued.last_mut() {
+                    Some((last, n)) if *last == label => *n += 1,
+                    _ => queued.push((label, 1)),
+                }
+            }
+            let queued: Vec<String> =
+                queued.into_iter().map(|(l, n)| if n == 1 { l } else { format!("{l} × {n}") }).collect();
+            let cancelled = match var.cancelled {
+                0 => String::new(),
+                n => format!("; {n} cancelled, leaving as the var reaches them"),
+            };
             writeln!(
                 f,
-                "  var {}: held by {held} [{}]; queued: [{}]",
+                "  var {}: held by {held} [{}]; queued: [{}]{cancelled}",
                 var.label,
                 holders.join(", "),
                 queued.join(", ")

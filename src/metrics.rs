@@ -163,7 +163,23 @@ pub struct Metrics {
     /// Ops pushed and not completed: `pushed - completed`.
     pub in_flight: u64,
     /// Ops queued on a var behind another op: they wait for their vars.
+    /// Ops cancelled while queued are not counted here, but in
+    /// `cancelled_on_vars`.
     pub waiting_on_vars: usize,
+    /// Ops cancelled while queued on a var (aborted, their handle dropped
+    /// with `cancel_on_drop`, a cancelling shutdown): their handles have
+    /// resolved, and each leaves its queue, and gives its slot among the
+    /// ops in flight back, as the var reaches it.
+    pub cancelled_on_vars: usize,
+    /// The bound on user ops in flight
+    /// ([`EngineBuilder::max_in_flight`](crate::EngineBuilder::max_in_flight)),
+    /// if the engine has one.
+    pub max_in_flight: Option<usize>,
+    /// Slots of that bound in use: user ops pushed or reserved and not
+    /// yet gone (0 without a bound).
+    pub slots_used: usize,
+    /// Pushes refused because the bound was reached ([`Error::is_full`](crate::Error::is_full)).
+    pub refused_full: u64,
     /// Whether queue waits and run times are measured.
     pub timing: bool,
     /// The pools started so far.

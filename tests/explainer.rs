@@ -118,7 +118,9 @@ async fn a_chain_through_two_vars_ends_at_its_holder_and_dot_has_its_edges() {
         let top_op = pending.waiting().find(|op| op.name == "top").unwrap();
         let chain = pending.chain(top_op);
         assert!(
-            chain.starts_with("`top` waits for `a`") && chain.contains("held (write) by `mid` waits for `b`"),
+            chain.starts_with("`top` waits for `a`")
+                && chain.contains("held (write) by `mid`")
+                && chain.contains(", which waits for `b`"),
             "{chain}"
         );
         assert!(chain.contains("held (write) by `acquire`"), "{chain}");
@@ -151,6 +153,44 @@ async fn without_holders_the_explainer_shows_queues_and_counts() {
         assert!(pending.var(&v.label()).unwrap().holders.is_empty());
         drop(guard);
         assert_eq!(reader.await.unwrap(), 0);
+    })
+    .await;
+}
+
+/// What an operator's view needs: waiters of one kind behind one holder
+/// are one line with their count; ops already cancelled are not listed
+/// as waiting (only counted on their var); durations are known without a
+/// watchdog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_grouped_cancelled_ones_set_apart_and_durations_known() {
+    timed(async {
+        let engine = engine();
+        let v = engine.var_named("model", 0u64);
+        let guard = v.write().await.unwrap();
+        let waiters: Vec<_> =
+            (0..128).map(|_| engine.op("predict").read(&v).run(|(v,), ()| Ok(*v))).collect();
+        let dropped: Vec<_> =
+            (0..5).map(|_| engine.op("gone").read(&v).cancel_on_drop(true).run(|(v,), ()| Ok(*v))).collect();
+        drop(dropped);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let pending = engine.debug_pending();
+        assert_eq!(pending.waiting().count(), 128, "{pending}");
+        assert!(pending.waiting().all(|op| op.name == "predict"), "{pending}");
+        let var = pending.var(&v.label()).unwrap();
+        assert_eq!((var.queued.len(), var.cancelled), (128, 5), "{var:?}");
+        let holder = pending.op(var.holders[0]).unwrap();
+        let held = holder.held_for[0].expect("held for a known time, without a watchdog");
+        assert!(held >= Duration::from_millis(200), "{held:?}");
+        let waited = pending.waiting().next().unwrap().pushed_ago.expect("pushed a known time ago");
+        assert!(waited >= Duration::from_millis(200), "{waited:?}");
+        let text = pending.to_string();
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(text.contains("128 × `predict` waits for `model`"), "{text}");
+        assert!(text.contains("queued: [`predict` × 128]; 5 cancelled"), "{text}");
+        drop(guard);
+        for w in waiters {
+            assert_eq!(w.await.unwrap(), 0);
+        }
     })
     .await;
 }

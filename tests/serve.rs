@@ -142,19 +142,29 @@ async fn clients_that_hang_up_cost_no_run_and_wedge_nothing() {
     let engine = server.app.engine().clone();
     // The model is held: requests queue behind the held shard.
     let held = server.app.shards().unwrap()[0].write().await.unwrap();
-    let impatient = reqwest::Client::builder().timeout(Duration::from_millis(100)).build().unwrap();
     let hang_ups: Vec<_> = (0..100)
         .map(|i| {
-            let (client, base) = (impatient.clone(), server.base.clone());
+            let (client, base) = (client(), server.base.clone());
             tokio::spawn(async move { predict(&client, &base, i as f32).await })
         })
         .collect();
+    // Every request has reached its handler and pushed its op…
+    eventually("every request queued", || engine.metrics().waiting_on_vars == 100).await;
+    // …when its client hangs up.
+    for h in &hang_ups {
+        h.abort();
+    }
     for h in hang_ups {
-        assert!(h.await.unwrap().unwrap_err().is_timeout());
+        assert!(h.await.unwrap_err().is_cancelled());
     }
     // Each hung-up request's op is cancelled as its handler is dropped,
-    // before it starts.
-    eventually("every orphaned op cancelled", || engine.metrics().cancelled == 100).await;
+    // before it starts; it leaves the queue as the var reaches it.
+    eventually("every orphaned op cancelled", || {
+        let m = engine.metrics();
+        (m.cancelled, m.waiting_on_vars, m.cancelled_on_vars) == (100, 0, 100)
+    })
+    .await;
+    assert_eq!(server.app.computed(), 0, "a hung-up request ran its body");
     drop(held);
     let client = client();
     for i in 0..20 {
@@ -163,10 +173,45 @@ async fn clients_that_hang_up_cost_no_run_and_wedge_nothing() {
     }
     eventually("no op left pending", || {
         let m = engine.metrics();
-        m.in_flight == 0 && m.waiting_on_vars == 0
+        m.in_flight == 0 && m.waiting_on_vars == 0 && m.cancelled_on_vars == 0 && m.slots_used == 0
     })
     .await;
     assert_eq!(server.app.computed(), 20, "only the answered requests ran their bodies");
+    server.shut_down().await;
+}
+
+/// An update that times out is aborted if it has not started (504, and
+/// it never happens); one that has started is answered 202 (accepted: it
+/// will happen), and it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_timed_out_update_is_cancelled_or_accepted_never_both() {
+    let timeout = Duration::from_millis(200);
+    let server = start(Config {
+        request_timeout: timeout,
+        update_work: Duration::from_millis(600),
+        ..config("svc-late")
+    })
+    .await;
+    let client = client();
+    let version_served = |client: reqwest::Client, base: String| async move {
+        let (status, body) = predict(&client, &base, 1.0).await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<Prediction>(&body).unwrap().versions[0]
+    };
+    // Held by a reader: the update cannot start before its timeout.
+    let held = server.app.shards().unwrap()[0].read().await.unwrap();
+    let response = client.post(format!("{}/update", server.base)).send().await.unwrap();
+    assert_eq!(response.status(), 504, "{}", response.text().await.unwrap());
+    drop(held);
+    assert_eq!(version_served(client.clone(), server.base.clone()).await, 0, "a cancelled update happened");
+    // Started, but slower than the timeout: accepted, and it happens.
+    let response = client.post(format!("{}/update", server.base)).send().await.unwrap();
+    assert_eq!(response.status(), 202);
+    let accepted: app::Updated = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    let engine = server.app.engine().clone();
+    eventually("the accepted update done", || engine.metrics().in_flight == 0).await;
+    let served = version_served(client.clone(), server.base.clone()).await;
+    assert_eq!(served, accepted.version, "the accepted update was not applied");
     server.shut_down().await;
 }
 
@@ -195,13 +240,15 @@ async fn overload_is_answered_503_and_service_comes_back() {
                 tokio::spawn(async move {
                     let response = client.get(format!("{base}/predict?x={i}")).send().await.unwrap();
                     let retry = response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
-                    (response.status().as_u16(), retry)
+                    (response.status().as_u16(), retry, response.text().await.unwrap())
                 })
             })
             .collect();
         for f in flood {
-            let (status, retry) = f.await.unwrap();
+            let (status, retry, body) = f.await.unwrap();
             assert_eq!((status, retry.as_deref()), (503, Some("1")), "round {round}");
+            // What the client reads names none of the engine's internals.
+            assert_eq!(body, "the service is at capacity; try again shortly\n");
         }
     }
     if let (Some(before), Some(after)) = (before, resident()) {
@@ -209,6 +256,8 @@ async fn overload_is_answered_503_and_service_comes_back() {
         assert!(grown < 64 << 20, "2,000 refused requests grew resident memory by {grown} bytes");
     }
     assert_eq!(engine.in_flight(), max);
+    let m = engine.metrics();
+    assert_eq!((m.max_in_flight, m.slots_used, m.refused_full), (Some(max), max, 2_000));
     drop(held);
     for w in waiting {
         assert_eq!(w.await.unwrap().0, 200);

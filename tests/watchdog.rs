@@ -73,6 +73,6 @@ fn the_watchdog_names_the_chain_of_an_op_waiting_too_long() {
     let warnings = warnings.0.lock().unwrap().clone();
     assert_eq!(warnings.len(), 1, "one warning per op that waits too long: {warnings:?}");
     assert!(warnings[0].contains("`audit` waits for `ledger`"), "{warnings:?}");
-    assert!(warnings[0].contains("held (write) by `acquire` for "), "since when: {warnings:?}");
+    assert!(warnings[0].contains("held (write) by `acquire` (for "), "since when: {warnings:?}");
     assert!(!warnings[0].contains("quick"), "{warnings:?}");
 }

@@ -34,8 +34,10 @@ use tokio::net::TcpListener;
 pub const SHARDS: usize = 4;
 /// Weights per shard.
 pub const SHARD_LEN: usize = 4096;
-/// How long a request waits for its op before it answers 504 (and its op,
-/// if it has not started, is cancelled with the dropped handle).
+/// How long a request waits for its op by default before it answers 504
+/// (a prediction's op, if it has not started, is cancelled with the
+/// dropped handle; an update is aborted if it has not started, and else
+/// answered 202: see `update`).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One shard of the model.
@@ -118,6 +120,11 @@ pub struct Config {
     pub cpu_workers: Option<usize>,
     /// Engine thread names' prefix.
     pub thread_name: String,
+    /// How long a request waits for its op (see [`REQUEST_TIMEOUT`]).
+    pub request_timeout: Duration,
+    /// How long an update's body takes besides building the shards: a
+    /// stand-in for a slow model rebuild (zero by default; tests set it).
+    pub update_work: Duration,
 }
 
 impl Default for Config {
@@ -127,6 +134,8 @@ impl Default for Config {
             max_in_flight: Some(1024),
             cpu_workers: None,
             thread_name: "serve".into(),
+            request_timeout: REQUEST_TIMEOUT,
+            update_work: Duration::ZERO,
         }
     }
 }
@@ -150,6 +159,8 @@ struct RouteLabel {
 
 struct Inner {
     variant: Variant,
+    request_timeout: Duration,
+    update_work: Duration,
     engine: Engine,
     model: Model,
     /// The latest model version (updates are serialized by the model's
@@ -201,6 +212,8 @@ impl App {
         let variant = config.variant;
         let inner = Inner {
             variant,
+            request_timeout: config.request_timeout,
+            update_work: config.update_work,
             engine,
             model,
             version: AtomicU64::new(0),
@@ -309,7 +322,7 @@ async fn predict(State(app): State<App>, Query(q): Query<PredictQuery>) -> Respo
                 Ok(handle) => handle,
                 Err(err) => return error_response(&err),
             };
-            match tokio::time::timeout(REQUEST_TIMEOUT, handle).await {
+            match tokio::time::timeout(app.0.request_timeout, handle).await {
                 Ok(Ok(prediction)) => Json(prediction).into_response(),
                 Ok(Err(err)) => error_response(&err),
                 Err(_) => (StatusCode::GATEWAY_TIMEOUT, "the prediction timed out\n").into_response(),
@@ -333,8 +346,10 @@ async fn update(State(app): State<App>) -> Response {
             // The body builds the new shards before it touches any, so a
             // failure leaves them as they were: it need not poison them.
             let version = app.0.version.fetch_add(1, Ordering::Relaxed) + 1;
+            let work = app.0.update_work;
             let op = app.0.engine.op("update").write_all(shards).poison(false);
             let handle = match op.try_run(move |(), (mut shards,)| {
+                std::thread::sleep(work);
                 let fresh: Vec<Shard> = (0..shards.len()).map(|i| Shard::new(version, i)).collect();
                 for (guard, shard) in shards.iter_mut().zip(fresh) {
                     **guard = shard;
@@ -344,9 +359,19 @@ async fn update(State(app): State<App>) -> Response {
                 Ok(handle) => handle,
                 Err(err) => return error_response(&err),
             };
-            match handle.await {
-                Ok(version) => Json(Updated { version }).into_response(),
-                Err(err) => error_response(&err),
+            let mut handle = std::pin::pin!(handle);
+            match tokio::time::timeout(app.0.request_timeout, &mut handle).await {
+                Ok(Ok(version)) => Json(Updated { version }).into_response(),
+                Ok(Err(err)) => error_response(&err),
+                // A write that timed out is not a write that failed: abort
+                // it if it has not started (then it never happens); if it
+                // has, it will complete, and the client is told so.
+                Err(_) if handle.abort() => (
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "the update timed out before it started; it was cancelled\n",
+                )
+                    .into_response(),
+                Err(_) => (StatusCode::ACCEPTED, Json(Updated { version })).into_response(),
             }
         }
         Model::Locked(lock) => {
@@ -371,19 +396,27 @@ async fn metrics(State(app): State<App>) -> Response {
     response
 }
 
-/// What is pending and on what: the engine's counts, then each shard's
-/// state (ops running on it, ops queued behind them, its error).
+/// What is pending and on what: the engine's counts and pools, each
+/// shard's state, then the engine's explanation (ops waiting on vars,
+/// grouped, and who holds each var, for how long).
 async fn debug_pending(State(app): State<App>) -> Response {
     let m = app.0.engine.metrics();
     let mut out = format!(
-        "ops: pushed {} completed {} in flight {} waiting on vars {} queued {} running {}\n",
+        "ops: pushed {} completed {} in flight {} waiting on vars {} cancelled on vars {} queued {} running {}\n",
         m.pushed,
         m.completed,
         m.in_flight,
         m.waiting_on_vars,
+        m.cancelled_on_vars,
         m.queued(),
         m.running()
     );
+    if let Some(max) = m.max_in_flight {
+        out += &format!(
+            "bound: {} of {max} slots used, {} pushes refused as full\n",
+            m.slots_used, m.refused_full
+        );
+    }
     for p in &m.pools {
         out += &format!(
             "pool {} ({} {:?}): {} workers, {} queued, {} running, {} run, busy {:?}\n",
@@ -394,28 +427,30 @@ async fn debug_pending(State(app): State<App>) -> Response {
         for (i, shard) in shards.iter().enumerate() {
             let d = shard.any().debug_state();
             out += &format!(
-                "shard {i} (var #{}): version {}, {} reads running, write running: {}, queued: {:?}, error: {:?}\n",
-                d.id, d.version, d.running_reads, d.write_running, d.queued, d.error
+                "shard {i} (var #{}): version {}, {} reads running, write running: {}, {} queued, error: {:?}\n",
+                d.id,
+                d.version,
+                d.running_reads,
+                d.write_running,
+                d.queued.len(),
+                d.error
             );
         }
     }
+    out += &app.0.engine.debug_pending().to_string();
     out.into_response()
 }
 
-/// An engine error as an HTTP answer: no room is 503 with `Retry-After`
-/// (the client should come back), as is a shutting-down or cancelled op;
-/// a failed op is a 500.
+/// An engine error as an HTTP answer (see `Error::http_status`): the
+/// status the error suggests, a message for the client without the
+/// engine's internals, and `Retry-After` where retrying soon may help.
+/// The error itself, with its details, goes to the log.
 pub fn error_response(err: &Error) -> Response {
-    let (status, retry) = if err.is_full() {
-        (StatusCode::SERVICE_UNAVAILABLE, true)
-    } else if err.is_shutdown() || err.is_cancelled() {
-        (StatusCode::SERVICE_UNAVAILABLE, false)
-    } else {
-        (StatusCode::INTERNAL_SERVER_ERROR, false)
-    };
-    let mut response = (status, format!("{err}\n")).into_response();
-    if retry {
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    let status = StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    tracing::warn!(status = status.as_u16(), "{err}");
+    let mut response = (status, format!("{}\n", err.client_message())).into_response();
+    if let Some(after) = err.retry_after() {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(after.as_secs().max(1)));
     }
     response
 }
@@ -438,9 +473,24 @@ impl Collector for EngineCollector {
             let counter = ConstCounter::new(value);
             counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
         }
+        let refused = ConstCounter::new(m.refused_full);
+        let name = "engine_pushes_refused_full";
+        let help = "Pushes refused at the bound on ops in flight";
+        refused.encode(encoder.encode_descriptor(name, help, None, refused.metric_type())?)?;
         let gauges = [
             ("engine_ops_in_flight", "Ops pushed and not completed", m.in_flight as i64),
             ("engine_ops_waiting_on_vars", "Ops queued on a var", m.waiting_on_vars as i64),
+            (
+                "engine_ops_cancelled_on_vars",
+                "Ops cancelled while queued on a var",
+                m.cancelled_on_vars as i64,
+            ),
+            ("engine_slots_used", "Slots of the bound on ops in flight in use", m.slots_used as i64),
+            (
+                "engine_max_in_flight",
+                "The bound on ops in flight (0: none)",
+                m.max_in_flight.map_or(0, |n| n as i64),
+            ),
         ];
         for (name, help, value) in gauges {
             let gauge = ConstGauge::new(value);

@@ -31,12 +31,14 @@ pub(super) fn pending(shared: &Shared) -> Pending {
             let header = op.header();
             let times = header.profile().map(|p| p.times());
             let ago = |t: u64| Duration::from_nanos(now.saturating_sub(t));
+            // Exact for a profiled op, else on the coarse clock.
+            let pushed_ago = times.map(|(pushed, _)| ago(pushed)).or_else(|| header.meta.pushed.age());
             PendingOp {
                 key: k,
                 name: header.meta.name.to_string(),
                 waits_on: Vec::new(),
                 holds: Vec::new(),
-                pushed_ago: times.map(|(pushed, _)| ago(pushed)),
+                pushed_ago,
                 started_ago: times.and_then(|(_, start)| start.map(ago)),
                 waited_at_least: None,
                 held_for: Vec::new(),
@@ -49,12 +51,15 @@ pub(super) fn pending(shared: &Shared) -> Pending {
         if queued.is_empty() && holders.is_empty() && reads == 0 && !write {
             return;
         }
-        let queued: Vec<usize> = queued.iter().map(&mut note).collect();
+        // An op cancelled while queued waits only to leave: counted, not
+        // listed as waiting.
+        let cancelled = queued.iter().filter(|op| op.is_resolved_early()).count();
+        let queued: Vec<usize> = queued.iter().filter(|op| !op.is_resolved_early()).map(&mut note).collect();
         let holders: Vec<(usize, Option<Duration>)> =
             holders.iter().map(|(op, since)| (note(op), crate::sync::coarse::since(*since))).collect();
-        vars.push((cell.label(), write, reads, holders, queued));
+        vars.push((cell.label(), write, reads, holders, queued, cancelled));
     });
-    for (label, write, reads, holders, queued) in vars.iter() {
+    for (label, write, reads, holders, queued, _) in vars.iter() {
         for k in queued {
             ops.get_mut(k).expect("noted").waits_on.push(label.clone());
         }
@@ -69,12 +74,13 @@ pub(super) fn pending(shared: &Shared) -> Pending {
         ops: order.into_iter().filter_map(|k| ops.remove(&k)).collect(),
         vars: vars
             .into_iter()
-            .map(|(label, write, reads, holders, queued)| PendingVar {
+            .map(|(label, write, reads, holders, queued, cancelled)| PendingVar {
                 label,
                 write,
                 reads,
                 holders: holders.into_iter().map(|(k, _)| k).collect(),
                 queued,
+                cancelled,
             })
             .collect(),
     }

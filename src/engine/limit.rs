@@ -9,6 +9,7 @@
 //! kept until then.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
@@ -18,11 +19,18 @@ use crate::error::Error;
 pub(crate) struct Limit {
     slots: Arc<Semaphore>,
     max: usize,
+    /// Pushes refused at the bound (for metrics).
+    refused: AtomicU64,
 }
 
 impl Limit {
     pub(crate) fn new(max: usize) -> Self {
-        Self { slots: Arc::new(Semaphore::new(max)), max }
+        Self { slots: Arc::new(Semaphore::new(max)), max, refused: AtomicU64::new(0) }
+    }
+
+    /// Pushes refused at the bound so far.
+    pub(crate) fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Takes a slot for an op about to be pushed.
@@ -36,7 +44,10 @@ impl Limit {
                 permit.forget();
                 Ok(())
             }
-            Err(TryAcquireError::NoPermits | TryAcquireError::Closed) => Err(Error::full(self.max)),
+            Err(TryAcquireError::NoPermits | TryAcquireError::Closed) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                Err(Error::full(self.max))
+            }
         }
     }
 

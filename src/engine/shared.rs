@@ -24,6 +24,7 @@ use crate::op::{
     DepList, Exec, Flags, HandleKind, Help, Host, Meta, PackedDevice, ReadyList, TaskRef, submit,
 };
 use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::coarse::{Keeper, Stamp};
 use crate::sync::epoch::Tracker;
 use crate::sync::latch::{CountLatch, Latch};
 use crate::sync::small::Padded;
@@ -72,6 +73,9 @@ pub(crate) struct Shared {
     lingering: CountLatch,
     /// The watchdog, if the engine has one (see `explain.rs`).
     watchdog: std::sync::OnceLock<Watchdog>,
+    /// Keeps the explainer's clock while vars note when they let ops
+    /// through (`sync/coarse.rs`).
+    _clock: Option<Keeper>,
 }
 
 impl Host for Shared {
@@ -143,6 +147,7 @@ impl Shared {
             let bulk = Bulk::new(bulk_size, weak.clone());
             let limit = config.max_in_flight.map(Limit::new);
             let recorder = Recorder::new(config.profile_keep);
+            let track_holders = config.track_holders;
             Shared {
                 dispatcher: Dispatcher::new(config.topology.clone(), bulk.held()),
                 config,
@@ -158,6 +163,7 @@ impl Shared {
                 limit,
                 lingering: CountLatch::default(),
                 watchdog: std::sync::OnceLock::new(),
+                _clock: track_holders.then(Keeper::new),
             }
         })
     }
@@ -455,6 +461,7 @@ fn meta(opts: OpOptions, role: Role, exec: Exec, detached: bool, counted: bool, 
             (false, false) => HandleKind::Handle,
             (false, true) => HandleKind::CancelOnDrop,
         },
+        pushed: Stamp::now(),
         name: opts.name,
     }
 }

@@ -239,6 +239,10 @@ impl<J: Job> Task for OpCell<J> {
         true
     }
 
+    fn is_resolved_early(&self) -> bool {
+        self.slot.is_early()
+    }
+
     fn strip(&mut self) {
         self.header.strip();
         self.slot.clear();

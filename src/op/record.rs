@@ -13,6 +13,7 @@ use crate::device::{Device, Lane};
 use crate::error::Error;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use crate::sync::coarse::Stamp;
 use crate::sync::countdown::Countdown;
 use crate::var::Access;
 use crate::var::inbox::{Link, Linked};
@@ -69,6 +70,8 @@ pub(crate) struct Meta {
     pub(crate) flags: Flags,
     /// Who reads its result.
     pub(crate) handle: HandleKind,
+    /// When it was pushed, on the explainer's coarse clock (in padding).
+    pub(crate) pushed: Stamp,
     pub(crate) name: Cow<'static, str>,
 }
 
@@ -364,6 +367,9 @@ pub(crate) trait Task: std::any::Any + Send + Sync {
     /// without, the op leaves no trace on its vars, as if never pushed.
     /// False if it had started.
     fn resolve_early(&self, this: &TaskRef, err: Error, pass_on: bool) -> bool;
+
+    /// Whether it was resolved early (it waits only to leave its vars).
+    fn is_resolved_early(&self) -> bool;
 }
 
 impl Linked for TaskRef {

@@ -80,6 +80,11 @@ impl<T> ResultSlot<T> {
         self.state.fetch_or(EARLY, Ordering::AcqRel) & THROUGH != 0
     }
 
+    /// Whether the op was resolved early (the resolution has ended).
+    pub(crate) fn is_early(&self) -> bool {
+        self.state.load(Ordering::Acquire) & EARLY != 0
+    }
+
     /// See [`mark_early`](Self::mark_early).
     pub(crate) fn mark_through(&self) -> bool {
         self.state.fetch_or(THROUGH, Ordering::AcqRel) & EARLY != 0

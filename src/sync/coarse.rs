@@ -1,59 +1,177 @@
 //! A coarse clock for the hang explainer: milliseconds since the process
-//! started, kept only while some engine's watchdog runs (each of its looks
-//! advances it), so that reading it costs a holder one relaxed load and no
-//! system call. While no watchdog runs it stands still, and `since` says
-//! nothing can be known.
+//! started, advanced by one thread (`depengine-clock`) every [`PERIOD`]
+//! while some engine keeps it (each engine that tracks who holds its vars
+//! holds a [`Keeper`]), so that reading it costs a holder, or a push, one
+//! relaxed load and no system call. Readings are accurate to the period.
+//!
+//! The thread exits when the last keeper goes (and is joined there); a new
+//! keeper starts it again. If it cannot start, the clock stands still and
+//! [`since`] says nothing can be known.
 
-use std::sync::OnceLock;
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 // std's atomics even under loom: a static cannot hold loom's, and the clock
 // orders nothing.
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// How often the clock advances while kept.
+pub(crate) const PERIOD: Duration = Duration::from_millis(50);
+
 static NOW_MS: AtomicU64 = AtomicU64::new(0);
-/// Watchdogs running now.
-static KEEPERS: AtomicU64 = AtomicU64::new(0);
+/// Whether the clock thread runs (else readings may be stale).
+static TICKING: AtomicBool = AtomicBool::new(false);
 
 fn origin() -> Instant {
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
     *ORIGIN.get_or_init(Instant::now)
 }
 
-/// The clock's reading (0 until a watchdog first advanced it).
+/// The clock's reading (0 until it first advanced).
 #[inline]
 pub(crate) fn now_ms() -> u64 {
     NOW_MS.load(Ordering::Relaxed)
 }
 
-/// Advances the clock to the present (a watchdog's look). Readings start
-/// at 1, so that 0 means "never kept".
+/// Advances the clock to the present. Readings start at 1, so that 0
+/// means "never kept".
 pub(crate) fn tick() {
     NOW_MS.fetch_max(origin().elapsed().as_millis() as u64 + 1, Ordering::Relaxed);
 }
 
-/// How long ago the clock read `then`, if a watchdog has kept it since
-/// (`then` is not 0: it was read while one ran) and keeps it now.
+/// How long ago the clock read `then`, if it was kept then (`then` is not
+/// 0) and is kept now.
 pub(crate) fn since(then: u64) -> Option<Duration> {
-    if then == 0 || KEEPERS.load(Ordering::Relaxed) == 0 {
+    if then == 0 || !TICKING.load(Ordering::Relaxed) {
         return None;
     }
     tick();
     Some(Duration::from_millis(now_ms().saturating_sub(then)))
 }
 
-/// A watchdog keeps the clock while this lives.
+/// A reading of the clock in three bytes, to sit in padding: 16 ms units,
+/// wrapping after three days (an age read past that is taken modulo it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Stamp([u8; 3]);
+
+impl Stamp {
+    const UNIT_SHIFT: u32 = 4;
+    const MASK: u64 = (1 << 24) - 1;
+
+    /// The clock now (zero if it was never kept: unknown).
+    #[inline]
+    pub(crate) fn now() -> Self {
+        let units = match now_ms() {
+            0 => 0,
+            ms => ((ms >> Self::UNIT_SHIFT) & Self::MASK).max(1),
+        };
+        let [a, b, c, ..] = units.to_le_bytes();
+        Self([a, b, c])
+    }
+
+    /// How long ago it was taken, if the clock was kept then and is now.
+    pub(crate) fn age(self) -> Option<Duration> {
+        let [a, b, c] = self.0;
+        let then = u64::from_le_bytes([a, b, c, 0, 0, 0, 0, 0]);
+        if then == 0 {
+            return None;
+        }
+        since(1)?;
+        let now = (now_ms() >> Self::UNIT_SHIFT) & Self::MASK;
+        let units = now.wrapping_sub(then) & Self::MASK;
+        Some(Duration::from_millis(units << Self::UNIT_SHIFT))
+    }
+}
+
+/// The clock thread's state.
+struct Ticker {
+    keepers: usize,
+    /// Bumped each time the thread is told to stop: a thread exits once its
+    /// own generation is past.
+    generation: u64,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn ticker() -> (&'static Mutex<Ticker>, &'static Condvar) {
+    static STATE: Mutex<Ticker> = Mutex::new(Ticker { keepers: 0, generation: 0, thread: None });
+    static WAKE: Condvar = Condvar::new();
+    (&STATE, &WAKE)
+}
+
+fn lock(m: &Mutex<Ticker>) -> MutexGuard<'_, Ticker> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Keeps the clock advancing while it lives.
 pub(crate) struct Keeper(());
 
 impl Keeper {
     pub(crate) fn new() -> Self {
-        KEEPERS.fetch_add(1, Ordering::Relaxed);
-        tick();
+        let (state, _) = ticker();
+        let mut t = lock(state);
+        t.keepers += 1;
+        if t.thread.is_none() {
+            tick();
+            let generation = t.generation;
+            let started =
+                std::thread::Builder::new().name("depengine-clock".into()).spawn(move || keep(generation));
+            if let Ok(thread) = started {
+                TICKING.store(true, Ordering::Relaxed);
+                t.thread = Some(thread);
+            }
+        }
         Self(())
     }
 }
 
 impl Drop for Keeper {
     fn drop(&mut self) {
-        KEEPERS.fetch_sub(1, Ordering::Relaxed);
+        let (state, wake) = ticker();
+        let thread = {
+            let mut t = lock(state);
+            t.keepers -= 1;
+            if t.keepers > 0 {
+                return;
+            }
+            t.generation += 1;
+            TICKING.store(false, Ordering::Relaxed);
+            t.thread.take()
+        };
+        wake.notify_all();
+        if let Some(thread) = thread.filter(|t| t.thread().id() != std::thread::current().id()) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The clock thread: advances the clock every [`PERIOD`] until its
+/// generation is past.
+fn keep(generation: u64) {
+    let (state, wake) = ticker();
+    let mut t = lock(state);
+    while t.generation == generation {
+        tick();
+        t = wake.wait_timeout(t, PERIOD).unwrap_or_else(|e| e.into_inner()).0;
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clock_advances_while_kept() {
+        let keeper = Keeper::new();
+        let then = now_ms();
+        assert!(then > 0);
+        std::thread::sleep(PERIOD * 3);
+        let waited = since(then).expect("kept");
+        assert!(waited >= PERIOD * 2, "{waited:?}");
+        let stamp = Stamp::now();
+        std::thread::sleep(PERIOD * 2);
+        let age = stamp.age().expect("kept");
+        assert!(age >= PERIOD && age < Duration::from_secs(60), "{age:?}");
+        assert_eq!(Stamp::default().age(), None);
+        drop(keeper);
     }
 }

@@ -44,7 +44,7 @@ impl Engine {
     pub fn metrics(&self) -> Metrics {
         let shared = self.shared();
         let pools = shared.dispatcher.pool_metrics();
-        let waiting_on_vars = self.waiting_on_vars();
+        let (waiting_on_vars, cancelled_on_vars) = self.waiting_on_vars();
         let (failed, skipped, cancelled) = shared.counts.failures();
         // Completions are read before pushes: an op is pushed before it
         // completes, so the difference never goes below zero.
@@ -58,17 +58,29 @@ impl Engine {
             cancelled,
             in_flight: pushed.saturating_sub(completed),
             waiting_on_vars,
+            cancelled_on_vars,
+            max_in_flight: self.max_in_flight(),
+            slots_used: self.in_flight(),
+            refused_full: shared.limit().map_or(0, |limit| limit.refused()),
             timing: shared.config.topology.timing,
             pools,
         }
     }
 
-    /// Ops queued on the engine's vars, each counted once.
-    fn waiting_on_vars(&self) -> usize {
-        let mut seen = HashSet::new();
+    /// Ops queued on the engine's vars, each counted once: those that
+    /// will run, and those cancelled while queued.
+    fn waiting_on_vars(&self) -> (usize, usize) {
+        let (mut waiting, mut cancelled) = (HashSet::new(), HashSet::new());
         self.shared().visit_vars(|_, queued| {
-            seen.extend(queued.iter().map(|op| Arc::as_ptr(op).cast::<()>() as usize));
+            for op in queued {
+                let key = Arc::as_ptr(op).cast::<()>() as usize;
+                if op.is_resolved_early() {
+                    cancelled.insert(key)
+                } else {
+                    waiting.insert(key)
+                };
+            }
         });
-        seen.len()
+        (waiting.len(), cancelled.len())
     }
 }

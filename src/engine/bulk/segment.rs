@@ -253,4 +253,8 @@ impl Task for ResumeTask {
     fn resolve_early(&self, _this: &TaskRef, _err: Error, _pass_on: bool) -> bool {
         false
     }
+
+    fn is_resolved_early(&self) -> bool {
+        false
+    }
 }
