@@ -24,26 +24,30 @@ pub(super) fn pending(shared: &Shared) -> Pending {
     let mut order = Vec::new();
     let mut vars = Vec::new();
     let now = now_ns();
-    let mut note = |op: &TaskRef| {
+    // `pushed`: when a queued op was pushed, on the coarse clock (0 for a
+    // holder: unknown).
+    let mut note = |op: &TaskRef, pushed: u32| {
         let k = key(op);
-        ops.entry(k).or_insert_with(|| {
+        let entry = ops.entry(k).or_insert_with(|| {
             order.push(k);
             let header = op.header();
             let times = header.profile().map(|p| p.times());
             let ago = |t: u64| Duration::from_nanos(now.saturating_sub(t));
-            // Exact for a profiled op, else on the coarse clock.
-            let pushed_ago = times.map(|(pushed, _)| ago(pushed)).or_else(|| header.meta.pushed.age());
             PendingOp {
                 key: k,
                 name: header.meta.name.to_string(),
                 waits_on: Vec::new(),
                 holds: Vec::new(),
-                pushed_ago,
+                // Exact for a profiled op, else on the coarse clock, below.
+                pushed_ago: times.map(|(pushed, _)| ago(pushed)),
                 started_ago: times.and_then(|(_, start)| start.map(ago)),
                 waited_at_least: None,
                 held_for: Vec::new(),
             }
         });
+        if entry.pushed_ago.is_none() {
+            entry.pushed_ago = crate::sync::coarse::since_u32(pushed);
+        }
         k
     };
     shared.visit_vars(|cell, queued| {
@@ -53,10 +57,11 @@ pub(super) fn pending(shared: &Shared) -> Pending {
         }
         // An op cancelled while queued waits only to leave: counted, not
         // listed as waiting.
-        let cancelled = queued.iter().filter(|op| op.is_resolved_early()).count();
-        let queued: Vec<usize> = queued.iter().filter(|op| !op.is_resolved_early()).map(&mut note).collect();
+        let cancelled = queued.iter().filter(|(op, _)| op.is_resolved_early()).count();
+        let queued: Vec<usize> =
+            queued.iter().filter(|(op, _)| !op.is_resolved_early()).map(|(op, at)| note(op, *at)).collect();
         let holders: Vec<(usize, Option<Duration>)> =
-            holders.iter().map(|(op, since)| (note(op), crate::sync::coarse::since(*since))).collect();
+            holders.iter().map(|(op, since)| (note(op, 0), crate::sync::coarse::since(*since))).collect();
         vars.push((cell.label(), write, reads, holders, queued, cancelled));
     });
     for (label, write, reads, holders, queued, _) in vars.iter() {

@@ -24,7 +24,7 @@ use crate::op::{
     DepList, Exec, Flags, HandleKind, Help, Host, Meta, PackedDevice, ReadyList, TaskRef, submit,
 };
 use crate::sync::atomic::{AtomicBool, Ordering};
-use crate::sync::coarse::{Keeper, Stamp};
+use crate::sync::coarse::Keeper;
 use crate::sync::epoch::Tracker;
 use crate::sync::latch::{CountLatch, Latch};
 use crate::sync::small::Padded;
@@ -233,19 +233,21 @@ impl Shared {
     }
 
     /// Calls `each` on every live var's cell with the ops queued on it, in
-    /// order; returns the vars visited, which the caller may need alive.
-    /// Looking moves a var's inbox to its queue, as its next completion
-    /// would; an op that lets through meanwhile is dispatched, as it would
-    /// have been then.
+    /// order, each with when it was pushed (`Header::ready_at`, read while
+    /// it is queued, so before any pool writes it); returns the vars
+    /// visited, which the caller may need alive. Looking moves a var's
+    /// inbox to its queue, as its next completion would; an op that lets
+    /// through meanwhile is dispatched, as it would have been then.
     pub(super) fn visit_vars(
         &self,
-        mut each: impl FnMut(&VarCell<TaskRef>, &[TaskRef]),
+        mut each: impl FnMut(&VarCell<TaskRef>, &[(TaskRef, u32)]),
     ) -> Vec<Arc<dyn Queue>> {
         let queues = self.queues.alive();
         for queue in &queues {
             let cell = queue.cell();
             let (mut ready, mut queued) = (ReadyList::new(), Vec::new());
-            cell.queued_ops(&mut |op| ready.push(op), &mut |op| queued.push(op.clone()));
+            let mut note = |op: &TaskRef| queued.push((op.clone(), op.header().ready_at()));
+            cell.queued_ops(&mut |op| ready.push(op), &mut note);
             ready.drain(..).for_each(|op| self.dispatcher.dispatch_pushed(op));
             each(cell, &queued);
         }
@@ -265,7 +267,7 @@ impl Shared {
                 queued.push(op.clone());
             }
         };
-        let queues = self.visit_vars(|_, ops| ops.iter().for_each(&mut take));
+        let queues = self.visit_vars(|_, ops| ops.iter().for_each(|(op, _)| take(op)));
         self.dispatcher.each_queued(&mut take);
         for op in queued {
             let reason = "the engine was shut down in cancel mode";
@@ -448,7 +450,6 @@ fn meta(opts: OpOptions, role: Role, exec: Exec, detached: bool, counted: bool, 
                     || role == Role::Delete
                     || role == Role::Segment,
             )
-            .with(Flags::REPAIRS, bit_set(bits, OpOptions::REPAIR))
             .with(Flags::CLEARS_ERROR, role == Role::WaitForVar)
             .with(Flags::CANCELLABLE, matches!(role, Role::User | Role::Member | Role::Acquire))
             .with(Flags::DELETES, role == Role::Delete)
@@ -461,7 +462,7 @@ fn meta(opts: OpOptions, role: Role, exec: Exec, detached: bool, counted: bool, 
             (false, false) => HandleKind::Handle,
             (false, true) => HandleKind::CancelOnDrop,
         },
-        pushed: Stamp::now(),
+        repairs: bit_set(bits, OpOptions::REPAIR),
         name: opts.name,
     }
 }

@@ -40,7 +40,7 @@
 #![allow(unsafe_code)]
 
 use std::collections::VecDeque;
-use std::mem::MaybeUninit;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -49,6 +49,7 @@ use crate::sync::barrier::Barriers;
 use crate::sync::cell::UnsafeCell;
 use crate::sync::small::Padded;
 use crate::sync::spin::SpinLock;
+use crate::sync::{Mutex, lock};
 
 /// Slots in a ring.
 #[cfg(not(depengine_loom))]
@@ -88,7 +89,10 @@ pub(crate) struct FeedShared<T> {
     pub(crate) swept_head: AtomicUsize,
     /// The next op to take; claimed by a CAS.
     head: Padded<AtomicUsize>,
-    slots: Slots<T>,
+    /// Given back to `spares` when the ring is freed (see [`Spares`]).
+    slots: ManuallyDrop<Slots<T>>,
+    /// Where the slots go when the ring is freed, if anywhere.
+    spares: Option<Arc<Spares<T>>>,
     /// Whether `spill` holds ops (changed under its lock), readable
     /// without it.
     spilled: Padded<AtomicBool>,
@@ -124,20 +128,33 @@ impl<T> Feed<T> {
     /// A new feed, and its ring: the caller keeps the ring (a clone of the
     /// `Arc`) until the feed is retired, for the owner reaches it through
     /// a raw pointer meanwhile (see the module docs).
+    #[cfg(test)]
     pub(crate) fn new(barriers: Barriers) -> (Self, Arc<FeedShared<T>>) {
-        let slots = new_slots();
+        Self::with_spares(barriers, None)
+    }
+
+    /// [`new`](Self::new), its ring one of `spares` if it holds one; the
+    /// ring goes back there when it is freed.
+    pub(crate) fn with_spares(
+        barriers: Barriers,
+        spares: Option<&Arc<Spares<T>>>,
+    ) -> (Self, Arc<FeedShared<T>>) {
+        // A spare ring goes on from the position it was left at: its
+        // slots' sequences are those of an empty ring there.
+        let (slots, at) = spares.and_then(|s| s.take()).unwrap_or_else(|| (new_slots(), 0));
         let flags = Arc::new(Flags { pushing: AtomicBool::new(false), retired: AtomicBool::new(false) });
         let shared = Arc::new(FeedShared {
             flags: flags.clone(),
             swept_head: AtomicUsize::new(usize::MAX),
-            head: Padded(AtomicUsize::new(0)),
-            slots,
+            head: Padded(AtomicUsize::new(at)),
+            slots: ManuallyDrop::new(slots),
+            spares: spares.cloned(),
             spilled: Padded(AtomicBool::new(false)),
             spill: SpinLock::new(VecDeque::new()),
         });
         // From the `Arc`'s own pointer: it may be turned back into one.
         let ring = NonNull::new(Arc::as_ptr(&shared).cast_mut()).expect("an Arc's pointer is not null");
-        (Self { shared: ring, flags, barriers, tail: 0, spilling: false }, shared)
+        (Self { shared: ring, flags, barriers, tail: at, spilling: false }, shared)
     }
 
     /// Runs `f` on the ring with `arg` unless the feed is retired (then
@@ -349,6 +366,69 @@ impl<T> Drop for FeedShared<T> {
     fn drop(&mut self) {
         // Nobody else holds the feed: drop the ops it still holds.
         while self.take_from_ring().is_some() {}
+        // SAFETY: `slots` is taken once, here, and not used after.
+        let slots = unsafe { ManuallyDrop::take(&mut self.slots) };
+        if let Some(spares) = &self.spares {
+            spares.put(slots, self.head.load(Ordering::Relaxed));
+        }
+    }
+}
+
+/// Rings of freed feeds, for new feeds to take: a ring mapped from the
+/// system costs a mapping and a page fault per page it touches, and its
+/// unmapping stops every core of the process a moment (the system's TLB
+/// shoot-down). Threads that push now and then, each getting a new feed
+/// after its last one was retired, thus reuse a few rings instead. At
+/// most [`KEEP_SPARE`] are kept; the rest are given back to the system by
+/// idle workers, [`UNMAP_PER_SWEEP`] per sweep, so that a thousand feeds
+/// retired at once neither stall the worker that frees them nor disturb
+/// the others for long.
+pub(crate) struct Spares<T> {
+    rings: Mutex<Vec<(Slots<T>, usize)>>,
+}
+
+/// Rings a pool keeps for new feeds.
+const KEEP_SPARE: usize = 16;
+/// Rings given back to the system per sweep, past those kept.
+const UNMAP_PER_SWEEP: usize = 256;
+
+impl<T> Default for Spares<T> {
+    fn default() -> Self {
+        Self { rings: Mutex::new(Vec::new()) }
+    }
+}
+
+impl<T> Spares<T> {
+    /// Keeps the slots of an empty ring, at position `at`.
+    fn put(&self, slots: Slots<T>, at: usize) {
+        lock(&self.rings).push((slots, at));
+    }
+
+    /// A ring kept, with its position.
+    fn take(&self) -> Option<(Slots<T>, usize)> {
+        lock(&self.rings).pop()
+    }
+
+    /// Gives rings past those kept back to the system, at most
+    /// [`UNMAP_PER_SWEEP`] (outside the lock).
+    pub(crate) fn trim(&self) {
+        let excess: Vec<_> = {
+            let mut rings = lock(&self.rings);
+            let n = rings.len().saturating_sub(KEEP_SPARE).min(UNMAP_PER_SWEEP);
+            rings.drain(..n).collect()
+        };
+        drop(excess);
+    }
+
+    /// Whether more rings are kept than [`KEEP_SPARE`]: sweeps are due.
+    pub(crate) fn has_excess(&self) -> bool {
+        lock(&self.rings).len() > KEEP_SPARE
+    }
+
+    /// Rings kept now.
+    #[cfg(all(test, not(depengine_loom)))]
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.rings).len()
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use super::feed::{Feed, FeedShared};
+use super::feed::{Feed, FeedShared, Spares};
 use super::pool::{PoolShared, lock};
 use crate::op::TaskRef;
 use crate::sync::barrier::Barriers;
@@ -30,6 +30,8 @@ pub(super) const SWEEP_EVERY: Duration = Duration::from_millis(50);
 /// feed. The handshake that makes this safe is `feed.rs`'s.
 pub(super) struct Feeds {
     list: Mutex<Vec<Arc<FeedShared<TaskRef>>>>,
+    /// Rings of freed feeds, for new ones (see `feed.rs`).
+    spares: Arc<Spares<TaskRef>>,
     /// Bumped under `list`'s lock whenever it changes, so that workers
     /// refresh their copies ([`FeedView`]) without taking the lock.
     version: AtomicUsize,
@@ -39,7 +41,12 @@ pub(super) struct Feeds {
 
 impl Default for Feeds {
     fn default() -> Self {
-        Self { list: Mutex::default(), version: AtomicUsize::new(0), swept: Mutex::new(Instant::now()) }
+        Self {
+            list: Mutex::default(),
+            spares: Arc::default(),
+            version: AtomicUsize::new(0),
+            swept: Mutex::new(Instant::now()),
+        }
     }
 }
 
@@ -123,6 +130,7 @@ impl Feeds {
             return;
         }
         *swept = Instant::now();
+        self.spares.trim();
         let mut list = lock(&self.list);
         let idle: Vec<Arc<FeedShared<TaskRef>>> = list
             .iter()
@@ -149,9 +157,10 @@ impl Feeds {
         self.version.fetch_add(1, Ordering::Release);
     }
 
-    /// Whether any feed is listed.
-    pub(super) fn any(&self) -> bool {
-        !lock(&self.list).is_empty()
+    /// Whether sweeps are due: a feed is listed (it may go idle), or more
+    /// spare rings are kept than a pool keeps for good.
+    pub(super) fn need_sweeps(&self) -> bool {
+        !lock(&self.list).is_empty() || self.spares.has_excess()
     }
 
     /// The ops queued on all feeds (for metrics).
@@ -221,7 +230,7 @@ impl OwnFeed {
 
     /// A new feed on `pool`, in its list.
     fn start(pool: &Arc<PoolShared>) -> Feed<TaskRef> {
-        let (feed, ring) = Feed::new(pool.parking.barriers());
+        let (feed, ring) = Feed::with_spares(pool.parking.barriers(), Some(&pool.feeds.spares));
         pool.feeds.add(ring);
         feed
     }

@@ -177,11 +177,12 @@ impl<'a> Worker<'a> {
             || pool.stopping.load(Ordering::Acquire),
             // Asleep for long, the worker keeps no copy of the feed list,
             // which would keep the rings of retired feeds alive; while
-            // feeds are listed, it wakes now and then to retire idle ones.
+            // feeds are listed, it wakes now and then to retire idle ones
+            // (and while spare rings wait to be given back, to give them).
             || {
                 view.borrow_mut().forget();
                 pool.feeds.sweep(pool.parking.barriers());
-                pool.feeds.any().then_some(SWEEP_EVERY)
+                pool.feeds.need_sweeps().then_some(SWEEP_EVERY)
             },
         )
     }

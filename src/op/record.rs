@@ -13,7 +13,6 @@ use crate::device::{Device, Lane};
 use crate::error::Error;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use crate::sync::coarse::Stamp;
 use crate::sync::countdown::Countdown;
 use crate::var::Access;
 use crate::var::inbox::{Link, Linked};
@@ -70,53 +69,52 @@ pub(crate) struct Meta {
     pub(crate) flags: Flags,
     /// Who reads its result.
     pub(crate) handle: HandleKind,
-    /// When it was pushed, on the explainer's coarse clock (in padding).
-    pub(crate) pushed: Stamp,
+    /// It takes (clears) the error of each var it writes as it is let
+    /// through there, and passes on none it saw: it repairs them (see
+    /// `errors.rs`). Rarely set, and read only on the error paths: a byte
+    /// of padding, not a bit of `flags`, whose byte is full.
+    pub(crate) repairs: bool,
     pub(crate) name: Cow<'static, str>,
 }
 
 /// An op's yes/no properties, one bit each: they fit the bytes left before
 /// the name.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Flags(u16);
+pub(crate) struct Flags(u8);
 
 impl Flags {
     /// Runs even if a var it uses carries an error.
-    pub(crate) const NO_SKIP: u16 = 1;
+    pub(crate) const NO_SKIP: u8 = 1;
     /// Takes (clears) the error of the var it reads: `wait_for_var`.
-    pub(crate) const CLEARS_ERROR: u16 = 1 << 1;
+    pub(crate) const CLEARS_ERROR: u8 = 1 << 1;
     /// A user op: cancelled, not run, by a cancelling shutdown.
-    pub(crate) const CANCELLABLE: u16 = 1 << 2;
+    pub(crate) const CANCELLABLE: u8 = 1 << 2;
     /// Deletes its one (written) var: appended with `append_delete`.
-    pub(crate) const DELETES: u16 = 1 << 3;
+    pub(crate) const DELETES: u8 = 1 << 3;
     /// Run by a parent op, which holds its vars and publishes it (see
     /// `nest.rs`).
-    pub(crate) const NESTED: u16 = 1 << 4;
+    pub(crate) const NESTED: u8 = 1 << 4;
     /// Its own failure is not left on the vars it writes (it promises it
     /// left them consistent).
-    pub(crate) const NO_POISON: u16 = 1 << 5;
+    pub(crate) const NO_POISON: u8 = 1 << 5;
     /// Counted against the engine's limit of ops in flight: gives its slot
     /// back when it is published.
-    pub(crate) const COUNTED: u16 = 1 << 6;
+    pub(crate) const COUNTED: u8 = 1 << 6;
     /// Recorded by the profiler (its extras hold its profile).
-    pub(crate) const PROFILED: u16 = 1 << 7;
-    /// Takes (clears) the error of each var it writes as it is let through
-    /// there, and passes on none it saw: it repairs them (see
-    /// `errors.rs`).
-    pub(crate) const REPAIRS: u16 = 1 << 8;
+    pub(crate) const PROFILED: u8 = 1 << 7;
 
     /// The flags whose bits are set in `bits`.
-    pub(crate) const fn new(bits: u16) -> Self {
+    pub(crate) const fn new(bits: u8) -> Self {
         Self(bits)
     }
 
     /// `bit` set if `on`.
-    pub(crate) const fn with(self, bit: u16, on: bool) -> Self {
+    pub(crate) const fn with(self, bit: u8, on: bool) -> Self {
         if on { Self(self.0 | bit) } else { Self(self.0 & !bit) }
     }
 
     #[inline]
-    const fn has(self, bit: u16) -> bool {
+    const fn has(self, bit: u8) -> bool {
         self.0 & bit != 0
     }
 }
@@ -145,10 +143,10 @@ impl Meta {
         self.flags.has(Flags::CLEARS_ERROR)
     }
 
-    /// Repairs the vars it writes (see [`Flags::REPAIRS`]).
+    /// Repairs the vars it writes (see the field).
     #[inline]
     pub(crate) fn repairs(&self) -> bool {
-        self.flags.has(Flags::REPAIRS)
+        self.repairs
     }
 
     /// A user op: cancelled, not run, by a cancelling shutdown.
@@ -223,9 +221,11 @@ pub(crate) struct Header {
     /// A GPU op let its vars go at enqueue (`life::release_vars_early`):
     /// its completion leaves them alone. In the padding before `link`.
     pub(super) vars_gone: AtomicBool,
-    /// When it was queued on a pool, in the pool's ticks: set and read only
-    /// while timing metrics are on (`exec::stats`). In the padding too.
-    ready_at: AtomicU32,
+    /// Until the op is ready, when it was pushed, on the explainer's
+    /// coarse clock (`sync::coarse`, milliseconds, wrapping); once it is
+    /// queued on a pool, when that was, in the pool's ticks, while timing
+    /// metrics are on (`exec::stats`). In the padding too.
+    pub(super) ready_at: AtomicU32,
     /// Its place in a var's inbox, if it has one var (see `var::inbox`):
     /// read by the worker that takes it out, which then lets it through.
     link: Link<TaskRef>,
@@ -254,7 +254,7 @@ impl Header {
             live: Countdown::new(1),
             has_errors: AtomicBool::new(false),
             vars_gone: AtomicBool::new(false),
-            ready_at: AtomicU32::new(0),
+            ready_at: AtomicU32::new(crate::sync::coarse::now_ms() as u32),
             link: Link::new(),
             extra: extras(&meta),
             meta,
@@ -271,7 +271,8 @@ impl Header {
     }
 
     /// When the op was queued (timing metrics): ordered before the worker's
-    /// read by the queue that handed the op over.
+    /// read by the queue that handed the op over. Before the op is ready,
+    /// when it was pushed (see the field).
     #[inline]
     pub(crate) fn ready_at(&self) -> u32 {
         self.ready_at.load(Ordering::Relaxed)

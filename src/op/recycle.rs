@@ -35,7 +35,7 @@ use super::host::Host;
 use super::job::Job;
 use super::record::{DepList, Header, Meta, Task, TaskRef, extras, prefetch};
 use crate::error::panic_message;
-use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use crate::sync::countdown::Countdown;
 use crate::sync::epoch::EpochRef;
 use crate::sync::{Mutex, lock, small};
@@ -300,6 +300,7 @@ impl Header {
         self.live = Countdown::new(1);
         self.has_errors = AtomicBool::new(false);
         self.vars_gone = AtomicBool::new(false);
+        self.ready_at = AtomicU32::new(crate::sync::coarse::now_ms() as u32);
         self.meta = meta;
         // The stripped fields hold nothing: what they are replaced with is
         // not dropped (a drop call each, for nothing, on every push).

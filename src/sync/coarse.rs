@@ -49,38 +49,14 @@ pub(crate) fn since(then: u64) -> Option<Duration> {
     Some(Duration::from_millis(now_ms().saturating_sub(then)))
 }
 
-/// A reading of the clock in three bytes, to sit in padding: 16 ms units,
-/// wrapping after three days (an age read past that is taken modulo it).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Stamp([u8; 3]);
-
-impl Stamp {
-    const UNIT_SHIFT: u32 = 4;
-    const MASK: u64 = (1 << 24) - 1;
-
-    /// The clock now (zero if it was never kept: unknown).
-    #[inline]
-    pub(crate) fn now() -> Self {
-        let units = match now_ms() {
-            0 => 0,
-            ms => ((ms >> Self::UNIT_SHIFT) & Self::MASK).max(1),
-        };
-        let [a, b, c, ..] = units.to_le_bytes();
-        Self([a, b, c])
+/// How long ago the clock read `then`, a reading cut to 32 bits (it
+/// wraps after 49 days), if it was kept then and is now.
+pub(crate) fn since_u32(then: u32) -> Option<Duration> {
+    if then == 0 {
+        return None;
     }
-
-    /// How long ago it was taken, if the clock was kept then and is now.
-    pub(crate) fn age(self) -> Option<Duration> {
-        let [a, b, c] = self.0;
-        let then = u64::from_le_bytes([a, b, c, 0, 0, 0, 0, 0]);
-        if then == 0 {
-            return None;
-        }
-        since(1)?;
-        let now = (now_ms() >> Self::UNIT_SHIFT) & Self::MASK;
-        let units = now.wrapping_sub(then) & Self::MASK;
-        Some(Duration::from_millis(units << Self::UNIT_SHIFT))
-    }
+    since(1)?;
+    Some(Duration::from_millis(u64::from((now_ms() as u32).wrapping_sub(then))))
 }
 
 /// The clock thread's state.
@@ -167,11 +143,11 @@ mod tests {
         std::thread::sleep(PERIOD * 3);
         let waited = since(then).expect("kept");
         assert!(waited >= PERIOD * 2, "{waited:?}");
-        let stamp = Stamp::now();
+        let stamp = now_ms() as u32;
         std::thread::sleep(PERIOD * 2);
-        let age = stamp.age().expect("kept");
-        assert!(age >= PERIOD && age < Duration::from_secs(60), "{age:?}");
-        assert_eq!(Stamp::default().age(), None);
+        let age = since_u32(stamp).expect("kept");
+        assert!(age >= PERIOD * 2 && age < Duration::from_secs(60), "{age:?}");
+        assert_eq!(since_u32(0), None);
         drop(keeper);
     }
 }

@@ -72,7 +72,7 @@ impl Engine {
     fn waiting_on_vars(&self) -> (usize, usize) {
         let (mut waiting, mut cancelled) = (HashSet::new(), HashSet::new());
         self.shared().visit_vars(|_, queued| {
-            for op in queued {
+            for (op, _) in queued {
                 let key = Arc::as_ptr(op).cast::<()>() as usize;
                 if op.is_resolved_early() {
                     cancelled.insert(key)

@@ -75,3 +75,39 @@ fn racing_takers_take_each_op_once_in_order() {
     all.sort_unstable();
     assert_eq!(all, (0..OPS).collect::<Vec<_>>());
 }
+
+/// A freed ring goes to the spares; a new feed takes it and goes on from
+/// its position, in order; spares past those kept go back to the system
+/// a sweep's worth at a time.
+#[test]
+fn a_spare_ring_is_reused_from_where_it_was_left() {
+    let spares: Arc<Spares<u32>> = Arc::default();
+    let (mut feed, ring) = Feed::with_spares(Barriers::new(), Some(&spares));
+    for i in 0..(SLOTS as u32 + 5) {
+        feed.push(i).unwrap();
+    }
+    let taken: Vec<u32> = std::iter::from_fn(|| ring.take()).collect();
+    assert_eq!(taken, (0..SLOTS as u32 + 5).collect::<Vec<_>>());
+    drop((feed, ring));
+    assert_eq!(spares.len(), 1);
+    let (mut feed, ring) = Feed::with_spares(Barriers::new(), Some(&spares));
+    assert_eq!(spares.len(), 0, "the new feed took the spare ring");
+    // (The five spilled ops took no ring position.)
+    assert_eq!(ring.head(), SLOTS, "it goes on from where it was left");
+    for i in 0..3 * SLOTS as u32 {
+        feed.push(i).unwrap();
+        assert_eq!(ring.take(), Some(i));
+    }
+    drop((feed, ring));
+    let rings: Vec<_> = (0..KEEP_SPARE + UNMAP_PER_SWEEP + 10)
+        .map(|_| Feed::<u32>::with_spares(Barriers::new(), Some(&spares)))
+        .collect();
+    drop(rings);
+    assert_eq!(spares.len(), KEEP_SPARE + UNMAP_PER_SWEEP + 10);
+    assert!(spares.has_excess());
+    spares.trim();
+    assert_eq!(spares.len(), KEEP_SPARE + 10);
+    spares.trim();
+    assert_eq!(spares.len(), KEEP_SPARE);
+    assert!(!spares.has_excess());
+}
