@@ -351,7 +351,8 @@ fn two_engines_write_two_traces() {
     for name in ["trace.json", "trace.2.json"] {
         let text = std::fs::read_to_string(dir.join(name)).unwrap();
         let trace: Value = serde_json::from_str(&text).unwrap();
-        let ops = trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X").count();
+        let events = trace["traceEvents"].as_array().unwrap();
+        let ops = events.iter().filter(|e| e["ph"] == "X" && e["name"] == "two-op").count();
         counts.push(ops);
     }
     counts.sort_unstable();

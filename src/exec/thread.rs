@@ -139,21 +139,25 @@ pub(super) fn run_here(task: TaskRef, now: bool) {
 /// (see [`run_here`]); the caller runs no op already.
 #[inline(always)]
 pub(super) fn run_first(first: impl FnOnce()) {
-    struct Reset;
-    impl Drop for Reset {
+    /// Resets the thread if a panic escapes: the queued ops are dropped.
+    struct Unwinding;
+    impl Drop for Unwinding {
         fn drop(&mut self) {
             INLINE.with(|inline| inline.set(false));
-            // Only if a panic escaped `execute`: the queued ops are dropped.
             LOCAL.with(|local| local.borrow_mut().clear());
         }
     }
     debug_assert!(!INLINE.with(Cell::get), "a thread runs one op at a time");
     INLINE.with(|inline| inline.set(true));
-    let _reset = Reset;
+    let unwinding = Unwinding;
     first();
     while let Some(next) = LOCAL.with(|local| local.borrow_mut().pop_front()) {
         execute(next);
     }
+    // Nothing is queued now: only the flag goes back (once per op, on
+    // every worker, so not through the queue's lock as well).
+    std::mem::forget(unwinding);
+    INLINE.with(|inline| inline.set(false));
 }
 
 /// Executes an op and drops the reference; a panic that escapes either (a

@@ -114,7 +114,9 @@ impl<J: Job> OpCell<J> {
 
     /// Publishes the op (see [`Task::publish`]); `early`: it is resolved
     /// before its vars let it through, and keeps its slot among the ops in
-    /// flight until they have (`Host::op_gone`).
+    /// flight until they have (`Host::op_gone`). Inlined into both
+    /// callers: the publication of every op goes through it.
+    #[inline(always)]
     fn publish_as(&self, early: bool) {
         // Nobody reads a detached op's result: the slot is left alone.
         let waker = if self.header.meta.detached() {

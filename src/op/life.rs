@@ -201,7 +201,11 @@ fn finalize(task: &TaskRef, after_guards: bool) {
         None => true,
         Some(carries) => carries.is_ok(),
     };
-    header.in_span(|| tracing::debug!(target: "depengine::op", ok, "finished"));
+    // Most ops have no span: the event is logged without a closure then.
+    match header.span() {
+        Some(span) => span.in_scope(|| tracing::debug!(target: "depengine::op", ok, "finished")),
+        None => tracing::debug!(target: "depengine::op", ok, "finished"),
+    }
     task.publish();
 }
 

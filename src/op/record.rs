@@ -290,8 +290,9 @@ impl Header {
         self.extra.as_deref().and_then(|e| e.profile.as_ref())
     }
 
-    /// Runs `f` inside the op's span, if it has one.
-    #[inline]
+    /// Runs `f` inside the op's span, if it has one. Inlined, with `f`,
+    /// into each step of an op's life: most ops have no span.
+    #[inline(always)]
     pub(crate) fn in_span<R>(&self, f: impl FnOnce() -> R) -> R {
         match self.span() {
             Some(span) => span.in_scope(f),

@@ -187,8 +187,9 @@ impl Returns {
     /// Gives back the record of an op this thread ran: strips it and keeps
     /// its shell if `task` is its last reference; else drops the reference.
     /// Dropping what the record holds may run a user destructor (a result
-    /// nobody took): contained like the op itself.
-    #[inline]
+    /// nobody took): contained like the op itself. Inlined into the
+    /// worker's loop, where it runs after every op.
+    #[inline(always)]
     pub(crate) fn give(&mut self, task: TaskRef) {
         match Shell::strip(task) {
             Ok(shell) => {
