@@ -151,3 +151,29 @@ fn memory_stays_bounded_under_a_flood_past_the_bound() {
     engine.blocking_wait_for_all().unwrap();
     assert_eq!(engine.in_flight(), 0);
 }
+
+/// An op's slot is back before its handle says it completed: a caller
+/// that waited for its one op never finds the engine full, whether it
+/// blocks, awaits, or sees the handle finished.
+#[test]
+fn a_completed_op_has_given_its_slot_back() {
+    let engine = engine(1);
+    let v = engine.var(0u64);
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    for i in 0..3_000 {
+        let op = engine.op("one").write(&v).run(|(), (mut v,)| {
+            *v += 1;
+            Ok(())
+        });
+        match i % 3 {
+            0 => op.blocking_wait().unwrap(),
+            1 => runtime.block_on(op).unwrap(),
+            _ => {
+                while !op.is_finished() {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        assert_eq!(engine.in_flight(), 0, "push {i}: the slot was not back");
+    }
+}

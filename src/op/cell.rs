@@ -112,40 +112,36 @@ impl<J: Job> OpCell<J> {
         }
     }
 
-    /// Publishes the op (see [`Task::publish`]); `early`: it is resolved
-    /// before its vars let it through, and keeps its slot among the ops in
-    /// flight until they have (`Host::op_gone`). Inlined into both
-    /// callers: the publication of every op goes through it.
-    #[inline(always)]
-    fn publish_as(&self, early: bool) {
+    /// Publishes an op that an early resolution claimed: by the resolution
+    /// (first, as a rule), then by the completion on its vars, or by a
+    /// bulk segment that abandons it, in whatever order. Whoever publishes
+    /// first finds the epoch and counts the op as done; none gives its slot
+    /// among the ops in flight back: `Host::op_gone` does, once it has left
+    /// its vars.
+    #[cold]
+    fn publish_resolved(&self) {
         // Nobody reads a detached op's result: the slot is left alone.
         let waker = if self.header.meta.detached() {
             None
         } else {
             let Published::First(waker) = self.slot.publish() else {
-                // Its handle was resolved early (`resolve_early`), which
-                // publishes first and marks the slot early just after: a
-                // completion racing with it (a bulk segment publishing its
-                // vetoed members, say) may come between the two, so the
-                // mark cannot be asserted here.
+                // Another publication came first: a completion racing with
+                // the resolution (a bulk segment publishing its vetoed
+                // members, say) may come before it.
                 return;
             };
             waker
         };
-        // SAFETY: `publish` is called once per op, by the `finalize` whose
-        // release of the live count reached zero (a `Countdown` reports zero
-        // exactly once); of an op with a handle, it is also the one that
-        // published first. So only this call reads `epoch`.
+        // SAFETY: of an op with a handle, this call published first; a
+        // detached op resolved early is published by its resolution, and
+        // again only once the resolution has ended (its vars let it through
+        // after `mark_early`). So only this call reads `epoch`.
         let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
-        // Only the first publication finds the epoch (a detached op resolved
-        // early is published again when its vars let it through).
-        // Its slot among the ops in flight goes back before anyone waiting
-        // for the op (its handle, `wait_for_all`) is told.
         if epoch.is_some() {
             if self.header.meta.profiled() {
                 self.header.profile_finished();
             }
-            self.header.host.op_done(self.header.meta.counted() && !early);
+            self.header.host.op_done(false);
         }
         if let Some(waker) = waker {
             waker.wake();
@@ -192,7 +188,28 @@ impl<J: Job> Task for OpCell<J> {
     }
 
     fn publish(&self) {
-        self.publish_as(false);
+        if self.slot.is_resolving() {
+            return self.publish_resolved();
+        }
+        // Not resolved early: this is the op's one publication, by the
+        // `finalize` whose release of the live count reached zero (a
+        // `Countdown` reports zero exactly once).
+        // SAFETY: so only this call reads `epoch`.
+        let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
+        if self.header.meta.profiled() {
+            self.header.profile_finished();
+        }
+        // Its slot among the ops in flight goes back before anyone waiting
+        // for the op (its handle, `wait_for_all`) can be told: a caller
+        // that saw it complete can push again at the bound.
+        self.header.host.op_done(self.header.meta.counted());
+        // Nobody reads a detached op's result: the slot is left alone.
+        if !self.header.meta.detached() {
+            if let Published::First(Some(waker)) = self.slot.publish() {
+                waker.wake();
+            }
+        }
+        drop(epoch);
     }
 
     fn abandon(&self, this: &TaskRef, err: Error) {
@@ -209,7 +226,7 @@ impl<J: Job> Task for OpCell<J> {
 
     fn resolve_early(&self, this: &TaskRef, err: Error, pass_on: bool) -> bool {
         debug_assert!(std::ptr::addr_eq(Arc::as_ptr(this), self), "`this` is this record");
-        if !self.slot.start() {
+        if !self.slot.start_early() {
             return false;
         }
         // SAFETY: this call claimed the start (`ResultSlot::start`), which
@@ -233,7 +250,7 @@ impl<J: Job> Task for OpCell<J> {
         }
         let _ = self.slot.store(Err(err));
         self.header.host.op_lingers();
-        self.publish_as(true);
+        self.publish_resolved();
         if self.slot.mark_early() {
             release_body_late(this);
             self.header.host.op_gone(self.header.meta.counted());

@@ -4,7 +4,8 @@
 //! Each bit of the word is set once (only a registration sets and clears
 //! `REGISTERING`), and each owns a part of the slot:
 //!
-//! * `STARTED` — claimed by the one `start` that may run the op's body;
+//! * `STARTED` — claimed by the one `start` that may run the op's body
+//!   (with `RESOLVING`, by the one `start_early` that resolves it early);
 //! * `STORED` — claimed by the one `store` that writes the value;
 //! * `PUBLISHED` — set by `publish`, which the caller orders after the
 //!   store: from then on the value may be read;
@@ -21,24 +22,27 @@
 
 use std::task::{Context, Poll, Waker};
 
-use crate::sync::atomic::{AtomicU8, Ordering};
+use crate::sync::atomic::{AtomicU16, Ordering};
 use crate::sync::cell::UnsafeCell;
 
-const STARTED: u8 = 1;
-const STORED: u8 = 1 << 1;
-const PUBLISHED: u8 = 1 << 2;
-const TAKEN: u8 = 1 << 3;
-const WAKER: u8 = 1 << 4;
-const REGISTERING: u8 = 1 << 5;
+const STARTED: u16 = 1;
+const STORED: u16 = 1 << 1;
+const PUBLISHED: u16 = 1 << 2;
+const TAKEN: u16 = 1 << 3;
+const WAKER: u16 = 1 << 4;
+const REGISTERING: u16 = 1 << 5;
 /// Set by a cancelling shutdown once it has resolved the op before it ran
 /// (it claimed `STARTED`): see `mark_early`.
-const EARLY: u8 = 1 << 6;
+const EARLY: u16 = 1 << 6;
 /// Set by the `execute` that finds `STARTED` taken: the op's vars have let
 /// it through.
-const THROUGH: u8 = 1 << 7;
+const THROUGH: u16 = 1 << 7;
+/// Set with `STARTED`, in one step, by the claim of an early resolution:
+/// from then on anyone can tell the op will not run.
+const RESOLVING: u16 = 1 << 8;
 
 pub(crate) struct ResultSlot<T> {
-    state: AtomicU8,
+    state: AtomicU16,
     value: UnsafeCell<Option<T>>,
     waker: UnsafeCell<Option<Waker>>,
 }
@@ -63,12 +67,25 @@ pub(crate) enum Published {
 
 impl<T> ResultSlot<T> {
     pub(crate) fn new() -> Self {
-        Self { state: AtomicU8::new(0), value: UnsafeCell::new(None), waker: UnsafeCell::new(None) }
+        Self { state: AtomicU16::new(0), value: UnsafeCell::new(None), waker: UnsafeCell::new(None) }
     }
 
     /// Claims the start of the op: true for the first call only.
     pub(crate) fn start(&self) -> bool {
         self.state.fetch_or(STARTED, Ordering::Relaxed) & STARTED == 0
+    }
+
+    /// Claims the start of the op for an early resolution, marking it as
+    /// such in the same step: true if the op had not started.
+    pub(crate) fn start_early(&self) -> bool {
+        let claim = |s: u16| (s & STARTED == 0).then_some(s | STARTED | RESOLVING);
+        self.state.fetch_update(Ordering::Relaxed, Ordering::Relaxed, claim).is_ok()
+    }
+
+    /// Whether an early resolution claimed the op (it will not run).
+    #[inline]
+    pub(crate) fn is_resolving(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & RESOLVING != 0
     }
 
     /// An op resolved early (its start claimed by the resolver) has two
@@ -268,7 +285,7 @@ mod loom_tests {
                     move || if slot.start() { (true, false) } else { (false, slot.mark_through()) },
                 )
             };
-            let (resolved, completes) = if slot.start() {
+            let (resolved, completes) = if slot.start_early() {
                 slot.store(1u32).unwrap();
                 let _ = slot.publish();
                 (true, slot.mark_early())
