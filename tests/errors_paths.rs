@@ -247,7 +247,7 @@ fn drain_shutdown_runs_everything_and_joins_threads() {
     for (i, h) in handles.into_iter().enumerate() {
         assert_eq!(h.blocking_wait().unwrap(), i as u64 + 1);
     }
-    if let Some(left) = threads_named("dt-drain") {
+    if let Some(left) = common::threads_left("dt-drain") {
         assert_eq!(left, 0, "worker threads joined");
     }
 }

@@ -389,7 +389,11 @@ fn no_gpu_thread_is_left_behind() {
         drop((gpu, v));
         if shutdown {
             engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
-            assert_eq!(threads_named(&format!("{prefix}-gpu0")), Some(0), "shutdown joins every GPU thread");
+            assert_eq!(
+                common::threads_left(&format!("{prefix}-gpu0")),
+                Some(0),
+                "shutdown joins every GPU thread"
+            );
         } else {
             // Dropping the last handle starts a drain: the threads exit.
             drop(engine);

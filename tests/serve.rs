@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use app::{App, Config, Prediction, SHARDS, Shard};
-use common::threads_named;
+use common::threads_left;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -308,5 +308,5 @@ async fn a_shutdown_under_load_finishes_cleanly_and_joins_every_thread() {
     for c in clients {
         c.await.expect("a client panicked");
     }
-    assert_eq!(threads_named("svc-stop"), Some(0), "engine threads left after the shutdown");
+    assert_eq!(threads_left("svc-stop"), Some(0), "engine threads left after the shutdown");
 }

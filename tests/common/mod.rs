@@ -67,3 +67,19 @@ pub fn threads_named(prefix: &str) -> Option<usize> {
         .count();
     Some(count)
 }
+
+/// Threads of this process whose name starts with `prefix`, once threads
+/// already joined have left the system's list: a joined thread may stay
+/// listed for a moment while the system finishes its exit, so this waits
+/// up to a second for the count to reach zero (`None` where the platform
+/// does not tell).
+pub fn threads_left(prefix: &str) -> Option<usize> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        let n = threads_named(prefix)?;
+        if n == 0 || std::time::Instant::now() > deadline {
+            return Some(n);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
