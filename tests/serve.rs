@@ -161,11 +161,9 @@ async fn clients_that_hang_up_cost_no_run_and_wedge_nothing() {
     }
     // Each hung-up request's op is cancelled as its handler is dropped,
     // before it starts; it leaves the queue as the var reaches it.
-    eventually("every orphaned op cancelled", || {
-        let m = engine.metrics();
-        m.cancelled == 100 && m.waiting_on_vars == 0
-    })
-    .await;
+    // (With bulk execution on, a segment of cancelled members may still
+    // wait on the shard: it skips them when it runs.)
+    eventually("every orphaned op cancelled", || engine.metrics().cancelled == 100).await;
     // Those queued on the shard stay there, cancelled, holding their slots,
     // until the shard reaches them.
     assert_eq!(engine.in_flight(), 100);
