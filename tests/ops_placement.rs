@@ -78,3 +78,60 @@ fn bad_configuration_is_an_error() {
     assert!(Engine::builder().cpu_workers(0).build().unwrap_err().is_invalid_argument());
     assert!(Engine::builder().cpu_devices(0).build().unwrap_err().is_invalid_argument());
 }
+
+/// An op with `inline_when_idle` runs on the pushing thread, inside its
+/// push, while every worker of its pool is parked; with a worker busy, on
+/// the pool; never when not ready at push; and the setting is ignored off
+/// a CPU device's normal lane.
+#[test]
+fn inline_when_idle_runs_here_only_while_the_pool_sleeps() {
+    let engine = Engine::builder().cpu_workers(1).spin(std::time::Duration::ZERO).build().unwrap();
+    let v = engine.var(0u32);
+    let me = std::thread::current().id();
+    let here = move || Ok(std::thread::current().id() == me);
+    // Start the pool, let its worker park.
+    engine.op("warm").run(|(), ()| Ok(())).blocking_wait().unwrap();
+    let idle = |engine: &Engine| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !engine.metrics().pools.iter().all(|p| p.running == 0) || !parked(engine) {
+            assert!(std::time::Instant::now() < deadline, "the worker never parked");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    };
+    idle(&engine);
+    let h = engine.op("idle").read(&v).inline_when_idle(true).run(move |(_v,), ()| here());
+    assert!(h.is_finished(), "ran inside its push");
+    assert!(h.blocking_wait().unwrap());
+    // A busy worker: the op goes to the pool.
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let busy = engine.op("busy").run(move |(), ()| {
+        rx.recv().unwrap();
+        Ok(())
+    });
+    while engine.metrics().running() == 0 {
+        std::thread::yield_now();
+    }
+    let h = engine.op("queued").inline_when_idle(true).run(move |(), ()| here());
+    tx.send(()).unwrap();
+    busy.blocking_wait().unwrap();
+    assert!(!h.blocking_wait().unwrap(), "a busy pool runs it");
+    // Not ready at push: it runs where its vars let it through.
+    idle(&engine);
+    let guard = v.write().blocking_wait().unwrap();
+    let h = engine.op("later").read(&v).inline_when_idle(true).run(move |(_v,), ()| here());
+    assert!(!h.is_finished());
+    drop(guard);
+    assert!(!h.blocking_wait().unwrap(), "run by the thread that let it through, on the pool");
+    // Ignored on another lane.
+    idle(&engine);
+    let h = engine.op("prio").lane(Lane::Prioritized).inline_when_idle(true).run(move |(), ()| here());
+    assert!(!h.blocking_wait().unwrap());
+}
+
+/// Whether every worker of every pool of `engine` is parked, as far as its
+/// metrics tell: nothing queued nor running, and the pool idle a moment.
+fn parked(engine: &Engine) -> bool {
+    let m = engine.metrics();
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    m.queued() == 0 && m.running() == 0
+}

@@ -87,8 +87,11 @@ pub struct Updated {
 /// How the model's state is guarded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Variant {
-    /// Shards in vars; ops on engine workers.
+    /// Shards in vars; a prediction runs on the handler's thread while the
+    /// engine's workers sleep (`inline_when_idle`), else on a worker.
     Engine,
+    /// Shards in vars; every prediction on an engine worker.
+    EnginePool,
     /// One `tokio::sync::RwLock` over the shards, predictions computed on
     /// the runtime's threads while holding the read guard.
     RwLock,
@@ -102,9 +105,10 @@ impl std::str::FromStr for Variant {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "engine" => Ok(Variant::Engine),
+            "engine-pool" => Ok(Variant::EnginePool),
             "rwlock" => Ok(Variant::RwLock),
             "rwlock-blocking" => Ok(Variant::RwLockBlocking),
-            _ => Err(format!("unknown variant {s:?}: engine, rwlock or rwlock-blocking")),
+            _ => Err(format!("unknown variant {s:?}: engine, engine-pool, rwlock or rwlock-blocking")),
         }
     }
 }
@@ -194,7 +198,7 @@ impl App {
         let engine = builder.build()?;
         let shards = (0..SHARDS).map(|i| Shard::new(0, i));
         let model = match config.variant {
-            Variant::Engine => Model::Vars(shards.map(|s| engine.var(s)).collect()),
+            Variant::Engine | Variant::EnginePool => Model::Vars(shards.map(|s| engine.var(s)).collect()),
             Variant::RwLock | Variant::RwLockBlocking => {
                 Model::Locked(Arc::new(tokio::sync::RwLock::new(shards.collect())))
             }
@@ -316,7 +320,9 @@ async fn predict(State(app): State<App>, Query(q): Query<PredictQuery>) -> Respo
         Model::Vars(shards) => {
             // Cancelled if the client goes away (this future is dropped)
             // before a worker starts it: an orphaned request costs no run.
+            // While the workers sleep, it runs here instead: no hand-off.
             let op = app.0.engine.op("predict").read_all(shards).cancel_on_drop(true);
+            let op = op.inline_when_idle(app.0.variant == Variant::Engine);
             let handle = match op.try_run(move |(shards,), ()| Ok(compute(&mut shards.iter().map(|g| &**g))))
             {
                 Ok(handle) => handle,

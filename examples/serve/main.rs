@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo run --release --example serve -- [--addr 127.0.0.1:3000]
-//!     [--variant engine|rwlock|rwlock-blocking] [--max-in-flight N] [--workers N]
+//!     [--variant engine|engine-pool|rwlock|rwlock-blocking] [--max-in-flight N] [--workers N]
 //! curl '127.0.0.1:3000/predict?x=0.5'
 //! curl -X POST 127.0.0.1:3000/update
 //! curl 127.0.0.1:3000/metrics
@@ -41,7 +41,7 @@ async fn stop_signal() {
 
 fn usage(problem: &str) -> ! {
     eprintln!(
-        "{problem}\nusage: serve [--addr HOST:PORT] [--variant engine|rwlock|rwlock-blocking] \
+        "{problem}\nusage: serve [--addr HOST:PORT] [--variant engine|engine-pool|rwlock|rwlock-blocking] \
          [--max-in-flight N] [--workers N]"
     );
     std::process::exit(2);

@@ -173,6 +173,38 @@ impl<'e, Rd, Wr, S: Slot> OpBuilder<'e, Rd, Wr, S> {
         self
     }
 
+    /// Runs the op on the pushing thread, inside the push, when it is ready
+    /// then and every worker of its pool is parked; otherwise it goes to the
+    /// pool as any op (default false). A request's op on a quiet service
+    /// then costs no hand-off to a sleeping worker and back (two wake-ups),
+    /// while under load its requests still run on the engine's workers,
+    /// off the caller's threads. Meant for short ops: the pushing thread,
+    /// a Tokio worker say, runs the body before `run` returns. Only ops of
+    /// a CPU device's normal lane with a sync or async body may run so;
+    /// others ignore the setting.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> depengine::Result<()> {
+    /// let engine = depengine::Engine::new();
+    /// let model = engine.var(vec![0.5f32; 1024]);
+    /// // A prediction: on this thread while the workers sleep.
+    /// let y = engine
+    ///     .op("predict")
+    ///     .read(&model)
+    ///     .inline_when_idle(true)
+    ///     .run(|(m,), ()| Ok(m.iter().sum::<f32>()))
+    ///     .await?;
+    /// assert_eq!(y, 512.0);
+    /// # Ok(()) }
+    /// ```
+    pub fn inline_when_idle(mut self, inline: bool) -> Self {
+        self.opts.set(OpOptions::INLINE_WHEN_IDLE, inline);
+        self
+    }
+
     /// Makes the op a repair of the vars it writes (default false): it runs
     /// whatever errors its vars carry (as [`no_skip`](Self::no_skip)), it
     /// takes the error of each var it writes as it is let through there,

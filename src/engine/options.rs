@@ -43,6 +43,8 @@ impl OpOptions {
     /// Repairs the vars it writes: runs whatever they carry, and clears
     /// their errors.
     pub(crate) const REPAIR: u8 = 1 << 6;
+    /// Runs on the pushing thread when ready at push and its pool is idle.
+    pub(crate) const INLINE_WHEN_IDLE: u8 = 1 << 7;
 
     /// Sets `bit` to `on`.
     pub(crate) fn set(&mut self, bit: u8, on: bool) {

@@ -409,9 +409,10 @@ impl Shared {
         if counted {
             self.take_slot(opts.has(OpOptions::RESERVED))?;
         }
+        let when_idle = opts.has(OpOptions::INLINE_WHEN_IDLE);
         let exec = self
             .dispatcher
-            .place(&opts.name, opts.device, opts.lane, runs)
+            .place(&opts.name, opts.device, opts.lane, runs, when_idle)
             .inspect_err(|_| self.refund(counted))?;
         if !deps.is_empty() {
             normalize(&mut deps, &opts.name, Arc::as_ptr(self).cast())

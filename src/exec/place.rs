@@ -65,8 +65,17 @@ impl Dispatcher {
     }
 
     /// Checks an op's device and lane; decides where its body starts once
-    /// it is ready. `runs`: what the body is (see [`Runs`]).
-    pub(crate) fn place(&self, name: &str, device: Device, lane: Lane, runs: Runs) -> Result<Exec, Error> {
+    /// it is ready. `runs`: what the body is (see [`Runs`]); `when_idle`:
+    /// the op asks to run on the pushing thread while its pool is idle
+    /// (only an op of a CPU device's normal lane may: see [`Exec::InlineWhenIdle`]).
+    pub(crate) fn place(
+        &self,
+        name: &str,
+        device: Device,
+        lane: Lane,
+        runs: Runs,
+        when_idle: bool,
+    ) -> Result<Exec, Error> {
         match (device, runs) {
             (Device::Gpu(_), Runs::OnGpu) => {
                 // Pooled on the naive engine too: GPU work completes through
@@ -103,7 +112,8 @@ impl Dispatcher {
                 // Started here, before the op reaches its vars: a pool that
                 // cannot start refuses the push and leaves them untouched.
                 self.pool(device, lane)?;
-                Ok(Exec::Pool)
+                let when_idle = when_idle && lane == Lane::Normal && runs == Runs::OnWorker;
+                Ok(if when_idle { Exec::InlineWhenIdle } else { Exec::Pool })
             }
         }
     }
@@ -113,7 +123,7 @@ impl Dispatcher {
     #[inline(always)]
     fn pool_for(&self, task: &TaskRef) -> Option<&Pool> {
         let meta = &task.header().meta;
-        if meta.exec != Exec::Pool {
+        if meta.exec == Exec::Inline {
             return None;
         }
         match meta.device() {
@@ -131,8 +141,27 @@ impl Dispatcher {
             return self.dispatch_fenced(task);
         }
         match self.pool_for(&task) {
+            Some(pool) if task.header().meta.exec == Exec::InlineWhenIdle => self.here_when_idle(pool, task),
             Some(pool) => pool.submit(task),
             None => self.run_here(task, true),
+        }
+    }
+
+    /// Runs an op that asks to run on the pushing thread while its pool is
+    /// idle here, if every worker of `pool` is parked (handing it over
+    /// would cost a wake-up, more than a short op's run) and no other
+    /// thread runs such an op now; else on the pool. Two callers running
+    /// ops at once mean load: the pool's workers take it then, off the
+    /// callers' threads. (A worker of the pool pushing from a body is not
+    /// parked: its ops go to the pool.)
+    #[cold]
+    fn here_when_idle(&self, pool: &Pool, task: TaskRef) {
+        match pool.claim_caller() {
+            Some(claim) => {
+                self.run_here(task, true);
+                drop(claim);
+            }
+            None => pool.submit(task),
         }
     }
 

@@ -92,6 +92,17 @@ pub(super) struct PoolShared {
     pub(super) spin: Duration,
     /// What the workers count for metrics.
     pub(super) stats: PoolStats,
+    /// A thread that pushed an op runs it now (see [`Pool::claim_caller`]).
+    caller_turn: AtomicBool,
+}
+
+/// The turn [`Pool::claim_caller`] gave: free again when dropped.
+pub(crate) struct CallerTurn<'a>(&'a AtomicBool);
+
+impl Drop for CallerTurn<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -124,6 +135,7 @@ impl Pool {
             held,
             spin,
             stats: PoolStats::new(workers, timing),
+            caller_turn: AtomicBool::new(false),
         });
         let pool = Self { name: name.to_owned(), shared, threads: Mutex::new(Vec::with_capacity(workers)) };
         // Each thread is started once the one before it has set itself up.
@@ -257,6 +269,15 @@ impl Pool {
     /// Its threads' name prefix.
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Claims the pool's one turn for an op run by the thread that pushed
+    /// it (`Exec::InlineWhenIdle`): given if every worker is parked and no
+    /// other thread holds the turn; held until the claim is dropped.
+    pub(crate) fn claim_caller(&self) -> Option<CallerTurn<'_>> {
+        let turn = &self.shared.caller_turn;
+        let free = self.all_parked() && !turn.load(Ordering::Relaxed);
+        (free && !turn.swap(true, Ordering::Acquire)).then_some(CallerTurn(turn))
     }
 
     /// Whether every worker is parked or about to park, so that none will

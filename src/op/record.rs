@@ -28,6 +28,10 @@ pub(crate) enum Exec {
     /// On the thread that made it ready (engine-internal bodies, inline ops,
     /// future ops whose start only spawns).
     Inline,
+    /// On the thread that pushed it, if it is ready at push and every
+    /// worker of its pool is parked; else on a worker of its pool (an op
+    /// pushed with `inline_when_idle`).
+    InlineWhenIdle,
 }
 
 /// A device in 4 bytes: the ordinal, with the top bit set for a GPU

@@ -151,6 +151,7 @@ impl Shared {
         let joins = body == Body::Sync
             && role == Role::User
             && !opts.has(OpOptions::REPAIR)
+            && !opts.has(OpOptions::INLINE_WHEN_IDLE)
             && opts.lane == Lane::Normal
             && matches!(opts.device, Device::Cpu(_))
             // With every worker parked, a new segment would be pushed at
