@@ -182,3 +182,54 @@ fn naive_engine_runs_ops_at_push() {
     assert!(h.blocking_wait().unwrap());
     assert_eq!(v.version(), 1);
 }
+
+/// A prepared op pushes like the op it was built from, many times, in push
+/// order with other ops on its vars; each push reports its own refusal
+/// (the bound, a deleted var, a closed engine).
+#[test]
+fn prepared_ops_push_in_order_and_refuse_as_pushes_do() {
+    let engine = Engine::new();
+    let (x, log) = (engine.var(1u64), engine.var(Vec::<u64>::new()));
+    let step = engine.op("step").read(&x).write(&log).prepare().unwrap();
+    let mut handles = Vec::new();
+    for i in 0..100u64 {
+        if i % 10 == 5 {
+            // Another op between the prepared ones: push order holds.
+            engine.op("bump").write(&x).run_detached(|(), (mut x,)| {
+                *x += 1;
+                Ok(())
+            }).unwrap();
+        }
+        handles.push(step.run(move |(x,), (mut log,)| {
+            log.push(*x * 1000 + i);
+            Ok(i)
+        }));
+    }
+    let got: Vec<u64> = handles.into_iter().map(|h| h.blocking_wait().unwrap()).collect();
+    assert_eq!(got, (0..100).collect::<Vec<_>>());
+    let log = engine.delete_var(&log).blocking_wait().unwrap();
+    let expected: Vec<u64> = (0..100u64).map(|i| (1 + (i + 5) / 10) * 1000 + i).collect();
+    assert_eq!(log, expected);
+    // Its var is deleted: each push says so.
+    let err = step.try_run(|_, _| Ok(0)).unwrap_err();
+    assert!(err.is_var_deleted(), "{err}");
+    let only_x = engine.op("read").read(&x).prepare().unwrap();
+    engine.blocking_shutdown(depengine::ShutdownMode::Drain).unwrap();
+    assert!(only_x.run_detached(|_, ()| Ok(())).unwrap_err().is_shutdown());
+    // The bound counts each push.
+    let bounded = Engine::builder().max_in_flight(1).build().unwrap();
+    let v = bounded.var(0u8);
+    let held = v.write().blocking_wait().unwrap();
+    let read = bounded.op("read").read(&v).prepare().unwrap();
+    let first = read.run(|(v,), ()| Ok(*v));
+    assert!(read.try_run(|(v,), ()| Ok(*v)).unwrap_err().is_full());
+    drop(held);
+    assert_eq!(first.blocking_wait().unwrap(), 0);
+    // What any push refuses, preparing refuses.
+    let other = Engine::new();
+    let foreign = other.var(0u8);
+    let err = other.op("twice").write(&foreign).write(&foreign).prepare().unwrap_err();
+    assert!(err.is_invalid_argument(), "{err}");
+    let err = other.op("cpu9").device(depengine::Device::Cpu(9)).prepare().unwrap_err();
+    assert!(err.is_invalid_argument(), "{err}");
+}

@@ -414,7 +414,7 @@ impl<'e, Rd: Item, Wr: Item, S: Slot> OpBuilder<'e, Rd, Wr, S> {
     }
 
     /// The builder's parts, with every declaration collected.
-    fn declared(self) -> (&'e Arc<Shared>, OpOptions, DepList, Rd, Wr) {
+    pub(super) fn declared(self) -> (&'e Arc<Shared>, OpOptions, DepList, Rd, Wr) {
         let Self { shared, mut opts, reads, writes, untyped, slot } = self;
         let mut decls = Decls(untyped);
         reads.declare(&mut decls);

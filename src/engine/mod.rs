@@ -3,8 +3,8 @@
 //! (`config.rs`), what the builders hand a push (`options.rs`), the
 //! bookkeeping every push and completion goes through (`shared.rs`), the
 //! bodies of the engine's own ops (`jobs.rs`), the bound on ops in flight
-//! and its reservations (`limit.rs`, `reserve.rs`), and bulk execution
-//! (`bulk/`).
+//! and its reservations (`limit.rs`, `reserve.rs`), prepared ops
+//! (`prepared.rs`), and bulk execution (`bulk/`).
 //!
 //! The top layer: it implements the op layer's `Host`, the one way up from
 //! an op record, and owns the dispatcher of the exec layer.
@@ -19,6 +19,7 @@ mod explain;
 mod jobs;
 mod limit;
 mod options;
+mod prepared;
 mod profiler;
 mod queues;
 mod reserve;
@@ -31,4 +32,5 @@ pub use config::{
     DEFAULT_SPIN, EngineBuilder, EngineKind, MAX_CPU_DEVICES, MAX_IN_FLIGHT, MAX_SPIN, MAX_WORKERS,
 };
 pub use limit::{NoSlot, Reserved, Slot};
+pub use prepared::PreparedOp;
 pub use reserve::Reservation;

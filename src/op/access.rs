@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::var::{Access, AnyVar, ReadGuard, Var, WriteGuard};
 
 /// One declared access, before normalisation.
+#[derive(Clone)]
 pub(crate) struct Decl {
     pub(crate) var: AnyVar,
     pub(crate) access: Access,
@@ -47,6 +48,10 @@ pub trait Item: sealed::Sealed + Send + 'static {
     /// Turns the item's var handles into guards (no reference is cloned).
     #[doc(hidden)]
     fn guard(self, op: OpToken<'_>) -> Self::Guard;
+
+    /// The same item, its var handles cloned (a prepared op's each push).
+    #[doc(hidden)]
+    fn duplicate(&self) -> Self;
 }
 
 /// A read of a var, or of each var of a list.
@@ -75,6 +80,9 @@ impl<T: Send + Sync + 'static> Item for Reading<Var<T>> {
     fn guard(self, op: OpToken<'_>) -> ReadGuard<T> {
         self.0.into_read_guard(LiveRef::new(op.0))
     }
+    fn duplicate(&self) -> Self {
+        Reading(self.0.clone())
+    }
 }
 
 impl<T: Send + Sync + 'static> sealed::Sealed for Writing<Var<T>> {}
@@ -87,6 +95,9 @@ impl<T: Send + Sync + 'static> Item for Writing<Var<T>> {
 
     fn guard(self, op: OpToken<'_>) -> WriteGuard<T> {
         self.0.into_write_guard(LiveRef::new(op.0))
+    }
+    fn duplicate(&self) -> Self {
+        Writing(self.0.clone())
     }
 }
 
@@ -101,6 +112,9 @@ impl<T: Send + Sync + 'static> Item for Reading<Vec<Var<T>>> {
     fn guard(self, op: OpToken<'_>) -> Vec<ReadGuard<T>> {
         self.0.into_iter().map(|v| v.into_read_guard(LiveRef::new(op.0))).collect()
     }
+    fn duplicate(&self) -> Self {
+        Reading(self.0.clone())
+    }
 }
 
 impl<T: Send + Sync + 'static> sealed::Sealed for Writing<Vec<Var<T>>> {}
@@ -113,6 +127,9 @@ impl<T: Send + Sync + 'static> Item for Writing<Vec<Var<T>>> {
 
     fn guard(self, op: OpToken<'_>) -> Vec<WriteGuard<T>> {
         self.0.into_iter().map(|v| v.into_write_guard(LiveRef::new(op.0))).collect()
+    }
+    fn duplicate(&self) -> Self {
+        Writing(self.0.clone())
     }
 }
 
@@ -132,6 +149,11 @@ macro_rules! tuple_item {
             fn guard(self, op: OpToken<'_>) -> Self::Guard {
                 let ($($T,)*) = self;
                 ($($T.guard(OpToken(op.0)),)*)
+            }
+
+            fn duplicate(&self) -> Self {
+                let ($($T,)*) = self;
+                ($($T.duplicate(),)*)
             }
         }
     };

@@ -1,0 +1,120 @@
+//! Prepared ops (MXNet's `NewOperator` / `Push(op)` / `DeleteOperator`):
+//! an op's declarations, placement and options settled once, then pushed
+//! many times with a new body each time.
+
+use std::sync::Arc;
+
+use super::builder::OpBuilder;
+use super::limit::NoSlot;
+use super::shared::{OpOptions, Shared};
+use crate::error::{BoxError, Error};
+use crate::op::access::Item;
+use crate::op::handle::OpHandle;
+use crate::op::job::SyncJob;
+use crate::op::{DepList, Exec};
+
+/// An op declared once and pushed many times: its vars (sorted and
+/// merged), its placement (its pool started) and its options are settled
+/// when it is prepared, so a push does only what every push must: take
+/// its slot among the ops in flight, count it, build its record (reusing a
+/// finished one) and append it to its vars. Each push takes a new body;
+/// pushes of one prepared op, as any pushes, take effect in push order.
+///
+/// From [`OpBuilder::prepare`]. Cheap to keep; dropping it releases its
+/// vars (ops pushed from it still run).
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> depengine::Result<()> {
+/// let engine = depengine::Engine::new();
+/// let (x, sum) = (engine.var(2u64), engine.var(0u64));
+/// let add = engine.op("add").read(&x).write(&sum).prepare()?;
+/// for i in 0..10 {
+///     add.run_detached(move |(x,), (mut sum,)| {
+///         *sum += *x * i;
+///         Ok(())
+///     })?;
+/// }
+/// engine.blocking_wait_for_all()?;
+/// assert_eq!(*futures::executor::block_on(sum.read())?, 90);
+/// # Ok(()) }
+/// ```
+pub struct PreparedOp<Rd = (), Wr = ()> {
+    shared: Arc<Shared>,
+    opts: OpOptions,
+    exec: Exec,
+    deps: DepList,
+    reads: Rd,
+    writes: Wr,
+}
+
+impl<Rd: Item, Wr: Item> OpBuilder<'_, Rd, Wr, NoSlot> {
+    /// Settles the op's declarations, placement and options, for pushes
+    /// with a sync body ([`PreparedOp::run`], [`PreparedOp::run_detached`]).
+    ///
+    /// # Errors
+    ///
+    /// As for [`try_run`](Self::try_run), but for a closed engine or a
+    /// deleted var, which each push reports.
+    pub fn prepare(self) -> Result<PreparedOp<Rd, Wr>, Error> {
+        let (shared, opts, deps, reads, writes) = self.declared();
+        let (exec, deps) = shared.prepare(&opts, deps)?;
+        Ok(PreparedOp { shared: shared.clone(), opts, exec, deps, reads, writes })
+    }
+}
+
+impl<Rd: Item, Wr: Item> PreparedOp<Rd, Wr> {
+    /// Pushes the op with `body`, run to completion on a worker of its
+    /// lane (see [`OpBuilder::run`]).
+    pub fn run<R, F>(&self, body: F) -> OpHandle<R>
+    where
+        F: FnOnce(Rd::Guard, Wr::Guard) -> Result<R, BoxError> + Send + 'static,
+        R: Send + 'static,
+    {
+        self.try_run(body).unwrap_or_else(OpHandle::refused)
+    }
+
+    /// Like [`run`](Self::run), returning a refused push as an error.
+    ///
+    /// # Errors
+    ///
+    /// The engine is closed, a var was deleted, or the engine holds its
+    /// limit of ops in flight.
+    pub fn try_run<R, F>(&self, body: F) -> Result<OpHandle<R>, Error>
+    where
+        F: FnOnce(Rd::Guard, Wr::Guard) -> Result<R, BoxError> + Send + 'static,
+        R: Send + 'static,
+    {
+        let record = self.push(body, false)?;
+        Ok(OpHandle::pushed(record.expect("a record for the handle of an op pushed with one")))
+    }
+
+    /// Pushes the op with `body` and no handle (see
+    /// [`OpBuilder::run_detached`]).
+    ///
+    /// # Errors
+    ///
+    /// As for [`try_run`](Self::try_run).
+    pub fn run_detached<F>(&self, body: F) -> Result<(), Error>
+    where
+        F: FnOnce(Rd::Guard, Wr::Guard) -> Result<(), BoxError> + Send + 'static,
+    {
+        self.push(body, true).map(drop)
+    }
+
+    fn push<R, F>(&self, body: F, detached: bool) -> Result<Option<crate::op::cell::SlotRef<R>>, Error>
+    where
+        F: FnOnce(Rd::Guard, Wr::Guard) -> Result<R, BoxError> + Send + 'static,
+        R: Send + 'static,
+    {
+        let job = SyncJob { reads: self.reads.duplicate(), writes: self.writes.duplicate(), body };
+        self.shared.push_prepared(self.opts.clone(), self.exec, self.deps.clone(), job, detached)
+    }
+}
+
+impl<Rd, Wr> std::fmt::Debug for PreparedOp<Rd, Wr> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedOp").field("options", &self.opts).field("vars", &self.deps.len()).finish()
+    }
+}
