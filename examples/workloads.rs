@@ -305,7 +305,11 @@ enum Prep {
 
 /// The op list's prepared ops, and which one each op pushes; made before
 /// the clock starts (declaring an op once is what preparing it is for).
-fn prepare(engine: &Engine, vars: &[Var<u64>], ops: &[Op]) -> Result<(Vec<Prep>, Vec<u32>), depengine::Error> {
+fn prepare(
+    engine: &Engine,
+    vars: &[Var<u64>],
+    ops: &[Op],
+) -> Result<(Vec<Prep>, Vec<u32>), depengine::Error> {
     let mut index: std::collections::HashMap<(u8, [u32; 3], u32), u32> = std::collections::HashMap::new();
     let mut preps = Vec::new();
     let mut which = Vec::with_capacity(ops.len());
@@ -371,7 +375,8 @@ fn run_engine(
 ) -> Result<(f64, u64), depengine::Error> {
     let vars: Vec<Var<u64>> = (0..w.nvars as u64).map(|v| engine.var(v)).collect();
     done.iter().for_each(|d| d.store(0, Ordering::Relaxed));
-    let prepared = if PREPARED.load(Ordering::Relaxed) { Some(prepare(engine, &vars, &w.ops)?) } else { None };
+    let prepared =
+        if PREPARED.load(Ordering::Relaxed) { Some(prepare(engine, &vars, &w.ops)?) } else { None };
     let start = Instant::now();
     match &prepared {
         Some((preps, which)) => {

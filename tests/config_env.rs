@@ -24,6 +24,7 @@ fn child(test: &str, env: &[(&str, &str)]) -> String {
         "DEPENGINE_WATCHDOG_MS",
         "DEPENGINE_TRACK_HOLDERS",
         "DEPENGINE_PROFILE_KEEP",
+        "DEPENGINE_PUSHER_RUNS_AT",
     ] {
         cmd.env_remove(var);
     }
@@ -195,6 +196,12 @@ fn watchdog_is_a_setting() {
     let out = child("child_with_defaults", &[("DEPENGINE_WATCHDOG_MS", "86400000")]);
     assert!(out.contains("config: kind="), "{out}");
     let err = Engine::builder().watchdog(std::time::Duration::from_secs(86_401)).build().unwrap_err();
+    assert!(err.is_invalid_argument() && err.to_string().contains("past its bound"), "{err}");
+    let out = child("child_with_defaults", &[("DEPENGINE_PUSHER_RUNS_AT", "soon")]);
+    assert!(out.contains("DEPENGINE_PUSHER_RUNS_AT=\"soon\": expected a count of ops, 0 for never"), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_PUSHER_RUNS_AT", "0")]);
+    assert!(out.contains("config: kind="), "{out}");
+    let err = Engine::builder().pusher_runs_at(usize::MAX).build().unwrap_err();
     assert!(err.is_invalid_argument() && err.to_string().contains("past its bound"), "{err}");
     let out = child("child_with_defaults", &[("DEPENGINE_PROFILE_KEEP", "0")]);
     assert!(out.contains("DEPENGINE_PROFILE_KEEP must be at least 1"), "{out}");

@@ -206,10 +206,15 @@ fn finish(op: &OpSpec, reads: &[u64], writes: &mut [&mut u64]) -> Result<u64, de
     Ok(x)
 }
 
-fn push(engine: &Engine, vars: &[Var<u64>], op: &OpSpec) -> OpHandle<u64> {
+fn push(engine: &Engine, vars: &[Var<u64>], op: &OpSpec, opt_in: bool) -> OpHandle<u64> {
     let rvars: Vec<_> = op.reads.iter().map(|r| vars[*r].clone()).collect();
     let wvars: Vec<_> = op.writes.iter().map(|w| vars[*w].clone()).collect();
     let mut b = engine.op(format!("op{}", op.id)).lane(op.lane).priority(op.priority).no_skip(op.no_skip);
+    // One op in three may run on the pushing thread (which is a Tokio
+    // runtime's: only ops that opt in may), without changing the program.
+    if opt_in && common::mix(op.id as u64, 3) % 3 == 0 {
+        b = b.inline_when_idle(true);
+    }
     for e in &op.extra_reads {
         b = b.read_any(&vars[*e].any());
     }
@@ -259,7 +264,7 @@ fn push(engine: &Engine, vars: &[Var<u64>], op: &OpSpec) -> OpHandle<u64> {
     }
 }
 
-async fn run_program(engine: Engine, steps: &[Step], nvars: usize, label: &str) {
+async fn run_program(engine: Engine, steps: &[Step], nvars: usize, label: &str, opt_in: bool) {
     let init: Vec<u64> = (0..nvars as u64).collect();
     let vars: Vec<Var<u64>> = init.iter().map(|v| engine.var(*v)).collect();
     let mut model =
@@ -269,7 +274,7 @@ async fn run_program(engine: Engine, steps: &[Step], nvars: usize, label: &str) 
         match step {
             Step::Op(op) => {
                 let expect = model.op(op);
-                handles.push((op.id, expect, push(&engine, &vars, op)));
+                handles.push((op.id, expect, push(&engine, &vars, op, opt_in)));
             }
             Step::WaitVar(v) => {
                 let expect = model.errs[*v].take();
@@ -324,6 +329,25 @@ fn run_all(kind: EngineKind, workers: usize, bulk: bool) {
 }
 
 fn run_seeds(kind: EngineKind, workers: usize, bulk: bool, seeds: impl IntoIterator<Item = u64>) {
+    run_seeds_placed(kind, workers, bulk, seeds, Placed::default());
+}
+
+/// Where ops may run besides their pools: the engine's `pusher_runs_at`
+/// (its default if `None`), and whether some ops opt in to running on the
+/// pushing thread (`inline_when_idle`).
+#[derive(Clone, Copy, Default)]
+struct Placed {
+    pusher_runs_at: Option<usize>,
+    opt_in: bool,
+}
+
+fn run_seeds_placed(
+    kind: EngineKind,
+    workers: usize,
+    bulk: bool,
+    seeds: impl IntoIterator<Item = u64>,
+    placed: Placed,
+) {
     quiet_planned_panics();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let _guard = rt.enter();
@@ -331,16 +355,19 @@ fn run_seeds(kind: EngineKind, workers: usize, bulk: bool, seeds: impl IntoItera
         let nvars = 4 + (seed as usize % 5) * 6;
         let steps = program(seed, nvars, 300, bulk);
         let bulk_size = if bulk { [2, 3, 8, 16][seed as usize % 4] } else { 1 };
-        let engine = Engine::builder()
-            .kind(kind)
-            .cpu_workers(workers)
-            .priority_workers(workers)
-            .bulk_size(bulk_size)
-            .build()
-            .unwrap();
-        let label = format!("{kind:?} workers={workers} bulk={bulk_size} seed={seed}");
+        let mut builder =
+            Engine::builder().kind(kind).cpu_workers(workers).priority_workers(workers).bulk_size(bulk_size);
+        if let Some(at) = placed.pusher_runs_at {
+            builder = builder.pusher_runs_at(at);
+        }
+        let engine = builder.build().unwrap();
+        let label = format!(
+            "{kind:?} workers={workers} bulk={bulk_size} pusher_runs_at={:?} opt_in={} seed={seed}",
+            placed.pusher_runs_at, placed.opt_in
+        );
         rt.block_on(async {
-            tokio::time::timeout(Duration::from_secs(60), run_program(engine, &steps, nvars, &label))
+            let program = run_program(engine, &steps, nvars, &label, placed.opt_in);
+            tokio::time::timeout(Duration::from_secs(60), program)
                 .await
                 .unwrap_or_else(|_| panic!("{label}: timed out"))
         });
@@ -376,6 +403,28 @@ fn random_programs_threaded_4_workers() {
 #[test]
 fn random_programs_threaded_8_workers() {
     run_all(EngineKind::Threaded, 8, false);
+}
+
+/// The pushing thread runs ready ops itself as soon as one of its ops is
+/// queued and not taken (ops that opt in: the program runs on a Tokio
+/// runtime's thread), and while the pool is idle.
+#[test]
+fn random_programs_pusher_runs_1_worker() {
+    let placed = Placed { pusher_runs_at: Some(1), opt_in: true };
+    run_seeds_placed(EngineKind::Threaded, 1, false, seeds(), placed);
+}
+
+#[test]
+fn random_programs_pusher_runs_2_workers() {
+    let placed = Placed { pusher_runs_at: Some(1), opt_in: true };
+    run_seeds_placed(EngineKind::Threaded, 2, false, seeds(), placed);
+}
+
+/// The same ops, and a pushing thread that never runs its ops.
+#[test]
+fn random_programs_pusher_never_runs() {
+    let placed = Placed { pusher_runs_at: Some(0), opt_in: true };
+    run_seeds_placed(EngineKind::Threaded, 2, false, seeds(), placed);
 }
 
 #[test]

@@ -195,10 +195,14 @@ fn prepared_ops_push_in_order_and_refuse_as_pushes_do() {
     for i in 0..100u64 {
         if i % 10 == 5 {
             // Another op between the prepared ones: push order holds.
-            engine.op("bump").write(&x).run_detached(|(), (mut x,)| {
-                *x += 1;
-                Ok(())
-            }).unwrap();
+            engine
+                .op("bump")
+                .write(&x)
+                .run_detached(|(), (mut x,)| {
+                    *x += 1;
+                    Ok(())
+                })
+                .unwrap();
         }
         handles.push(step.run(move |(x,), (mut log,)| {
             log.push(*x * 1000 + i);

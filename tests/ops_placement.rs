@@ -135,3 +135,100 @@ fn parked(engine: &Engine) -> bool {
     std::thread::sleep(std::time::Duration::from_millis(2));
     m.queued() == 0 && m.running() == 0
 }
+
+/// Holds the engine's one worker until the returned sender sends.
+fn hold(engine: &Engine) -> (std::sync::mpsc::Sender<()>, depengine::OpHandle<()>) {
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let blocker = engine.op("hold").run(move |(), ()| {
+        held.recv().unwrap();
+        Ok(())
+    });
+    while engine.metrics().running() == 0 {
+        std::thread::yield_now();
+    }
+    (release, blocker)
+}
+
+/// Pushes `n` ops of `op` from this thread (inside `runtime`'s context, if
+/// given) while the engine's one worker is held; returns how many ran on
+/// this thread, after checking that each ran once.
+fn pushed_while_held(
+    engine: &Engine,
+    n: usize,
+    runtime: Option<&tokio::runtime::Runtime>,
+    op: impl Fn(&Engine) -> depengine::OpBuilder<'_>,
+) -> usize {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (release, blocker) = hold(engine);
+    let me = std::thread::current().id();
+    let (here, ran) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let entered = runtime.map(tokio::runtime::Runtime::enter);
+    for _ in 0..n {
+        let (here, ran) = (here.clone(), ran.clone());
+        op(engine)
+            .run_detached(move |(), ()| {
+                ran.fetch_add(1, Ordering::SeqCst);
+                if std::thread::current().id() == me {
+                    here.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+    drop(entered);
+    release.send(()).unwrap();
+    blocker.blocking_wait().unwrap();
+    engine.blocking_wait_for_all().unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), n, "every op ran once");
+    here.load(Ordering::SeqCst)
+}
+
+/// A pushing thread whose ops queue up past `pusher_runs_at` runs its
+/// next ready ops itself; never with the setting at 0, never for ops of
+/// another lane or device, never on a Tokio runtime's thread for ops that
+/// did not opt in, never inside a body.
+#[test]
+fn a_crowded_pushing_thread_runs_its_ops_itself_where_it_may() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // Bulk execution off: ops held in a segment reach their pool as one.
+    let engine =
+        |at| Engine::builder().cpu_workers(1).cpu_devices(2).bulk_size(1).pusher_runs_at(at).build().unwrap();
+    let crowded = engine(4);
+    let ran_here = pushed_while_held(&crowded, 200, None, |e| e.op("op"));
+    assert!(ran_here > 100, "{ran_here} of 200 ran on the pushing thread");
+    assert_eq!(pushed_while_held(&engine(0), 200, None, |e| e.op("op")), 0, "the setting at 0");
+    assert_eq!(pushed_while_held(&crowded, 200, None, |e| e.op("op").lane(Lane::Prioritized)), 0);
+    assert_eq!(pushed_while_held(&crowded, 200, None, |e| e.op("op").device(Device::Cpu(1))), 0);
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let on_runtime = pushed_while_held(&crowded, 200, Some(&runtime), |e| e.op("op"));
+    assert_eq!(on_runtime, 0, "on a runtime's thread");
+    let opted_in = pushed_while_held(&crowded, 200, Some(&runtime), |e| e.op("op").inline_when_idle(true));
+    assert!(opted_in > 100, "{opted_in} of 200 opted-in ops ran on the runtime's thread");
+    // Inside a body running on this thread (an inline op's).
+    let (release, blocker) = hold(&crowded);
+    let here = std::sync::Arc::new(AtomicUsize::new(0));
+    let me = std::thread::current().id();
+    let (pusher, seen) = (crowded.clone(), here.clone());
+    crowded
+        .op("outer")
+        .lane(Lane::Inline)
+        .run(move |(), ()| {
+            for _ in 0..200 {
+                let seen = seen.clone();
+                pusher.op("inner").run_detached(move |(), ()| {
+                    if std::thread::current().id() == me {
+                        seen.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Ok(())
+                })?;
+            }
+            Ok(())
+        })
+        .blocking_wait()
+        .unwrap();
+    release.send(()).unwrap();
+    blocker.blocking_wait().unwrap();
+    crowded.blocking_wait_for_all().unwrap();
+    assert_eq!(here.load(Ordering::SeqCst), 0, "inside a body");
+}

@@ -37,6 +37,7 @@ pub(crate) const ENV_MAX_IN_FLIGHT: &str = "DEPENGINE_MAX_IN_FLIGHT";
 pub(crate) const ENV_METRICS_TIMING: &str = "DEPENGINE_METRICS_TIMING";
 pub(crate) const ENV_WATCHDOG_MS: &str = "DEPENGINE_WATCHDOG_MS";
 pub(crate) const ENV_TRACK_HOLDERS: &str = "DEPENGINE_TRACK_HOLDERS";
+pub(crate) const ENV_PUSHER_RUNS_AT: &str = "DEPENGINE_PUSHER_RUNS_AT";
 
 /// How long an idle worker watches its queues before it parks, by default:
 /// at one request at a time it saves a third of the CPU per request against
@@ -116,6 +117,7 @@ pub struct EngineBuilder {
     metrics_timing: Option<bool>,
     watchdog: Option<Duration>,
     track_holders: Option<bool>,
+    pusher_runs_at: Option<usize>,
 }
 
 impl EngineBuilder {
@@ -223,6 +225,25 @@ impl EngineBuilder {
         self
     }
 
+    /// How many of a thread's ops may wait queued on a CPU pool, not yet
+    /// taken by its workers, before that thread runs its next ready ops
+    /// itself, inside their pushes, until half as many wait: a pushing
+    /// thread that outpaces the workers works instead of queuing further
+    /// (LLVM's OpenMP runtime does the same once its task queue is full).
+    /// It costs no hand-off, and the ops it runs are ones the workers would
+    /// have taken only after those queued. Such an op may start before
+    /// ops the thread queued earlier (push order is kept on every var, as
+    /// ever). Only ops of `Cpu(0)`'s normal lane with priority 0 run so,
+    /// never inside an op's body, and never on a Tokio runtime's thread
+    /// but for ops pushed with
+    /// [`inline_when_idle`](crate::OpBuilder::inline_when_idle). At most
+    /// [`MAX_WORKERS`] × 1,024; 0: a pushing thread never runs its ops.
+    /// Environment: `DEPENGINE_PUSHER_RUNS_AT`. Default: 256.
+    pub fn pusher_runs_at(mut self, queued: usize) -> Self {
+        self.pusher_runs_at = Some(queued);
+        self
+    }
+
     /// Whether each var names the ops holding it (every write, the first
     /// four reads), so that [`Engine::debug_pending`](crate::Engine::debug_pending)
     /// and the watchdog can name who holds a var. It costs each op a few
@@ -314,6 +335,7 @@ impl EngineBuilder {
             thread_name: thread_name(self.thread_name)?,
             spin: spin(self.spin)?,
             timing: flag(self.metrics_timing, ENV_METRICS_TIMING, false)?,
+            pusher_runs_at: pusher_runs_at(self.pusher_runs_at)?,
             gpu: GpuSettings {
                 workers: setting("gpu_workers", self.gpu_workers, ENV_GPU_WORKERS, 1, MAX_WORKERS)?,
                 copy_workers: setting(
@@ -354,6 +376,32 @@ impl EngineBuilder {
         let runtime = self.runtime.or_else(|| tokio::runtime::Handle::try_current().ok());
         Engine::from_config(config, runtime)
     }
+}
+
+/// Ops of a pushing thread queued at which it runs its next ones itself,
+/// by default (see [`EngineBuilder::pusher_runs_at`]).
+const DEFAULT_PUSHER_RUNS_AT: usize = 256;
+
+fn pusher_runs_at(given: Option<usize>) -> Result<usize, Error> {
+    let max = MAX_WORKERS * 1024;
+    let (value, source) = match given {
+        Some(n) => (n, "pusher_runs_at"),
+        None => match std::env::var(ENV_PUSHER_RUNS_AT) {
+            Ok(s) => (
+                s.trim().parse::<usize>().map_err(|_| {
+                    Error::invalid(format!(
+                        "{ENV_PUSHER_RUNS_AT}={s:?}: expected a count of ops, 0 for never"
+                    ))
+                })?,
+                ENV_PUSHER_RUNS_AT,
+            ),
+            Err(_) => (DEFAULT_PUSHER_RUNS_AT, "pusher_runs_at"),
+        },
+    };
+    if value > max {
+        return Err(Error::invalid(format!("{source}={value} is past its bound of {max}")));
+    }
+    Ok(value)
 }
 
 fn env_kind() -> Result<Option<EngineKind>, Error> {

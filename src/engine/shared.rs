@@ -453,7 +453,11 @@ impl Shared {
     /// Settles a prepared op (see `prepared.rs`): its placement (its pool
     /// started) and its declarations, sorted and merged, for pushes with a
     /// sync body.
-    pub(super) fn prepare(self: &Arc<Self>, opts: &OpOptions, mut deps: DepList) -> Result<(Exec, DepList), Error> {
+    pub(super) fn prepare(
+        self: &Arc<Self>,
+        opts: &OpOptions,
+        mut deps: DepList,
+    ) -> Result<(Exec, DepList), Error> {
         let when_idle = opts.has(OpOptions::INLINE_WHEN_IDLE);
         let exec = self.dispatcher.place(&opts.name, opts.device, opts.lane, Runs::OnWorker, when_idle)?;
         if !deps.is_empty() {

@@ -118,7 +118,16 @@ pub(crate) struct Feed<T> {
     tail: usize,
     /// Whether the last op went to the spill.
     spilling: bool,
+    /// Offers since the workers' progress was last looked at (see
+    /// [`offer`](Self::offer)).
+    offers: u32,
+    /// Whether the workers were far behind at the last look.
+    crowded: bool,
 }
+
+/// How often an [`offer`](Feed::offer) looks at how far behind the workers
+/// are: a read of the line they write on every take, once per this many.
+const LOOK_EVERY: u32 = 32;
 
 // SAFETY: the owner's end is used by one thread at a time (`&mut self`);
 // it reaches the ring as the workers do, which is `Sync`, and owns no op.
@@ -154,7 +163,9 @@ impl<T> Feed<T> {
         });
         // From the `Arc`'s own pointer: it may be turned back into one.
         let ring = NonNull::new(Arc::as_ptr(&shared).cast_mut()).expect("an Arc's pointer is not null");
-        (Self { shared: ring, flags, barriers, tail: at, spilling: false }, shared)
+        let feed =
+            Self { shared: ring, flags, barriers, tail: at, spilling: false, offers: 0, crowded: false };
+        (feed, shared)
     }
 
     /// Runs `f` on the ring with `arg` unless the feed is retired (then
@@ -184,7 +195,42 @@ impl<T> Feed<T> {
         self.with_ring(task, |feed, ring, task| feed.push_on(ring, task))
     }
 
+    /// Queues an op unless the workers are far behind: `crowded_at` ops of
+    /// this feed queued and not yet taken, until fewer than half as many
+    /// are (looked at once every [`LOOK_EVERY`] offers, and at every offer
+    /// while crowded). Then hands it back
+    /// (`Ok(Some(task))`), for the caller to run itself. `Err(task)` if the
+    /// feed was retired.
     #[inline]
+    pub(crate) fn offer(&mut self, task: T, crowded_at: usize) -> Result<Option<T>, T> {
+        self.with_ring(task, |feed, ring, task| {
+            feed.offers = feed.offers.wrapping_add(1);
+            // While crowded, every offer looks: the ops this thread then
+            // runs itself are expensive anyway, and a thread that comes
+            // back after a pause must not find the workers behind from
+            // what it saw long ago.
+            if feed.crowded || feed.offers % LOOK_EVERY == 0 {
+                feed.look_behind(ring, crowded_at);
+            }
+            if feed.crowded {
+                return Some(task);
+            }
+            feed.push_on(ring, task);
+            None
+        })
+    }
+
+    /// Notes whether the workers are far behind this feed.
+    #[cold]
+    fn look_behind(&mut self, ring: &FeedShared<T>, crowded_at: usize) {
+        let behind = self.tail.wrapping_sub(ring.head());
+        self.crowded = self.spilling
+            || if self.crowded { behind >= crowded_at.div_ceil(2) } else { behind >= crowded_at };
+    }
+
+    /// Queues `task` on the ring (or its spill). Inlined into both ways in:
+    /// it is the push's own store.
+    #[inline(always)]
     fn push_on(&mut self, ring: &FeedShared<T>, task: T) {
         if self.spilling {
             let mut spill = ring.spill.lock();

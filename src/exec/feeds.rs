@@ -198,13 +198,33 @@ impl OwnFeed {
     /// or anew if a worker retired it while this thread queued nothing.
     #[inline]
     pub(super) fn push(feeds: &mut Vec<OwnFeed>, pool: &Arc<PoolShared>, task: TaskRef) {
-        let own = match feeds.iter_mut().find(|feed| feed.pool_id == pool.id) {
-            Some(own) => own,
-            None => Self::first(feeds, pool),
-        };
+        let own = Self::own(feeds, pool);
         if let Err(task) = own.feed.push(task) {
             Self::again(&mut own.feed, pool, task);
         }
+    }
+
+    /// [`push`](Self::push), unless the workers are far behind this feed
+    /// (see `Feed::offer`): then hands `task` back.
+    #[inline]
+    pub(super) fn offer(feeds: &mut Vec<OwnFeed>, pool: &Arc<PoolShared>, task: TaskRef) -> Option<TaskRef> {
+        let own = Self::own(feeds, pool);
+        match own.feed.offer(task, pool.crowded_at) {
+            Ok(back) => back,
+            Err(task) => {
+                Self::again(&mut own.feed, pool, task);
+                None
+            }
+        }
+    }
+
+    /// This thread's feed on `pool`, set up on first use.
+    #[inline]
+    fn own<'a>(feeds: &'a mut Vec<OwnFeed>, pool: &Arc<PoolShared>) -> &'a mut OwnFeed {
+        if let Some(at) = feeds.iter().position(|feed| feed.pool_id == pool.id) {
+            return &mut feeds[at];
+        }
+        Self::first(feeds, pool)
     }
 
     /// This thread's first feed on `pool`.

@@ -130,7 +130,8 @@ fn start_lane(
     let fallback = streams[0].clone();
     let owner = device.clone();
     let init: ThreadInit = Arc::new(move |k| gpu::become_worker(&owner, lane, streams[k].clone()));
-    let pool = Pool::start(name, workers, None, (gpus.spin, gpus.timing), Some(init))
+    // GPU ops never run on the thread that pushes them.
+    let pool = Pool::start(name, workers, None, (gpus.spin, gpus.timing, 0), Some(init))
         .map_err(|e| Error::pool_unavailable(name, &e))?;
     let early = gpus.settings.early_release;
     Ok((pool, GpuLane::new(device.clone(), lane, fallback, gpus.fences.clone(), early)))

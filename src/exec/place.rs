@@ -15,6 +15,26 @@ use crate::metrics::PoolMetrics;
 use crate::op::{Exec, TaskRef};
 use crate::sync::small::SmallList;
 
+/// Whether a ready op may run on the thread that pushed it when that
+/// thread's feed is crowded, as far as the op tells: an op of `Cpu(0)`'s
+/// normal lane (an op placed elsewhere asked for its pool's threads), of
+/// priority 0 (only those go to a thread's own feed). Read on every push.
+#[inline(always)]
+fn may_run_on_pusher(task: &TaskRef) -> bool {
+    let meta = &task.header().meta;
+    meta.lane == Lane::Normal && meta.priority == 0 && matches!(meta.device(), Device::Cpu(0))
+}
+
+/// Whether this thread may run `task`, crowded, now: not inside a body
+/// (which may wait for what it pushes) and not on a Tokio runtime's
+/// thread, which must not run user code it did not ask for (an op pushed
+/// with `inline_when_idle` asked).
+#[cold]
+fn may_run_here_now(task: &TaskRef) -> bool {
+    !crate::op::job::in_user_body()
+        && (task.header().meta.exec == Exec::InlineWhenIdle || tokio::runtime::Handle::try_current().is_err())
+}
+
 /// The pools an engine may start, as configured.
 #[derive(Clone, Debug)]
 pub(crate) struct Topology {
@@ -28,6 +48,9 @@ pub(crate) struct Topology {
     pub(crate) spin: std::time::Duration,
     /// Whether workers measure queue waits and run times (metrics).
     pub(crate) timing: bool,
+    /// Ops of a pushing thread queued on a pool and not yet taken at which
+    /// that thread runs its next ready ops itself; 0: never.
+    pub(crate) pusher_runs_at: usize,
     /// The GPU devices' settings.
     pub(crate) gpu: GpuSettings,
 }
@@ -140,29 +163,57 @@ impl Dispatcher {
         if self.gpu.in_flight() {
             return self.dispatch_fenced(task);
         }
-        match self.pool_for(&task) {
-            Some(pool) if task.header().meta.exec == Exec::InlineWhenIdle => self.here_when_idle(pool, task),
-            Some(pool) => pool.submit(task),
-            None => self.run_here(task, true),
+        let Some(pool) = self.pool_for(&task) else {
+            return self.run_here(task, true);
+        };
+        if task.header().meta.exec == Exec::InlineWhenIdle {
+            return self.here_when_idle(pool, task);
+        }
+        self.to_pool(pool, task);
+    }
+
+    /// Queues an op made ready by its push on `pool`, or, if the pushing
+    /// thread's own queue there is crowded, runs it here (see
+    /// [`here_when_crowded`](Self::here_when_crowded)).
+    #[inline(always)]
+    fn to_pool(&self, pool: &Pool, task: TaskRef) {
+        if self.topology.pusher_runs_at > 0 && may_run_on_pusher(&task) {
+            if let Some(task) = pool.offer(task) {
+                self.here_when_crowded(pool, task);
+            }
+        } else {
+            pool.submit(task);
+        }
+    }
+
+    /// Runs an op the pushing thread's feed handed back, crowded (its
+    /// workers far behind): here, as libomp's pushing thread runs new
+    /// tasks once its queue is full, unless this thread must not (see
+    /// [`may_run_here_now`]); then on the pool after all.
+    #[cold]
+    fn here_when_crowded(&self, pool: &Pool, task: TaskRef) {
+        if may_run_here_now(&task) {
+            self.run_here(task, true);
+        } else {
+            pool.submit(task);
         }
     }
 
     /// Runs an op that asks to run on the pushing thread while its pool is
     /// idle here, if every worker of `pool` is parked (handing it over
     /// would cost a wake-up, more than a short op's run) and no other
-    /// thread runs such an op now; else on the pool. Two callers running
+    /// thread runs such an op now. Two callers running
     /// ops at once mean load: the pool's workers take it then, off the
     /// callers' threads. (A worker of the pool pushing from a body is not
     /// parked: its ops go to the pool.)
+    /// Else the op goes to the pool as any op.
     #[cold]
     fn here_when_idle(&self, pool: &Pool, task: TaskRef) {
-        match pool.claim_caller() {
-            Some(claim) => {
-                self.run_here(task, true);
-                drop(claim);
-            }
-            None => pool.submit(task),
-        }
+        let Some(claim) = pool.claim_caller() else {
+            return self.to_pool(pool, task);
+        };
+        self.run_here(task, true);
+        drop(claim);
     }
 
     /// The op, if no GPU work in flight on its vars holds it back; else
@@ -296,8 +347,8 @@ impl Dispatcher {
             (Device::Gpu(_), _) => unreachable!("GPU pools are kept per device"),
         };
         let start = || {
-            Pool::start(&name, workers, held, (self.topology.spin, self.topology.timing), None)
-                .map_err(|e| Error::pool_unavailable(&name, &e))
+            let tuning = (self.topology.spin, self.topology.timing, self.topology.pusher_runs_at);
+            Pool::start(&name, workers, held, tuning, None).map_err(|e| Error::pool_unavailable(&name, &e))
         };
         self.cell(device, lane).get_or_start(start, |_| true)
     }

@@ -94,6 +94,9 @@ pub(super) struct PoolShared {
     pub(super) stats: PoolStats,
     /// A thread that pushed an op runs it now (see [`Pool::claim_caller`]).
     caller_turn: AtomicBool,
+    /// Ops of a pushing thread queued and not yet taken at which that
+    /// thread runs its next ready ops itself (see [`Pool::offer`]).
+    pub(super) crowded_at: usize,
 }
 
 /// The turn [`Pool::claim_caller`] gave: free again when dropped.
@@ -113,12 +116,13 @@ impl Pool {
     /// Starts `workers` threads named `{name}-{k}`, which watch the queues
     /// for `spin` when idle before they park; before they park, they release
     /// what `held` holds back. With `timing`, they measure queue waits and
-    /// run times (`stats.rs`).
+    /// run times (`stats.rs`). A pushing thread with `crowded_at` of its
+    /// ops queued runs its next ready ops itself (see [`Pool::offer`]).
     pub(crate) fn start(
         name: &str,
         workers: usize,
         held: Option<Arc<dyn Held>>,
-        (spin, timing): (Duration, bool),
+        (spin, timing, crowded_at): (Duration, bool, usize),
         init: Option<ThreadInit>,
     ) -> std::io::Result<Self> {
         let workers = workers.max(1);
@@ -136,6 +140,7 @@ impl Pool {
             spin,
             stats: PoolStats::new(workers, timing),
             caller_turn: AtomicBool::new(false),
+            crowded_at,
         });
         let pool = Self { name: name.to_owned(), shared, threads: Mutex::new(Vec::with_capacity(workers)) };
         // Each thread is started once the one before it has set itself up.
@@ -187,6 +192,27 @@ impl Pool {
         self.stamp(&task);
         self.queue(task);
         self.shared.parking.notify(1);
+    }
+
+    /// Queues a ready op pushed by this thread, unless this thread's feed
+    /// is crowded (the workers far behind it): then hands it back, for this
+    /// thread to run itself (see `place.rs`). Only priority-0 ops of a
+    /// thread that is not one of the pool's workers go to a feed.
+    #[inline]
+    pub(crate) fn offer(&self, task: TaskRef) -> Option<TaskRef> {
+        let shared = &self.shared;
+        if thread::works_for(shared.id) || task.header().meta.priority != 0 {
+            self.submit(task);
+            return None;
+        }
+        self.stamp(&task);
+        match thread::offer_to_own_feed(shared, task) {
+            thread::Offered::Queued => {}
+            thread::Offered::Crowded(task) => return Some(task),
+            thread::Offered::Refused(task) => shared.enqueue(task),
+        }
+        self.shared.parking.notify(1);
+        None
     }
 
     /// Queues ready ops together: a wake-up per op while workers sleep.

@@ -108,6 +108,34 @@ pub(super) fn queue_on_own_feed(pool: &Arc<PoolShared>, task: TaskRef) -> Option
     task
 }
 
+/// What became of an op offered to this thread's own feed.
+pub(super) enum Offered {
+    /// Queued.
+    Queued,
+    /// The workers are far behind this thread's feed: this thread may run
+    /// it itself.
+    Crowded(TaskRef),
+    /// No feed took it (see [`queue_on_own_feed`]).
+    Refused(TaskRef),
+}
+
+/// [`queue_on_own_feed`], unless the workers are far behind that feed.
+#[inline]
+pub(super) fn offer_to_own_feed(pool: &Arc<PoolShared>, task: TaskRef) -> Offered {
+    let mut task = Some(task);
+    let mut crowded = None;
+    let _ = FEEDS.try_with(|feeds| {
+        if let Ok(mut feeds) = feeds.try_borrow_mut() {
+            crowded = OwnFeed::offer(&mut feeds, pool, task.take().expect("offered once"));
+        }
+    });
+    match (crowded, task) {
+        (Some(task), _) => Offered::Crowded(task),
+        (None, Some(task)) => Offered::Refused(task),
+        (None, None) => Offered::Queued,
+    }
+}
+
 /// How deep ops pushed from bodies may run nested inside their push.
 const MAX_NESTED: u32 = 32;
 
@@ -167,7 +195,8 @@ pub(super) fn run_first(first: impl FnOnce()) {
 fn execute(task: TaskRef) {
     contain(move || {
         task.execute(&task);
-        drop(task);
+        // The record goes back to be reused, as a worker's does.
+        crate::op::recycle::give_back(task);
     });
 }
 

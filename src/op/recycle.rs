@@ -80,6 +80,22 @@ impl Graveyard {
         drop(refused);
     }
 
+    /// Takes one shell; frees it on this thread instead if the graveyard is
+    /// full or closed.
+    pub(crate) fn bury_one(&self, shell: Shell) {
+        let refused = {
+            let mut buried = lock(&self.buried);
+            if buried.closed || buried.list.len() >= MAX_SHELLS {
+                Some(shell)
+            } else {
+                buried.list.push(shell);
+                self.len.store(buried.list.len(), Ordering::Relaxed);
+                None
+            }
+        };
+        drop(refused);
+    }
+
     /// Takes a shell from `ready`, the pushes' list, for a push to reuse (or
     /// free, if its op type differs), refilling `ready` with every buried
     /// shell when it is empty. Also returns one more shell, to be freed by
@@ -172,6 +188,38 @@ thread_local! {
     pub(crate) static REBUILT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
+/// Gives back the record of an op this thread ran inline (a thread that is
+/// not a worker, which gathers shells in [`Returns`]): strips it and buries
+/// its shell in its engine's graveyard at once if `task` is its last
+/// reference (a thread that may push no more must not keep shells, which
+/// hold their engine); else drops the reference.
+pub(crate) fn give_back(task: TaskRef) {
+    match Shell::strip(task) {
+        Ok(shell) => {
+            let host = shell.header().host.clone();
+            host.graveyard().bury_one(shell);
+        }
+        Err((record, stripping)) => let_go(record, stripping),
+    }
+}
+
+/// Drops a reference to a record someone else still held when it was
+/// offered back: its holder frees it, unless it let go meanwhile (then
+/// this drop is the last). A panic of a destructor run by the stripping
+/// (`stripping`) or by this drop is logged and contained.
+fn let_go(record: TaskRef, stripping: Option<Box<dyn std::any::Any + Send>>) {
+    if let Some(payload) = stripping {
+        tracing::error!(
+            target: "depengine",
+            "a panic escaped a destructor run when an op finished: {}",
+            panic_message(&*payload)
+        );
+    }
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(record))) {
+        tracing::error!(target: "depengine", "a panic escaped an op's destructor: {}", panic_message(&*payload));
+    }
+}
+
 /// A worker's shells on their way back to the pushing threads: filled after
 /// each op it runs, buried in their engine's graveyard [`BATCH`] at a time,
 /// and whenever the worker runs out of work.
@@ -202,24 +250,12 @@ impl Returns {
                     self.bury();
                 }
             }
-            // Not the last reference: its holder frees the record, unless
-            // it let go of it meanwhile (then the drop here is the last).
-            Err((record, stripping)) => {
-                if let Some(payload) = stripping {
-                    tracing::error!(
-                        target: "depengine",
-                        "a panic escaped a destructor run when an op finished: {}",
-                        panic_message(&*payload)
-                    );
-                }
-                if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(record))) {
-                    tracing::error!(target: "depengine", "a panic escaped an op's destructor: {}", panic_message(&*payload));
-                }
-            }
+            Err((record, stripping)) => let_go(record, stripping),
         }
     }
 
     /// Buries the shells it holds in their engine's graveyard.
+    #[cold]
     pub(crate) fn bury(&mut self) {
         if let Some(first) = self.shells.first() {
             let host = first.header().host.clone();
