@@ -1,5 +1,6 @@
 //! Unit tests of a feed: order through spills, ops dropped once, racing takers.
 
+use super::spares::{KEEP_SPARE, UNMAP_PER_SWEEP};
 use super::*;
 
 /// Past the ring's length the owner spills, and ops are still taken in
