@@ -59,6 +59,18 @@ const SLOTS: usize = 1024;
 #[cfg(depengine_loom)]
 const SLOTS: usize = 2;
 
+/// How many of the `seen` ops queued a batched take claims: half, rounded
+/// up, so that other workers find the rest. Under loom, whose rings hold
+/// two ops, all of them: so that the models claim more than one at once.
+#[cfg(not(depengine_loom))]
+fn batch_len(seen: usize) -> usize {
+    seen.div_ceil(2)
+}
+#[cfg(depengine_loom)]
+fn batch_len(seen: usize) -> usize {
+    seen
+}
+
 /// How far ahead of the slot it writes the owner fetches slots.
 const AHEAD: usize = 8;
 
@@ -332,6 +344,50 @@ impl<T> FeedShared<T> {
                 self.spilled.store(false, Ordering::Relaxed);
             }
             return Some(task);
+        }
+    }
+
+    /// Takes the oldest op, and with it, by the same claim, up to `more`
+    /// further ops of the ring (passed to `rest`, in queue order), but never
+    /// more than half of those it sees queued: the other workers keep work.
+    /// One CAS on `head` for the lot, where [`take`](Self::take) pays one
+    /// per op.
+    pub(crate) fn take_some(&self, more: usize, mut rest: impl FnMut(T)) -> Option<T> {
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            // The ops queued from `head` on, as far as `2 * more + 1`.
+            let seen =
+                (0..=2 * more).take_while(|&k| self.seq(head + k, Ordering::Acquire) == head + k + 1).count();
+            if seen < 2 {
+                // None, one, or a stale head: as `take` does.
+                return self.take();
+            }
+            let n = batch_len(seen);
+            match self.head.compare_exchange_weak(head, head + n, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    let mut first = None;
+                    for pos in head..head + n {
+                        // SAFETY: the CAS claimed ops `head .. head + n`,
+                        // whose slots were seen full (their sequences were
+                        // `pos + 1`, read with Acquire, and only the claim of
+                        // `pos` frees a slot): no other worker reads them,
+                        // and the owner does not write one until the store
+                        // below frees it.
+                        let task = self.slots[pos % SLOTS]
+                            .task
+                            .with_mut(|cell| unsafe { (*cell).assume_init_read() });
+                        // Release: the owner's next write of the slot comes
+                        // after this read.
+                        self.set_seq(pos, pos + SLOTS, Ordering::Release);
+                        match first {
+                            None => first = Some(task),
+                            Some(_) => rest(task),
+                        }
+                    }
+                    return first;
+                }
+                Err(now) => head = now,
+            }
         }
     }
 

@@ -77,22 +77,30 @@ impl FeedView {
 }
 
 impl Turns {
-    /// Takes an op from one of `sources` sources (`take(k)`, an op from
-    /// source `k`, or none). The look starts at the source the last op came
-    /// from (looking at an empty queue is not free), or at the next one
-    /// after [`SOURCE_STREAK`] ops in a row from it.
+    /// Takes an op from one of `sources` sources (`take(k, room)`: an op
+    /// from source `k` and how many more it took with it, at most `room`;
+    /// or none). The look starts at the source the last op came from
+    /// (looking at an empty queue is not free), or at the next one after
+    /// [`SOURCE_STREAK`] ops in a row from it; the ops taken along count
+    /// in the streak, which they never take past its bound.
     #[inline(always)]
-    pub(super) fn look<T>(&mut self, sources: usize, mut take: impl FnMut(usize) -> Option<T>) -> Option<T> {
+    pub(super) fn look<T>(
+        &mut self,
+        sources: usize,
+        mut take: impl FnMut(usize, u32) -> Option<(T, u32)>,
+    ) -> Option<T> {
         // (`turn` is past the end if sources left since the last look.)
         let turn = if self.turn >= sources { 0 } else { self.turn };
         let stay = self.streak < SOURCE_STREAK;
         let start = if stay { turn } else { (turn + 1) % sources };
         for k in 0..sources {
             let source = if start + k >= sources { start + k - sources } else { start + k };
-            if let Some(op) = take(source) {
-                // A streak goes on only where the look started: back at
-                // `turn` after the others were found empty, it starts over.
-                self.streak = if source == turn && stay { self.streak + 1 } else { 1 };
+            // A streak goes on only where the look started: back at `turn`
+            // after the others were found empty, it starts over.
+            let streak = if source == turn && stay { self.streak + 1 } else { 1 };
+            if let Some((op, more)) = take(source, SOURCE_STREAK - streak) {
+                debug_assert!(streak + more <= SOURCE_STREAK, "a take past the streak's room");
+                self.streak = streak + more;
                 self.turn = source;
                 return Some(op);
             }
@@ -293,9 +301,9 @@ mod tests {
         let mut taken = Vec::new();
         let mut looks = 0;
         for _ in 0..ops {
-            let op = turns.look(has_ops.len(), |k| {
+            let op = turns.look(has_ops.len(), |k, _| {
                 looks += 1;
-                has_ops[k].then_some(k)
+                has_ops[k].then_some((k, 0))
             });
             taken.push(op.expect("a source holds ops"));
         }
@@ -307,6 +315,26 @@ mod tests {
     fn sources_take_turns_while_all_hold_ops() {
         let streak = SOURCE_STREAK as usize;
         let (taken, _) = takes(&mut Turns::default(), &[true, true, true], 6 * streak);
+        let runs: Vec<(usize, usize)> =
+            taken.chunk_by(|a, b| a == b).map(|run| (run[0], run.len())).collect();
+        assert_eq!(runs, [(0, streak), (1, streak), (2, streak), (0, streak), (1, streak), (2, streak)]);
+    }
+
+    /// Takes that bring more ops along (up to 7, as much as the streak's
+    /// room allows) still give each source SOURCE_STREAK ops in a row.
+    #[test]
+    fn ops_taken_along_count_in_the_streak() {
+        let mut turns = Turns::default();
+        let mut taken = Vec::new();
+        while taken.len() < 6 * SOURCE_STREAK as usize {
+            let mut more = 0;
+            let op = turns.look(3, |k, room| {
+                more = room.min(7);
+                Some((k, more))
+            });
+            taken.extend(std::iter::repeat_n(op.unwrap(), more as usize + 1));
+        }
+        let streak = SOURCE_STREAK as usize;
         let runs: Vec<(usize, usize)> =
             taken.chunk_by(|a, b| a == b).map(|run| (run[0], run.len())).collect();
         assert_eq!(runs, [(0, streak), (1, streak), (2, streak), (0, streak), (1, streak), (2, streak)]);

@@ -38,6 +38,7 @@ use std::time::Duration;
 
 use crossbeam_deque::{Injector, Steal};
 
+use super::feed::FeedShared;
 use super::feeds::{FeedView, Feeds};
 use super::heap::Heap;
 use super::park::Parking;
@@ -400,6 +401,34 @@ impl PoolShared {
     /// Takes the next op: a positive priority first, then priority 0 from
     /// the feeds and the injector in turn, then a negative priority.
     pub(super) fn try_pop(&self, view: &mut FeedView) -> Option<TaskRef> {
+        self.pop_with(view, |feed, _| feed.take().map(|task| (task, 0)))
+    }
+
+    /// [`try_pop`](Self::try_pop), but an op taken from a feed brings up to
+    /// `more` of the ops queued behind it, claimed at once and passed to
+    /// `rest` in queue order (see `FeedShared::take_some`).
+    pub(super) fn try_pop_some(
+        &self,
+        view: &mut FeedView,
+        more: usize,
+        mut rest: impl FnMut(TaskRef),
+    ) -> Option<TaskRef> {
+        self.pop_with(view, |feed, room| {
+            let mut taken = 0;
+            let first = feed.take_some(more.min(room as usize), |task| {
+                taken += 1;
+                rest(task);
+            });
+            first.map(|task| (task, taken))
+        })
+    }
+
+    #[inline(always)]
+    fn pop_with(
+        &self,
+        view: &mut FeedView,
+        mut take: impl FnMut(&FeedShared<TaskRef>, u32) -> Option<(TaskRef, u32)>,
+    ) -> Option<TaskRef> {
         if self.urgent.load(Ordering::Relaxed) > 0 {
             if let Some(task) = self.pop_heap(|p| p > 0) {
                 return Some(task);
@@ -408,9 +437,9 @@ impl PoolShared {
         self.feeds.refresh(view);
         // The injector is source `n`, after the feeds.
         let FeedView { feeds, turns, .. } = view;
-        let taken = turns.look(feeds.len() + 1, |source| match feeds.get(source) {
-            Some(feed) => feed.take(),
-            None => self.take_injected(),
+        let taken = turns.look(feeds.len() + 1, |source, room| match feeds.get(source) {
+            Some(feed) => take(feed, room),
+            None => self.take_injected().map(|task| (task, 0)),
         });
         if taken.is_some() {
             return taken;
@@ -419,6 +448,14 @@ impl PoolShared {
             return self.pop_heap(|_| true);
         }
         None
+    }
+
+    /// Takes a queued op of positive priority, if one is queued.
+    pub(super) fn pop_urgent(&self) -> Option<TaskRef> {
+        if self.urgent.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        self.pop_heap(|p| p > 0)
     }
 
     /// Takes an op from the injector, retrying while it is contended.

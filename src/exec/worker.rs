@@ -1,7 +1,9 @@
-//! A worker thread's loop: take an op (its next slot first, then the
-//! queues), run it, give its record back, and, with nothing to do, watch
+//! A worker thread's loop: take an op (its next slot first, then the ops
+//! it claimed with the last one it took from a feed, then the queues), run
+//! it, give its record back, and, with nothing to do, watch
 //! the queues a while and then park.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -16,6 +18,10 @@ use crate::op::recycle::Returns;
 /// queue again, if anything is queued (so that queued ops are never starved
 /// by a long chain).
 const NEXT_STREAK: u32 = 64;
+
+/// How many ops a worker's take from a feed may bring besides the one it
+/// runs next (half of those it sees queued at most: `FeedShared::take_some`).
+const TAKE_MORE: usize = 7;
 
 /// How many times a worker finds nothing to do between two looks for idle
 /// feeds to retire (see `feeds.rs`).
@@ -46,6 +52,9 @@ pub(super) struct Worker<'a> {
     /// Times it found nothing to do.
     idles: u32,
     returns: Returns,
+    /// Ops it claimed from a feed together with the one it ran, to run
+    /// next (ahead of the queues, behind its next slot and urgent ops).
+    taken: VecDeque<TaskRef>,
 }
 
 impl<'a> Worker<'a> {
@@ -59,6 +68,7 @@ impl<'a> Worker<'a> {
             streak: 0,
             idles: 0,
             returns: Returns::new(),
+            taken: VecDeque::with_capacity(TAKE_MORE),
         }
     }
 
@@ -76,7 +86,12 @@ impl<'a> Worker<'a> {
     fn next(&mut self) -> Next {
         let Some(task) = thread::take_next() else {
             self.streak = 0;
-            return match self.pool.try_pop(&mut self.view) {
+            if !self.taken.is_empty() {
+                let task = self.pool.pop_urgent().or_else(|| self.taken.pop_front());
+                return Next::Run(task.expect("ops were taken"));
+            }
+            let taken = &mut self.taken;
+            return match self.pool.try_pop_some(&mut self.view, TAKE_MORE, |task| taken.push_back(task)) {
                 Some(task) => Next::Run(task),
                 None => self.idle(),
             };
@@ -86,7 +101,7 @@ impl<'a> Worker<'a> {
             return Next::Run(task);
         }
         self.streak = 0;
-        if !self.pool.has_work(&mut self.view) {
+        if self.taken.is_empty() && !self.pool.has_work(&mut self.view) {
             // Nothing is waiting for a turn.
             return Next::Run(task);
         }
