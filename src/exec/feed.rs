@@ -59,16 +59,19 @@ const SLOTS: usize = 1024;
 #[cfg(depengine_loom)]
 const SLOTS: usize = 2;
 
-/// How many of the `seen` ops queued a batched take claims: half, rounded
-/// up, so that other workers find the rest. Under loom, whose rings hold
-/// two ops, all of them: so that the models claim more than one at once.
+/// Whether a take that may bring `more` ops along and sees `seen` queued
+/// claims a batch, `more + 1` ops: only while at least as many stay queued
+/// for the other workers; near the end of a run of ops, ops are taken one
+/// at a time, so that no worker idles while another holds ops it claimed.
+/// Under loom, whose rings hold two ops, whenever it sees two: so that the
+/// models claim more than one at once.
 #[cfg(not(depengine_loom))]
-fn batch_len(seen: usize) -> usize {
-    seen.div_ceil(2)
+fn claims_batch(seen: usize, more: usize) -> bool {
+    seen > 2 * more
 }
 #[cfg(depengine_loom)]
-fn batch_len(seen: usize) -> usize {
-    seen
+fn claims_batch(seen: usize, more: usize) -> bool {
+    more > 0 && seen > more
 }
 
 /// How far ahead of the slot it writes the owner fetches slots.
@@ -347,22 +350,22 @@ impl<T> FeedShared<T> {
         }
     }
 
-    /// Takes the oldest op, and with it, by the same claim, up to `more`
-    /// further ops of the ring (passed to `rest`, in queue order), but never
-    /// more than half of those it sees queued: the other workers keep work.
-    /// One CAS on `head` for the lot, where [`take`](Self::take) pays one
-    /// per op.
+    /// Takes the oldest op, and with it, by the same claim, `more` further
+    /// ops of the ring (passed to `rest`, in queue order) if it sees at
+    /// least as many more still queued behind them (`claims_batch`): the
+    /// other workers keep work. One CAS on `head` for the lot, where
+    /// [`take`](Self::take) pays one per op.
     pub(crate) fn take_some(&self, more: usize, mut rest: impl FnMut(T)) -> Option<T> {
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
             // The ops queued from `head` on, as far as `2 * more + 1`.
             let seen =
                 (0..=2 * more).take_while(|&k| self.seq(head + k, Ordering::Acquire) == head + k + 1).count();
-            if seen < 2 {
-                // None, one, or a stale head: as `take` does.
+            if !claims_batch(seen, more) {
+                // Few queued (or none, or a stale head): as `take` does.
                 return self.take();
             }
-            let n = batch_len(seen);
+            let n = more + 1;
             match self.head.compare_exchange_weak(head, head + n, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => {
                     let mut first = None;

@@ -20,7 +20,7 @@ use crate::op::recycle::Returns;
 const NEXT_STREAK: u32 = 64;
 
 /// How many ops a worker's take from a feed may bring besides the one it
-/// runs next (half of those it sees queued at most: `FeedShared::take_some`).
+/// runs next (while as many more stay queued: `FeedShared::take_some`).
 const TAKE_MORE: usize = 7;
 
 /// How many times a worker finds nothing to do between two looks for idle
