@@ -94,6 +94,8 @@ mod exec;
 pub mod explain;
 mod gpu;
 pub mod metrics;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 mod op;
 pub mod profile;
 mod sync;

@@ -23,6 +23,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("op", 3),
     ("exec", 4),
     ("engine", 5),
+    ("mpi", 6),
 ];
 
 /// Imports against the order that are allowed: (file, module imported,
@@ -50,6 +51,9 @@ const UNSAFE_FILES: &[&str] = &[
     "op/job.rs",        // the body running on this thread, by address
     "exec/feed.rs",     // a pushing thread's ring of ops
     "gpu/cuda.rs",      // cudarc's unsafe probes of the driver
+    "mpi/raw.rs",       // MPI's immediate collectives on owned buffers
+    "mpi/flight.rs",    // a collective's buffers, kept until MPI is done
+    "mpi/thread.rs",    // the signatures' buffers, likewise
 ];
 
 fn src() -> PathBuf {

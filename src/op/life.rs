@@ -252,6 +252,12 @@ impl LiveRef {
         self.header().poison(var);
     }
 
+    /// The error a var carried when the op was let through, if any (an op
+    /// that runs whatever its vars carry: `no_skip`).
+    pub(crate) fn seen_error(&self) -> Option<Error> {
+        self.header().seen_error()
+    }
+
     fn header(&self) -> &Header {
         // SAFETY: this live count keeps the record alive (see the type's
         // doc), and the reference borrows `self`.

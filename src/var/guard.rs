@@ -52,7 +52,22 @@ impl<T: Send + Sync + 'static> Var<T> {
     }
 }
 
+impl<T> ReadGuard<T> {
+    /// The error one of the op's vars carried when it was let through
+    /// (seen by ops that run regardless: `no_skip`).
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    pub(crate) fn op_seen_error(&self) -> Option<crate::Error> {
+        self._live.seen_error()
+    }
+}
+
 impl<T> WriteGuard<T> {
+    /// As [`ReadGuard::op_seen_error`].
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    pub(crate) fn op_seen_error(&self) -> Option<crate::Error> {
+        self._live.seen_error()
+    }
+
     /// Takes the data out, leaving the var empty: only for deletion.
     pub(crate) fn take(mut self) -> T {
         self.slot().take().expect(DELETED)

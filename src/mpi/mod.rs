@@ -1,0 +1,428 @@
+//! Collectives across processes as engine ops (feature `mpi`).
+//!
+//! A [`Collectives`] owns one thread that owns MPI: it initialises it,
+//! starts each collective as an immediate (non-blocking) MPI call, keeps
+//! testing those in flight (MPI makes progress only inside its calls),
+//! and sleeps on its queue when none is. A collective is pushed as an
+//! async engine op on the vars it reads and writes: compute that does not
+//! touch them runs meanwhile, and its handle, `wait_for_var` and
+//! `wait_for_all` behave as for any op. No engine worker and no Tokio
+//! thread ever waits in MPI.
+//!
+//! **The rule.** MPI matches collectives by their order, not by name:
+//! every rank must push the same collectives, on vars of the same sizes,
+//! in the same order (the order of the calls on [`Collectives`]; calls
+//! from several threads are ordered as they take its lock). Before its
+//! data, each collective's signature (kind, element type, size, root,
+//! reduction, the var's name if it has one) goes to every rank: where the
+//! ranks disagree, the collective fails on every rank with
+//! [`CollectiveError::Mismatch`], naming both sides, instead of swapping
+//! data or hanging. Priorities order compute ops, never the collectives
+//! among themselves.
+//!
+//! **Failure.** A collective whose input carries an error (an op before
+//! it failed on one rank) still takes part, and fails on every rank
+//! together ([`CollectiveError::FailedUpstream`]). A collective pushed but
+//! never run (a cancelling shutdown) takes part as failed. A rank that
+//! exits makes `mpirun` end the others. Dropping the [`Collectives`]
+//! waits for the collectives in flight.
+//!
+//! `README.md` beside this file has the protocol and its argument.
+
+mod flight;
+mod raw;
+mod sig;
+mod thread;
+
+use std::fmt;
+use std::sync::Mutex;
+use std::sync::mpsc::Sender;
+
+use crate::engine::Engine;
+use crate::error::Error;
+use crate::op::handle::OpHandle;
+use crate::var::Var;
+use flight::{Flight, Typed, What};
+use sig::Signature;
+use thread::Msg;
+
+mod sealed {
+    /// Only the element types MPI knows (rsmpi's equivalence).
+    pub trait Sealed: mpi::datatype::Equivalence {}
+}
+
+/// An element type of a collective's buffers: `f32`, `f64`, `i32`, `i64`,
+/// `u32`, `u64`, `u8`.
+pub trait Element: sealed::Sealed + Copy + Default + Send + Sync + 'static {
+    /// Its code in a signature.
+    #[doc(hidden)]
+    const CODE: u8;
+    /// Whether [`Reduce::Mean`] applies.
+    #[doc(hidden)]
+    const FLOAT: bool;
+    /// Divides each element by `n` (floats only).
+    #[doc(hidden)]
+    fn divide(xs: &mut [Self], n: usize);
+}
+
+macro_rules! element {
+    ($t:ty, $code:expr, float) => {
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const CODE: u8 = $code;
+            const FLOAT: bool = true;
+            fn divide(xs: &mut [Self], n: usize) {
+                let by = n as $t;
+                xs.iter_mut().for_each(|x| *x /= by);
+            }
+        }
+    };
+    ($t:ty, $code:expr) => {
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const CODE: u8 = $code;
+            const FLOAT: bool = false;
+            fn divide(_: &mut [Self], _: usize) {
+                unreachable!("a mean of integers is refused at push")
+            }
+        }
+    };
+}
+element!(f32, 1, float);
+element!(f64, 2, float);
+element!(i32, 3);
+element!(i64, 4);
+element!(u32, 5);
+element!(u64, 6);
+element!(u8, 7);
+
+/// How an all-reduce or a reduce-scatter combines the ranks' elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reduce {
+    /// The sum.
+    Sum,
+    /// The sum divided by the number of ranks (floats only).
+    Mean,
+    /// The smallest.
+    Min,
+    /// The largest.
+    Max,
+}
+
+impl Reduce {
+    fn code(self) -> u8 {
+        match self {
+            Self::Sum => 1,
+            Self::Mean => 2,
+            Self::Min => 3,
+            Self::Max => 4,
+        }
+    }
+}
+
+/// Why a collective failed. The op's error ([`Error::is_failed`]) has it
+/// as its source: `err.source()` and `downcast_ref::<CollectiveError>()`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CollectiveError {
+    /// The ranks disagree on collective number `seq`: this rank's, and the
+    /// first rank whose differs.
+    Mismatch {
+        /// The collective's number in push order.
+        seq: u64,
+        /// What this rank pushed.
+        mine: String,
+        /// The first rank that pushed something else…
+        rank: usize,
+        /// …and what.
+        theirs: String,
+    },
+    /// An input carried an error on these ranks (or their op never ran):
+    /// every rank fails the collective.
+    FailedUpstream {
+        /// The collective's number in push order.
+        seq: u64,
+        /// What it was.
+        what: String,
+        /// The ranks where it failed before it started.
+        ranks: Vec<usize>,
+    },
+    /// A buffer of more elements than an MPI count holds (2³¹ − 1): split
+    /// it into several vars.
+    TooLarge {
+        /// What it was.
+        what: String,
+        /// Its elements.
+        len: usize,
+    },
+    /// MPI returned an error code.
+    Mpi {
+        /// What it was.
+        what: String,
+        /// The code.
+        code: i32,
+    },
+    /// The [`Collectives`] was dropped before this collective started.
+    Closed {
+        /// What it was.
+        what: String,
+    },
+}
+
+impl fmt::Display for CollectiveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Mismatch { seq, mine, rank, theirs } => write!(
+                f,
+                "collective #{seq} differs between ranks: this rank pushed {mine}, rank {rank} pushed {theirs} \
+                 (every rank must push the same collectives in the same order)"
+            ),
+            Self::FailedUpstream { seq, what, ranks } => {
+                write!(
+                    f,
+                    "collective #{seq} ({what}) failed: its input carried an error on rank(s) {ranks:?}"
+                )
+            }
+            Self::TooLarge { what, len } => write!(
+                f,
+                "{what}: {len} elements are more than an MPI count holds ({}); split the buffer",
+                i32::MAX
+            ),
+            Self::Mpi { what, code } => write!(f, "{what}: MPI error code {code}"),
+            Self::Closed { what } => write!(f, "{what}: the collectives were closed before it started"),
+        }
+    }
+}
+
+impl std::error::Error for CollectiveError {}
+
+/// An MPI count for `len` elements, or why there is none.
+fn mpi_count(len: usize) -> Option<i32> {
+    i32::try_from(len).ok()
+}
+
+/// The collectives of one process's MPI world, pushed as ops of `engine`.
+///
+/// MPI is initialised when this is made (once per process) and finalised
+/// when it is dropped, after the collectives in flight.
+pub struct Collectives {
+    engine: Engine,
+    /// The next collective's number, held while it is pushed: numbers and
+    /// push order agree, so a collective never waits on its vars for one
+    /// numbered after it.
+    order: Mutex<(u64, Sender<Msg>)>,
+    rank: usize,
+    size: usize,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Collectives {
+    /// Initialises MPI on a thread of its own and joins its world.
+    ///
+    /// # Errors
+    ///
+    /// MPI was initialised already in this process, or could not be.
+    pub fn new(engine: &Engine) -> Result<Self, Error> {
+        let (tx, thread, rank, size) = thread::start()?;
+        Ok(Self { engine: engine.clone(), order: Mutex::new((0, tx)), rank, size, thread: Some(thread) })
+    }
+
+    /// This process's rank in the world.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of processes in the world.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Combines every rank's `var` element by element, leaving the result
+    /// in every rank's `var` (an all-reduce). Every rank's `var` holds as
+    /// many elements.
+    pub fn all_reduce<T: Element>(&self, var: &Var<Vec<T>>, op: Reduce) -> OpHandle<()> {
+        if op == Reduce::Mean && !T::FLOAT {
+            return OpHandle::refused(Error::invalid("Reduce::Mean applies to f32 and f64 only"));
+        }
+        let size = self.size;
+        let tag = var.name().unwrap_or_default().to_owned();
+        self.push(format!("all_reduce {}", var.label()), |seq, ticket| {
+            self.engine.op(ticket.name.clone()).write(var).no_skip(true).run_async(
+                move |(), (data,), done| {
+                    let failed = data.op_seen_error().is_some();
+                    let sig = signature::<T>(seq, sig::ALL_REDUCE, op.code(), 0, data.len(), tag, failed);
+                    ticket.send(Typed::flight(
+                        sig,
+                        size,
+                        What::AllReduce { data, recv: Vec::new(), op },
+                        done,
+                    ));
+                },
+            )
+        })
+    }
+
+    /// Copies `root`'s `var` into every rank's `var` (a broadcast). Every
+    /// rank's `var` holds as many elements as the root's.
+    pub fn broadcast<T: Element>(&self, var: &Var<Vec<T>>, root: usize) -> OpHandle<()> {
+        if root >= self.size {
+            return OpHandle::refused(Error::invalid(format!(
+                "broadcast root {root} in a world of {}",
+                self.size
+            )));
+        }
+        let (size, tag) = (self.size, var.name().unwrap_or_default().to_owned());
+        self.push(format!("broadcast {}", var.label()), |seq, ticket| {
+            self.engine.op(ticket.name.clone()).write(var).no_skip(true).run_async(
+                move |(), (data,), done| {
+                    let failed = data.op_seen_error().is_some();
+                    let sig = signature::<T>(seq, sig::BROADCAST, 0, root as u32, data.len(), tag, failed);
+                    ticket.send(Typed::flight(sig, size, What::Broadcast { data, root }, done));
+                },
+            )
+        })
+    }
+
+    /// Every rank's `input`, concatenated in rank order, into every rank's
+    /// `output` (an all-gather). Every rank's `input` holds as many
+    /// elements; `output` is resized to the world's size times that.
+    pub fn all_gather<T: Element>(&self, input: &Var<Vec<T>>, output: &Var<Vec<T>>) -> OpHandle<()> {
+        if input.id() == output.id() {
+            return OpHandle::refused(Error::invalid("all_gather needs two vars: its input and its output"));
+        }
+        let (size, tag) = (self.size, input.name().unwrap_or_default().to_owned());
+        self.push(format!("all_gather {}", input.label()), |seq, ticket| {
+            let op = self.engine.op(ticket.name.clone()).read(input).write(output).no_skip(true);
+            op.run_async(move |(input,), (output,), done| {
+                let failed = input.op_seen_error().is_some() || output.op_seen_error().is_some();
+                let sig = signature::<T>(seq, sig::ALL_GATHER, 0, 0, input.len(), tag, failed);
+                ticket.send(Typed::flight(sig, size, What::AllGather { input, output }, done));
+            })
+        })
+    }
+
+    /// Combines every rank's `input` element by element and leaves block
+    /// `rank` of the result in this rank's `output` (a reduce-scatter):
+    /// `input` holds the world's size times the block's length, `output`
+    /// is resized to one block.
+    pub fn reduce_scatter<T: Element>(
+        &self,
+        input: &Var<Vec<T>>,
+        output: &Var<Vec<T>>,
+        op: Reduce,
+    ) -> OpHandle<()> {
+        if input.id() == output.id() {
+            return OpHandle::refused(Error::invalid(
+                "reduce_scatter needs two vars: its input and its output",
+            ));
+        }
+        if op == Reduce::Mean && !T::FLOAT {
+            return OpHandle::refused(Error::invalid("Reduce::Mean applies to f32 and f64 only"));
+        }
+        let (size, tag) = (self.size, input.name().unwrap_or_default().to_owned());
+        self.push(format!("reduce_scatter {}", input.label()), |seq, ticket| {
+            let op_builder = self.engine.op(ticket.name.clone()).read(input).write(output).no_skip(true);
+            op_builder.run_async(move |(input,), (output,), done| {
+                let failed = input.op_seen_error().is_some() || output.op_seen_error().is_some();
+                let sig = signature::<T>(seq, sig::REDUCE_SCATTER, op.code(), 0, input.len(), tag, failed);
+                ticket.send(Typed::flight(sig, size, What::ReduceScatter { input, output, op }, done));
+            })
+        })
+    }
+
+    /// Completes once every rank has reached it (a barrier).
+    pub fn barrier(&self) -> OpHandle<()> {
+        let size = self.size;
+        self.push("barrier".to_owned(), |seq, ticket| {
+            self.engine.op(ticket.name.clone()).no_skip(true).run_async(move |(), (), done| {
+                let sig = signature::<u8>(seq, sig::BARRIER, 0, 0, 0, String::new(), false);
+                ticket.send(Typed::flight(sig, size, What::<u8>::Barrier, done));
+            })
+        })
+    }
+
+    /// Numbers a collective and pushes it, under the order lock.
+    fn push(&self, name: String, push: impl FnOnce(u64, Ticket) -> OpHandle<()>) -> OpHandle<()> {
+        let mut order = self.order.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seq = order.0;
+        let ticket = Ticket { seq, name, tx: Some(order.1.clone()) };
+        // A refused push still takes its number: its ticket's drop tells
+        // the thread, which takes part in the collective as failed, so that
+        // a rank where the engine refused it (closed, full) does not leave
+        // the others waiting.
+        order.0 += 1;
+        push(seq, ticket)
+    }
+}
+
+/// A signature for this rank's collective `seq`.
+fn signature<T: Element>(
+    seq: u64,
+    kind: u8,
+    op: u8,
+    root: u32,
+    len: usize,
+    tag: String,
+    failed: bool,
+) -> Signature {
+    Signature { seq, kind, elem: T::CODE, op, failed, root, count: len as u64, tag }
+}
+
+/// A collective's place in the order, carried by its op's body to the
+/// comm thread. Dropped without being sent (the body never ran: a
+/// cancelling shutdown), it tells the thread, which then takes part in
+/// the collective as failed, so that the other ranks are not left
+/// waiting.
+struct Ticket {
+    seq: u64,
+    name: String,
+    tx: Option<Sender<Msg>>,
+}
+
+impl Ticket {
+    fn send(mut self, flight: Box<dyn Flight>) {
+        let tx = self.tx.take().expect("a ticket is sent once");
+        if let Err(std::sync::mpsc::SendError(Msg::Run(flight))) = tx.send(Msg::Run(flight)) {
+            flight.close();
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(Msg::Gone(self.seq));
+        }
+    }
+}
+
+impl Drop for Collectives {
+    fn drop(&mut self) {
+        let pushed = self.order.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).0;
+        let tx = &self.order.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).1;
+        let _ = tx.send(Msg::Stop(pushed));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl fmt::Debug for Collectives {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Collectives").field("rank", &self.rank).field("size", &self.size).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_past_an_mpi_int_are_refused() {
+        assert_eq!(mpi_count(0), Some(0));
+        assert_eq!(mpi_count(i32::MAX as usize), Some(i32::MAX));
+        assert_eq!(mpi_count(i32::MAX as usize + 1), None);
+        let err = CollectiveError::TooLarge { what: "all_reduce grad".into(), len: 1 << 31 };
+        assert!(err.to_string().contains("split the buffer"), "{err}");
+    }
+}

@@ -1,0 +1,159 @@
+//! The immediate collectives, called on buffers that the comm thread owns
+//! until they complete.
+//!
+//! rsmpi's safe immediate collectives tie every buffer to a
+//! `request::scope`, whose borrow lasts until the scope ends: a thread
+//! that keeps many collectives of many ops in flight, each finishing at
+//! its own time and handing its buffer back to its op, cannot express
+//! that with one scope (SCALEOUT's pitfall 9). So the calls are made
+//! here, on the raw bindings rsmpi exposes, and the invariant the scopes
+//! would check is kept by construction: a [`Request`] is made only by
+//! the functions below, from buffers that its owner keeps, unmoved and
+//! untouched, until [`Request::test`] says the collective is done; the
+//! owner (`flight.rs`) holds the buffers in the same struct as the
+//! request and drops neither before that.
+
+#![allow(unsafe_code)]
+
+use std::ffi::{c_int, c_void};
+
+use mpi::ffi;
+use mpi::raw::AsRaw;
+use mpi::topology::SimpleCommunicator;
+
+/// A collective in flight. Never dropped unfinished (MPI cannot cancel a
+/// collective): its owner tests it until done.
+#[derive(Debug)]
+pub(super) struct Request(ffi::MPI_Request);
+
+// SAFETY: an MPI request is a handle into the library, used here only by
+// the comm thread that started it (the process asked for `Funneled`); it
+// moves with the struct that owns its buffers, never between threads.
+unsafe impl Send for Request {}
+
+/// An MPI return code that is not `MPI_SUCCESS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Code(pub(super) c_int);
+
+fn check(code: c_int, request: ffi::MPI_Request) -> Result<Request, Code> {
+    // MPI_SUCCESS is 0 in every implementation (the standard fixes it).
+    if code == 0 { Ok(Request(request)) } else { Err(Code(code)) }
+}
+
+/// A null request, for the start calls to fill in.
+fn null() -> ffi::MPI_Request {
+    // SAFETY: a static initialised by the MPI library's headers (a plain
+    // handle value), read after MPI is initialised on this thread.
+    unsafe { ffi::RSMPI_REQUEST_NULL }
+}
+
+impl Request {
+    /// Whether the collective is done; once it is, its buffers are the
+    /// owner's again.
+    pub(super) fn test(&mut self) -> Result<bool, Code> {
+        let mut flag: c_int = 0;
+        // SAFETY: `self.0` is a live request made by a start call below
+        // (or completed already, which MPI_Test accepts: it is then null),
+        // and the status is ignored.
+        let code = unsafe { ffi::MPI_Test(&mut self.0, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+        if code != 0 {
+            return Err(Code(code));
+        }
+        Ok(flag != 0)
+    }
+}
+
+/// Where a collective reads and writes: raw parts of buffers its caller
+/// owns. `count` elements of `datatype` each.
+pub(super) struct Buffers {
+    pub(super) send: *const c_void,
+    pub(super) recv: *mut c_void,
+    pub(super) count: c_int,
+    pub(super) datatype: ffi::MPI_Datatype,
+}
+
+/// Starts an allreduce of `b.count` elements from `b.send` into `b.recv`.
+///
+/// # Safety
+///
+/// Both buffers hold `b.count` elements of `b.datatype`, do not overlap,
+/// and stay valid, unmoved and untouched until the request tests done.
+pub(super) unsafe fn all_reduce(
+    comm: &SimpleCommunicator,
+    b: &Buffers,
+    op: ffi::MPI_Op,
+) -> Result<Request, Code> {
+    let mut request = null();
+    // SAFETY: the caller's contract covers the buffers; the communicator
+    // and the op are live handles of this process.
+    let code =
+        unsafe { ffi::MPI_Iallreduce(b.send, b.recv, b.count, b.datatype, op, comm.as_raw(), &mut request) };
+    check(code, request)
+}
+
+/// Starts a broadcast of `b.count` elements of `b.recv` from `root`.
+///
+/// # Safety
+///
+/// `b.recv` holds `b.count` elements of `b.datatype` and stays valid,
+/// unmoved and untouched until the request tests done.
+pub(super) unsafe fn broadcast(comm: &SimpleCommunicator, b: &Buffers, root: c_int) -> Result<Request, Code> {
+    let mut request = null();
+    // SAFETY: as the caller's contract says; `root` is a rank of `comm`
+    // (checked when the op was pushed).
+    let code = unsafe { ffi::MPI_Ibcast(b.recv, b.count, b.datatype, root, comm.as_raw(), &mut request) };
+    check(code, request)
+}
+
+/// Starts an allgather: `b.count` elements of `b.send` from each rank,
+/// into `b.recv` in rank order.
+///
+/// # Safety
+///
+/// `b.send` holds `b.count` elements and `b.recv` `b.count` times the
+/// communicator's size, of `b.datatype`; they do not overlap and stay
+/// valid, unmoved and untouched until the request tests done.
+pub(super) unsafe fn all_gather(comm: &SimpleCommunicator, b: &Buffers) -> Result<Request, Code> {
+    let mut request = null();
+    // SAFETY: as the caller's contract says.
+    let code = unsafe {
+        ffi::MPI_Iallgather(
+            b.send,
+            b.count,
+            b.datatype,
+            b.recv,
+            b.count,
+            b.datatype,
+            comm.as_raw(),
+            &mut request,
+        )
+    };
+    check(code, request)
+}
+
+/// Starts a reduce-scatter: `b.send` holds the communicator's size times
+/// `b.count` elements; each rank receives the reduction of its block.
+///
+/// # Safety
+///
+/// As for [`all_gather`], with the sizes the other way round.
+pub(super) unsafe fn reduce_scatter(
+    comm: &SimpleCommunicator,
+    b: &Buffers,
+    op: ffi::MPI_Op,
+) -> Result<Request, Code> {
+    let mut request = null();
+    // SAFETY: as the caller's contract says.
+    let code = unsafe {
+        ffi::MPI_Ireduce_scatter_block(b.send, b.recv, b.count, b.datatype, op, comm.as_raw(), &mut request)
+    };
+    check(code, request)
+}
+
+/// Starts a barrier.
+pub(super) fn barrier(comm: &SimpleCommunicator) -> Result<Request, Code> {
+    let mut request = null();
+    // SAFETY: no buffers; the communicator is a live handle.
+    let code = unsafe { ffi::MPI_Ibarrier(comm.as_raw(), &mut request) };
+    check(code, request)
+}

@@ -1,0 +1,291 @@
+//! The comm thread: the one thread that owns MPI.
+//!
+//! Collectives arrive when their ops run, in any order; they start in
+//! the order they were pushed. Each goes through two immediate
+//! collectives, on two duplicates of the world so that each keeps its
+//! own order: the exchange of signatures (an all-gather of 64 bytes per
+//! rank), started as soon as every collective before it has started its
+//! own, and then, if every rank agrees and none failed, the data
+//! collective, started in push order too. While anything is in flight the
+//! thread keeps testing it (MPI makes progress only inside its calls);
+//! with nothing in flight it sleeps on its queue.
+//!
+//! Its one `unsafe` block starts a signature exchange on buffers it keeps
+//! (`raw.rs` says why the raw calls).
+
+#![allow(unsafe_code)]
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::thread::JoinHandle;
+
+use mpi::Threading;
+use mpi::datatype::Equivalence;
+use mpi::raw::AsRaw;
+use mpi::topology::{Communicator, SimpleCommunicator};
+
+use super::CollectiveError;
+use super::flight::{Flight, Gone, Pool};
+use super::raw::{self, Buffers, Request};
+use super::sig::{SIG_BYTES, Signature};
+use crate::error::Error;
+
+/// What the comm thread is told.
+pub(super) enum Msg {
+    /// A collective whose op runs.
+    Run(Box<dyn Flight>),
+    /// Collective `seq` will never run on this rank.
+    Gone(u64),
+    /// No collective after number `pushed - 1` will come: stop once those
+    /// are done.
+    Stop(u64),
+}
+
+/// Starts the comm thread, which initialises MPI: its queue, its handle,
+/// this rank and the world's size.
+pub(super) fn start() -> Result<(Sender<Msg>, JoinHandle<()>, usize, usize), Error> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("depengine-mpi".into())
+        .spawn(move || {
+            if mpi::environment::is_initialized() {
+                let _ = ready_tx.send(Err("MPI was initialised already in this process (once per process)"));
+                return;
+            }
+            let Some((universe, _)) = mpi::initialize_with_threading(Threading::Funneled) else {
+                let _ = ready_tx.send(Err("MPI could not be initialised"));
+                return;
+            };
+            let world = universe.world();
+            let (rank, size) = (world.rank() as usize, world.size() as usize);
+            let mut comm = Comm { heads: world.duplicate(), data: world.duplicate(), rank, size };
+            let _ = ready_tx.send(Ok((rank, size)));
+            Loop::new(rx).run(&mut comm);
+            // The communicators go before the universe, whose drop
+            // finalises MPI, on this thread.
+            drop(comm);
+            drop(universe);
+        })
+        .map_err(|e| Error::unsupported(format!("the MPI thread could not start: {e}")))?;
+    match ready.recv() {
+        Ok(Ok((rank, size))) => Ok((tx, thread, rank, size)),
+        Ok(Err(why)) => {
+            let _ = thread.join();
+            Err(Error::unsupported(why))
+        }
+        Err(_) => Err(Error::unsupported("the MPI thread ended while initialising MPI")),
+    }
+}
+
+struct Comm {
+    /// Where signatures are exchanged.
+    heads: SimpleCommunicator,
+    /// Where data collectives run.
+    data: SimpleCommunicator,
+    rank: usize,
+    size: usize,
+}
+
+/// A collective whose signatures are being exchanged: the buffers are
+/// MPI's until its request is done.
+struct Staged {
+    flight: Box<dyn Flight>,
+    mine: Box<[u8; SIG_BYTES]>,
+    all: Vec<u8>,
+    request: Request,
+}
+
+struct Loop {
+    rx: Receiver<Msg>,
+    /// Arrived, waiting for the ones pushed before them to start.
+    waiting: BTreeMap<u64, Box<dyn Flight>>,
+    /// The next collective to start its signature exchange.
+    next: u64,
+    /// Signature exchanges in flight, in push order.
+    heads: VecDeque<Staged>,
+    /// Data collectives in flight.
+    flying: Vec<(Box<dyn Flight>, Request)>,
+    pool: Pool,
+    /// Told to stop once this many collectives are done.
+    stop_at: Option<u64>,
+    done: u64,
+    /// The queue's senders are all gone.
+    closed: bool,
+}
+
+impl Loop {
+    fn new(rx: Receiver<Msg>) -> Self {
+        Self {
+            rx,
+            waiting: BTreeMap::new(),
+            next: 0,
+            heads: VecDeque::new(),
+            flying: Vec::new(),
+            pool: Pool::default(),
+            stop_at: None,
+            done: 0,
+            closed: false,
+        }
+    }
+
+    fn in_flight(&self) -> bool {
+        !self.heads.is_empty() || !self.flying.is_empty()
+    }
+
+    fn run(mut self, comm: &mut Comm) {
+        loop {
+            if !self.in_flight() && !self.waiting.contains_key(&self.next) {
+                if self.stop_at.is_some_and(|n| self.done >= n) || self.closed {
+                    break;
+                }
+                match self.rx.recv() {
+                    Ok(msg) => self.take(msg),
+                    Err(_) => self.closed = true,
+                }
+            }
+            loop {
+                match self.rx.try_recv() {
+                    Ok(msg) => self.take(msg),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        self.closed = true;
+                        break;
+                    }
+                }
+            }
+            self.start_heads(comm);
+            self.advance_heads(comm);
+            self.advance_data();
+            if self.in_flight() {
+                std::thread::yield_now();
+            }
+        }
+        for (_, flight) in std::mem::take(&mut self.waiting) {
+            flight.close();
+        }
+    }
+
+    fn take(&mut self, msg: Msg) {
+        match msg {
+            Msg::Run(flight) => {
+                let seq = flight.signature().seq;
+                self.waiting.insert(seq, flight);
+            }
+            Msg::Gone(seq) => {
+                let sig = Signature {
+                    seq,
+                    kind: 0,
+                    elem: 0,
+                    op: 0,
+                    failed: true,
+                    root: 0,
+                    count: 0,
+                    tag: String::new(),
+                };
+                self.waiting.insert(seq, Box::new(Gone(sig)));
+            }
+            Msg::Stop(pushed) => self.stop_at = Some(pushed),
+        }
+    }
+
+    /// Starts the signature exchanges of the collectives whose turn it is.
+    fn start_heads(&mut self, comm: &Comm) {
+        while let Some(flight) = self.waiting.remove(&self.next) {
+            self.next += 1;
+            let mine = Box::new(flight.signature().encode());
+            let mut all = vec![0u8; SIG_BYTES * comm.size];
+            let b = Buffers {
+                send: mine.as_ptr().cast(),
+                recv: all.as_mut_ptr().cast(),
+                count: SIG_BYTES as i32,
+                datatype: u8::equivalent_datatype().as_raw(),
+            };
+            // SAFETY: `mine` holds one signature and `all` one per rank; both
+            // are heap buffers that `Staged` keeps, unmoved (a move of the
+            // box or the vector does not move its buffer) and untouched,
+            // until `advance_heads` finds the request done.
+            match unsafe { raw::all_gather(&comm.heads, &b) } {
+                Ok(request) => self.heads.push_back(Staged { flight, mine, all, request }),
+                Err(code) => {
+                    let what = flight.signature().to_string();
+                    self.finish(flight, Err(CollectiveError::Mpi { what, code: code.0 }));
+                }
+            }
+        }
+    }
+
+    /// Checks the signature exchanges in push order, starting each data
+    /// collective (in the same order) or failing it on every rank.
+    fn advance_heads(&mut self, comm: &Comm) {
+        while let Some(front) = self.heads.front_mut() {
+            match front.request.test() {
+                Ok(false) => return,
+                Ok(true) => {}
+                Err(code) => {
+                    let staged = self.heads.pop_front().expect("the front");
+                    let what = staged.flight.signature().to_string();
+                    self.finish(staged.flight, Err(CollectiveError::Mpi { what, code: code.0 }));
+                    continue;
+                }
+            }
+            let Staged { mut flight, mine, all, request: _ } = self.heads.pop_front().expect("the front");
+            drop(mine);
+            let sigs: Vec<Signature> = all.chunks(SIG_BYTES).map(Signature::decode).collect();
+            match verdict(flight.as_ref(), &sigs, comm.rank) {
+                Err(err) => self.finish(flight, Err(err)),
+                Ok(()) => match flight.start(&comm.data, &mut self.pool) {
+                    Ok(request) => self.flying.push((flight, request)),
+                    Err(err) => self.finish(flight, Err(err)),
+                },
+            }
+        }
+    }
+
+    /// Tests the data collectives in flight; finishes those done.
+    fn advance_data(&mut self) {
+        let mut k = 0;
+        while k < self.flying.len() {
+            let result = match self.flying[k].1.test() {
+                Ok(false) => {
+                    k += 1;
+                    continue;
+                }
+                Ok(true) => Ok(()),
+                Err(code) => {
+                    Err(CollectiveError::Mpi { what: self.flying[k].0.signature().to_string(), code: code.0 })
+                }
+            };
+            let (flight, _) = self.flying.swap_remove(k);
+            self.finish(flight, result);
+        }
+    }
+
+    fn finish(&mut self, flight: Box<dyn Flight>, result: Result<(), CollectiveError>) {
+        flight.finish(result, &mut self.pool);
+        self.done += 1;
+    }
+}
+
+/// Whether collective `flight` runs, from every rank's signature: not if
+/// any rank failed before it (the failure first: a rank whose op never ran
+/// has no signature to compare), nor if any rank's differs from this one's.
+fn verdict(flight: &dyn Flight, sigs: &[Signature], rank: usize) -> Result<(), CollectiveError> {
+    let mine = flight.signature();
+    let failed: Vec<usize> = sigs.iter().enumerate().filter(|(_, s)| s.failed).map(|(r, _)| r).collect();
+    if !failed.is_empty() {
+        if let Some(local) = flight.local_error() {
+            return Err(local);
+        }
+        return Err(CollectiveError::FailedUpstream { seq: mine.seq, what: mine.to_string(), ranks: failed });
+    }
+    match sigs.iter().enumerate().find(|(r, s)| *r != rank && !mine.agrees(s)) {
+        Some((other, theirs)) => Err(CollectiveError::Mismatch {
+            seq: mine.seq,
+            mine: mine.to_string(),
+            rank: other,
+            theirs: theirs.to_string(),
+        }),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs tests/mpi_collectives.rs by every rank of a world of 1, 2 and 4
+# processes on this machine: shared memory between the ranks, the control
+# plane on loopback only, every run bounded in time. Needs Open MPI
+# (Debian: libopenmpi-dev openmpi-bin libclang-dev).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+# mpirun refuses root unless told; the rest keeps every byte on this
+# machine (shared memory, no TCP or UCX) and lets 4 ranks share 2 cores.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
+export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+bin=$(cargo test --release --features mpi --test mpi_collectives --no-run 2>&1 |
+    sed -n 's/.*Executable .*(\(.*\))$/\1/p' | tail -1)
+if [ -z "$bin" ]; then
+    echo "tests/mpi/run.sh: the test binary was not built" >&2
+    exit 1
+fi
+for np in 1 2 4; do
+    echo "mpi_collectives under mpirun -np $np"
+    timeout 300 mpirun -np "$np" "$bin"
+done
