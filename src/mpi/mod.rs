@@ -7,7 +7,9 @@
 //! async engine op on the vars it reads and writes: compute that does not
 //! touch them runs meanwhile, and its handle, `wait_for_var` and
 //! `wait_for_all` behave as for any op. No engine worker and no Tokio
-//! thread ever waits in MPI.
+//! thread ever waits in MPI. A collective's op only hands its guards to
+//! the comm thread, so it runs on the thread that makes it ready
+//! ([`Lane::Inline`](crate::Lane::Inline)): no worker is woken for it.
 //!
 //! **The rule.** MPI matches collectives by their order, not by name:
 //! every rank must push the same collectives, on vars of the same sizes,
@@ -38,6 +40,7 @@ use std::fmt;
 use std::sync::Mutex;
 use std::sync::mpsc::Sender;
 
+use crate::device::Lane;
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::op::handle::OpHandle;
@@ -247,7 +250,7 @@ impl Collectives {
         let size = self.size;
         let tag = var.name().unwrap_or_default().to_owned();
         self.push(format!("all_reduce {}", var.label()), |seq, ticket| {
-            self.engine.op(ticket.name.clone()).write(var).no_skip(true).run_async(
+            self.engine.op(ticket.name.clone()).lane(Lane::Inline).write(var).no_skip(true).run_async(
                 move |(), (data,), done| {
                     let failed = data.op_seen_error().is_some();
                     let sig = signature::<T>(seq, sig::ALL_REDUCE, op.code(), 0, data.len(), tag, failed);
@@ -273,7 +276,7 @@ impl Collectives {
         }
         let (size, tag) = (self.size, var.name().unwrap_or_default().to_owned());
         self.push(format!("broadcast {}", var.label()), |seq, ticket| {
-            self.engine.op(ticket.name.clone()).write(var).no_skip(true).run_async(
+            self.engine.op(ticket.name.clone()).lane(Lane::Inline).write(var).no_skip(true).run_async(
                 move |(), (data,), done| {
                     let failed = data.op_seen_error().is_some();
                     let sig = signature::<T>(seq, sig::BROADCAST, 0, root as u32, data.len(), tag, failed);
@@ -292,7 +295,13 @@ impl Collectives {
         }
         let (size, tag) = (self.size, input.name().unwrap_or_default().to_owned());
         self.push(format!("all_gather {}", input.label()), |seq, ticket| {
-            let op = self.engine.op(ticket.name.clone()).read(input).write(output).no_skip(true);
+            let op = self
+                .engine
+                .op(ticket.name.clone())
+                .lane(Lane::Inline)
+                .read(input)
+                .write(output)
+                .no_skip(true);
             op.run_async(move |(input,), (output,), done| {
                 let failed = input.op_seen_error().is_some() || output.op_seen_error().is_some();
                 let sig = signature::<T>(seq, sig::ALL_GATHER, 0, 0, input.len(), tag, failed);
@@ -321,7 +330,13 @@ impl Collectives {
         }
         let (size, tag) = (self.size, input.name().unwrap_or_default().to_owned());
         self.push(format!("reduce_scatter {}", input.label()), |seq, ticket| {
-            let op_builder = self.engine.op(ticket.name.clone()).read(input).write(output).no_skip(true);
+            let op_builder = self
+                .engine
+                .op(ticket.name.clone())
+                .lane(Lane::Inline)
+                .read(input)
+                .write(output)
+                .no_skip(true);
             op_builder.run_async(move |(input,), (output,), done| {
                 let failed = input.op_seen_error().is_some() || output.op_seen_error().is_some();
                 let sig = signature::<T>(seq, sig::REDUCE_SCATTER, op.code(), 0, input.len(), tag, failed);
@@ -334,10 +349,12 @@ impl Collectives {
     pub fn barrier(&self) -> OpHandle<()> {
         let size = self.size;
         self.push("barrier".to_owned(), |seq, ticket| {
-            self.engine.op(ticket.name.clone()).no_skip(true).run_async(move |(), (), done| {
-                let sig = signature::<u8>(seq, sig::BARRIER, 0, 0, 0, String::new(), false);
-                ticket.send(Typed::flight(sig, size, What::<u8>::Barrier, done));
-            })
+            self.engine.op(ticket.name.clone()).lane(Lane::Inline).no_skip(true).run_async(
+                move |(), (), done| {
+                    let sig = signature::<u8>(seq, sig::BARRIER, 0, 0, 0, String::new(), false);
+                    ticket.send(Typed::flight(sig, size, What::<u8>::Barrier, done));
+                },
+            )
         })
     }
 

@@ -78,6 +78,12 @@ pub(super) fn start() -> Result<(Sender<Msg>, JoinHandle<()>, usize, usize), Err
     }
 }
 
+/// How long the comm thread, with nothing in flight, watches its queue
+/// before it sleeps on it: ranks reach a collective some tens of
+/// microseconds apart, and a thread woken from sleep for each one adds
+/// its wake-up to every collective (PERFORMANCE.md, *Collectives*).
+const WATCH: std::time::Duration = std::time::Duration::from_micros(100);
+
 struct Comm {
     /// Where signatures are exchanged.
     heads: SimpleCommunicator,
@@ -139,7 +145,7 @@ impl Loop {
                 if self.stop_at.is_some_and(|n| self.done >= n) || self.closed {
                     break;
                 }
-                match self.rx.recv() {
+                match self.wait() {
                     Ok(msg) => self.take(msg),
                     Err(_) => self.closed = true,
                 }
@@ -164,6 +170,21 @@ impl Loop {
         for (_, flight) in std::mem::take(&mut self.waiting) {
             flight.close();
         }
+    }
+
+    /// The next message: watched for a while (a program that pushes
+    /// collectives one after the other would otherwise pay a wake-up of
+    /// this thread for each), then waited for.
+    fn wait(&self) -> Result<Msg, std::sync::mpsc::RecvError> {
+        let start = std::time::Instant::now();
+        while start.elapsed() < WATCH {
+            match self.rx.try_recv() {
+                Ok(msg) => return Ok(msg),
+                Err(TryRecvError::Empty) => std::thread::yield_now(),
+                Err(TryRecvError::Disconnected) => return Err(std::sync::mpsc::RecvError),
+            }
+        }
+        self.rx.recv()
     }
 
     fn take(&mut self, msg: Msg) {

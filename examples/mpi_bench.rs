@@ -1,0 +1,116 @@
+//! What an all-reduce through the engine costs against rsmpi called
+//! directly (feature `mpi`; run by every rank under `mpirun`).
+//!
+//! ```sh
+//! cargo build --release --features mpi --example mpi_bench
+//! mpirun -np 2 target/release/examples/mpi_bench engine      # Collectives::all_reduce, pushed, then blocking_wait
+//! mpirun -np 2 target/release/examples/mpi_bench engine-park # the same, the handle awaited by a parked thread
+//! mpirun -np 2 target/release/examples/mpi_bench blocking    # rsmpi's all_reduce_into
+//! mpirun -np 2 target/release/examples/mpi_bench immediate   # rsmpi's immediate all-reduce, tested in a busy loop
+//! ```
+//!
+//! (`tests/mpi/run.sh` has the environment for `mpirun` on one machine.)
+//! Each mode is its own process (MPI is initialised once per process). For
+//! f32 sums of 8 B, 64 KiB and 4 MiB, rank 0 prints one line per size: the
+//! median time per all-reduce over the rounds, one after the other, after
+//! a warm-up.
+
+use std::time::Instant;
+
+use mpi::collective::SystemOperation;
+use mpi::traits::*;
+
+fn sizes() -> [(usize, usize); 3] {
+    // (elements, rounds)
+    [(2, 20_000), (16 * 1024, 4_000), (1024 * 1024, 200)]
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+fn report(mode: &str, rank: usize, size: usize, elems: usize, times: Vec<f64>) {
+    if rank == 0 {
+        let bytes = elems * 4;
+        println!(
+            "mode={mode} np={size} bytes={bytes} rounds={} median_us={:.2}",
+            times.len(),
+            median(times) * 1e6
+        );
+    }
+}
+
+fn engine_mode(park: bool) {
+    let engine = depengine::Engine::new();
+    let mpi = depengine::mpi::Collectives::new(&engine).expect("MPI");
+    let (rank, size) = (mpi.rank(), mpi.size());
+    for (elems, rounds) in sizes() {
+        let var = engine.var(vec![1.0f32; elems]);
+        let mut times = Vec::with_capacity(rounds);
+        for round in 0..rounds + rounds / 10 {
+            let start = Instant::now();
+            let handle = mpi.all_reduce(&var, depengine::mpi::Reduce::Sum);
+            if park {
+                futures::executor::block_on(handle).expect("all_reduce");
+            } else {
+                handle.blocking_wait().expect("all_reduce");
+            }
+            if round >= rounds / 10 {
+                times.push(start.elapsed().as_secs_f64());
+            }
+        }
+        report(if park { "engine-park" } else { "engine" }, rank, size, elems, times);
+    }
+}
+
+fn direct_mode(immediate: bool) {
+    let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Funneled).expect("MPI");
+    let world = universe.world();
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let mode = if immediate { "immediate" } else { "blocking" };
+    for (elems, rounds) in sizes() {
+        let send = vec![1.0f32; elems];
+        let mut recv = vec![0.0f32; elems];
+        let mut times = Vec::with_capacity(rounds);
+        for round in 0..rounds + rounds / 10 {
+            let start = Instant::now();
+            if immediate {
+                mpi::request::scope(|scope| {
+                    let mut req = world.immediate_all_reduce_into(
+                        scope,
+                        &send[..],
+                        &mut recv[..],
+                        SystemOperation::sum(),
+                    );
+                    loop {
+                        match req.test() {
+                            Ok(_) => break,
+                            Err(r) => req = r,
+                        }
+                    }
+                });
+            } else {
+                world.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
+            }
+            if round >= rounds / 10 {
+                times.push(start.elapsed().as_secs_f64());
+            }
+        }
+        assert_eq!(recv[0], size as f32);
+        report(mode, rank, size, elems, times);
+    }
+}
+
+fn main() {
+    match std::env::args().nth(1).as_deref() {
+        Some("engine") | None => engine_mode(false),
+        Some("engine-park") => engine_mode(true),
+        Some("blocking") => direct_mode(false),
+        Some("immediate") => direct_mode(true),
+        Some(other) => {
+            eprintln!("unknown mode `{other}`: engine, engine-park, blocking, immediate");
+            std::process::exit(2);
+        }
+    }
+}
