@@ -362,6 +362,9 @@ impl Collectives {
     fn push(&self, name: String, push: impl FnOnce(u64, Ticket) -> OpHandle<()>) -> OpHandle<()> {
         let mut order = self.order.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let seq = order.0;
+        // The name says what it waits for, in the explainer and the
+        // watchdog's reports: a collective in flight waits for other ranks.
+        let name = format!("{name} (collective #{seq}: with every rank)");
         let ticket = Ticket { seq, name, tx: Some(order.1.clone()) };
         // A refused push still takes its number: its ticket's drop tells
         // the thread, which takes part in the collective as failed, so that

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs tests/mpi_collectives.rs by every rank of a world of 1, 2 and 4
-# processes on this machine: shared memory between the ranks, the control
+# Runs tests/mpi_collectives.rs, then examples/data_parallel.rs, by every
+# rank of a world of 1, 2 and 4 processes on this machine: shared memory between the ranks, the control
 # plane on loopback only, every run bounded in time. Needs Open MPI
 # (Debian: libopenmpi-dev openmpi-bin libclang-dev).
 set -euo pipefail
@@ -24,3 +24,12 @@ for np in 1 2 4; do
     echo "mpi_collectives under mpirun -np $np"
     timeout 300 mpirun -np "$np" "$bin"
 done
+
+# The data-parallel example checks itself: the same weights on every rank,
+# bit for bit, and those of one process training on the whole batch.
+cargo build --release --features mpi --example data_parallel
+for np in 1 2 4; do
+    echo "data_parallel under mpirun -np $np"
+    timeout 300 mpirun -np "$np" target/release/examples/data_parallel
+done
+timeout 300 mpirun -np 2 target/release/examples/data_parallel --comm-after-backward
