@@ -7,7 +7,8 @@
 //! cargo build --release --features mpi --example data_parallel
 //! target/release/examples/data_parallel                      # a world of one
 //! mpirun -np 2 target/release/examples/data_parallel         # (tests/mpi/run.sh has the environment)
-//! mpirun -np 4 target/release/examples/data_parallel -- --comm-after-backward
+//! mpirun -np 4 target/release/examples/data_parallel --comm-after-backward
+//! mpirun -np 2 target/release/examples/data_parallel --profile /tmp   # each rank's last step, traced
 //! ```
 //!
 //! Each step pushes, as ops: the batch's share of this rank, the forward
@@ -278,7 +279,11 @@ fn overlap(profile: &depengine::profile::Profile) -> f64 {
 }
 
 fn main() {
-    let comm_after_backward = std::env::args().any(|a| a == "--comm-after-backward");
+    let args: Vec<String> = std::env::args().collect();
+    let comm_after_backward = args.iter().any(|a| a == "--comm-after-backward");
+    // `--profile DIR`: the last step's profile of each rank, as a Chrome
+    // trace and an SVG timeline, `DIR/data_parallel.rankN.{json,svg}`.
+    let profile_dir = args.iter().position(|a| a == "--profile").and_then(|k| args.get(k + 1)).cloned();
     let engine = Engine::new();
     let mpi = Collectives::new(&engine).expect("MPI");
     let (rank, size) = (mpi.rank(), mpi.size());
@@ -311,7 +316,14 @@ fn main() {
             engine.blocking_wait_for_all().expect("the step ran");
             step_times.push(start.elapsed().as_secs_f64());
             if profiled {
-                overlaps.push(overlap(&engine.profiler().stop()));
+                let profile = engine.profiler().stop();
+                overlaps.push(overlap(&profile));
+                if let (Some(dir), true) = (&profile_dir, epoch + 1 == EPOCHS) {
+                    let path =
+                        |ext: &str| std::path::Path::new(dir).join(format!("data_parallel.rank{rank}.{ext}"));
+                    profile.write_chrome_trace(path("json")).expect("write the trace");
+                    std::fs::write(path("svg"), profile.svg()).expect("write the timeline");
+                }
             }
             loss += futures::executor::block_on(model.loss.read()).expect("loss")[0];
         }

@@ -418,3 +418,38 @@ async fn views_take_any_name() {
     })
     .await;
 }
+
+/// An async op completed by another thread after its body returned is
+/// drawn on that thread's row too, in flight until it completed.
+#[test]
+fn an_op_completed_elsewhere_is_drawn_in_flight_on_that_thread() {
+    let engine = Engine::builder().cpu_workers(1).build().unwrap();
+    let v = engine.var(0u64);
+    engine.profiler().start();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let completer = std::thread::Builder::new()
+        .name("completer".into())
+        .spawn(move || {
+            let (mut guard, done): (depengine::WriteGuard<u64>, depengine::Completion<()>) =
+                rx.recv().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            *guard += 1;
+            drop(guard);
+            done.succeed(());
+        })
+        .unwrap();
+    let handle = engine.op("handed over").write(&v).run_async(move |(), (guard,), done| {
+        tx.send((guard, done)).unwrap();
+    });
+    handle.blocking_wait().unwrap();
+    completer.join().unwrap();
+    let profile = engine.profiler().stop();
+    let op = profile.ops().iter().find(|op| op.name == "handed over").unwrap();
+    assert_eq!(op.completed_on, "completer");
+    let svg = profile.svg();
+    assert!(svg.contains("completer"), "the completing thread has a row");
+    let flight =
+        svg.split("<title>").find(|t| t.starts_with("handed over #") && t.contains("in flight")).unwrap();
+    let micros: f64 = flight.split("in flight ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!(micros >= 2000.0, "in flight for the completer's sleep at least: {micros} µs");
+}

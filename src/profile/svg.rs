@@ -1,6 +1,8 @@
 //! A timeline as one self-contained SVG: a row per thread (grouped by
 //! device), each op's body a bar in its name's colour, a time axis and a
-//! legend. Every op keeps a `<title>` (its name, vars and times), which a
+//! legend. An op completed on another thread after its body returned (a
+//! GPU op, a collective) is also drawn, lighter, on that thread's row
+//! while in flight. Every op keeps a `<title>` (its name, vars and times), which a
 //! browser shows on hover.
 
 use std::collections::BTreeMap;
@@ -42,13 +44,26 @@ fn esc(s: &str) -> String {
 pub(super) fn render(profile: &Profile) -> String {
     let origin = profile.origin();
     let ran: Vec<_> = profile.ops().iter().filter(|op| op.start.is_some() && op.end.is_some()).collect();
-    let end = ran.iter().filter_map(|op| op.end).max().unwrap_or(origin).max(origin + 1);
+    // Ops completed on another thread after their body returned (a GPU
+    // op by its poller, a collective by the comm thread): in flight there
+    // meanwhile.
+    let flying: Vec<_> = ran.iter().filter(|op| in_flight_elsewhere(op)).copied().collect();
+    let end = ran
+        .iter()
+        .filter_map(|op| op.end)
+        .chain(flying.iter().map(|op| op.done))
+        .max()
+        .unwrap_or(origin)
+        .max(origin + 1);
     let span = (end - origin) as f64;
     let x = |t: u64| LEFT + (t.saturating_sub(origin) as f64 / span) * WIDTH;
     // Rows: a thread per row, grouped by device.
     let mut rows: BTreeMap<(String, String), usize> = BTreeMap::new();
     for op in &ran {
         rows.entry((op.device.to_string(), op.thread.clone().unwrap_or_default())).or_insert(0);
+    }
+    for op in &flying {
+        rows.entry((op.device.to_string(), op.completed_on.clone())).or_insert(0);
     }
     for (k, row) in rows.values_mut().enumerate() {
         *row = k;
@@ -105,6 +120,21 @@ pub(super) fn render(profile: &Profile) -> String {
             esc(&title)
         );
     }
+    for op in &flying {
+        let row = rows[&(op.device.to_string(), op.completed_on.clone())];
+        let s = op.end.unwrap_or(op.done);
+        let (x0, x1) = (x(s), x(op.done).max(x(s) + 1.0));
+        let title = format!("{} #{}: in flight {:.1} µs", op.name, op.seq, (op.done - s) as f64 / 1e3);
+        let _ = writeln!(
+            svg,
+            "<rect x=\"{x0:.2}\" y=\"{:.1}\" width=\"{:.2}\" height=\"{:.1}\" fill=\"{}\" fill-opacity=\"0.45\"><title>{}</title></rect>",
+            TOP + row as f64 * ROW + 7.0,
+            x1 - x0,
+            ROW - 14.0,
+            colour_of[op.name.as_str()],
+            esc(&title)
+        );
+    }
     axis(&mut svg, span, TOP + rows.len() as f64 * ROW);
     for (k, name) in names.iter().enumerate() {
         let (cx, cy) = (10.0 + (k % 4) as f64 * 300.0, legend_top + (k / 4) as f64 * 20.0);
@@ -121,6 +151,12 @@ pub(super) fn render(profile: &Profile) -> String {
 }
 
 /// Ten ticks under the rows.
+/// Whether `op` completed on another thread than its body's, after the
+/// body returned.
+fn in_flight_elsewhere(op: &super::ProfiledOp) -> bool {
+    op.thread.as_deref().is_some_and(|t| t != op.completed_on) && op.end.is_some_and(|e| op.done > e)
+}
+
 fn axis(svg: &mut String, span: f64, y: f64) {
     let _ =
         writeln!(svg, "<line x1=\"{LEFT}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\" stroke=\"black\"/>", LEFT + WIDTH);
