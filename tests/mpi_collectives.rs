@@ -30,6 +30,7 @@ fn main() {
     if size > 1 {
         a_size_mismatch_fails_on_every_rank(&engine, &mpi);
         an_upstream_failure_fails_on_every_rank(&engine, &mpi);
+        a_collective_refused_on_one_rank_fails_on_every_rank(&engine, &mpi);
     }
     random_programs_match_a_model_of_every_rank(&engine, &mpi);
     mpi.barrier().blocking_wait().expect("barrier");
@@ -146,6 +147,30 @@ fn an_upstream_failure_fails_on_every_rank(engine: &Engine, mpi: &Collectives) {
     }
     let _ = futures::executor::block_on(engine.wait_for_var(&v));
     engine.blocking_wait_for_all().expect_err("wait_for_all reports the failed collective");
+}
+
+/// A collective whose push is refused on one rank (its var deleted there)
+/// still takes its place: the other ranks fail it instead of waiting for
+/// that rank for ever, and the collectives after it are in step.
+fn a_collective_refused_on_one_rank_fails_on_every_rank(engine: &Engine, mpi: &Collectives) {
+    let rank = mpi.rank();
+    let v = engine.var(vec![1i32; 4]);
+    if rank == 1 {
+        engine.delete_var(&v).blocking_wait().expect("deleted");
+    }
+    let err = mpi.all_reduce(&v, Reduce::Sum).blocking_wait().expect_err("refused on rank 1");
+    if rank == 1 {
+        assert!(err.is_var_deleted(), "{err}");
+    } else {
+        match collective(&err) {
+            CollectiveError::FailedUpstream { ranks, .. } => assert_eq!(ranks, &[1]),
+            other => panic!("not an upstream failure: {other}"),
+        }
+    }
+    let after = engine.var(vec![1u64]);
+    mpi.all_reduce(&after, Reduce::Sum).blocking_wait().expect("in step after a refusal");
+    assert_eq!(read(&after), vec![mpi.size() as u64]);
+    let _ = engine.blocking_wait_for_all();
 }
 
 /// A random program, the same on every rank (one seed): compute ops that
