@@ -31,6 +31,7 @@ fn main() {
         a_size_mismatch_fails_on_every_rank(&engine, &mpi);
         an_upstream_failure_fails_on_every_rank(&engine, &mpi);
         a_collective_refused_on_one_rank_fails_on_every_rank(&engine, &mpi);
+        the_explainer_shows_a_collective_waiting_for_other_ranks(&engine, &mpi);
     }
     random_programs_match_a_model_of_every_rank(&engine, &mpi);
     mpi.barrier().blocking_wait().expect("barrier");
@@ -171,6 +172,24 @@ fn a_collective_refused_on_one_rank_fails_on_every_rank(engine: &Engine, mpi: &C
     mpi.all_reduce(&after, Reduce::Sum).blocking_wait().expect("in step after a refusal");
     assert_eq!(read(&after), vec![mpi.size() as u64]);
     let _ = engine.blocking_wait_for_all();
+}
+
+/// While rank 1 is late, rank 0's collective holds its var, and the hang
+/// explainer says what the op behind it waits for: every rank.
+fn the_explainer_shows_a_collective_waiting_for_other_ranks(engine: &Engine, mpi: &Collectives) {
+    let v = engine.var_named("late", vec![1u32; 16]);
+    if mpi.rank() == 1 {
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let handle = mpi.all_reduce(&v, Reduce::Sum);
+    let reader = engine.op("reads late").read(&v).run(|(v,), ()| Ok(v[0]));
+    if mpi.rank() == 0 {
+        std::thread::sleep(Duration::from_millis(100));
+        let pending = engine.debug_pending().to_string();
+        assert!(pending.contains("reads late") && pending.contains("with every rank"), "{pending}");
+    }
+    handle.blocking_wait().expect("the collective");
+    assert_eq!(reader.blocking_wait().expect("the reader"), mpi.size() as u32);
 }
 
 /// A random program, the same on every rank (one seed): compute ops that
