@@ -41,10 +41,10 @@ use std::sync::Mutex;
 use std::sync::mpsc::Sender;
 
 use crate::device::Lane;
-use crate::engine::Engine;
+use crate::engine::{Engine, OpBuilder};
 use crate::error::Error;
 use crate::op::handle::OpHandle;
-use crate::var::Var;
+use crate::var::{ReadGuard, Var, WriteGuard};
 use flight::{Flight, Typed, What};
 use sig::Signature;
 use thread::Msg;
@@ -244,24 +244,16 @@ impl Collectives {
     /// in every rank's `var` (an all-reduce). Every rank's `var` holds as
     /// many elements.
     pub fn all_reduce<T: Element>(&self, var: &Var<Vec<T>>, op: Reduce) -> OpHandle<()> {
-        if op == Reduce::Mean && !T::FLOAT {
-            return OpHandle::refused(Error::invalid("Reduce::Mean applies to f32 and f64 only"));
+        if let Err(err) = reducible::<T>(op) {
+            return OpHandle::refused(err);
         }
-        let size = self.size;
-        let tag = var.name().unwrap_or_default().to_owned();
+        let (size, tag) = (self.size, tag(var));
         self.push(format!("all_reduce {}", var.label()), |seq, ticket| {
-            self.engine.op(ticket.name.clone()).lane(Lane::Inline).write(var).no_skip(true).run_async(
-                move |(), (data,), done| {
-                    let failed = data.op_seen_error().is_some();
-                    let sig = signature::<T>(seq, sig::ALL_REDUCE, op.code(), 0, data.len(), tag, failed);
-                    ticket.send(Typed::flight(
-                        sig,
-                        size,
-                        What::AllReduce { data, recv: Vec::new(), op },
-                        done,
-                    ));
-                },
-            )
+            self.op(&ticket).write(var).run_async(move |(), (data,), done| {
+                let failed = data.op_seen_error().is_some();
+                let sig = signature::<T>(seq, sig::ALL_REDUCE, op.code(), 0, data.len(), tag, failed);
+                ticket.send(Typed::flight(sig, size, What::AllReduce { data, recv: Vec::new(), op }, done));
+            })
         })
     }
 
@@ -269,20 +261,16 @@ impl Collectives {
     /// rank's `var` holds as many elements as the root's.
     pub fn broadcast<T: Element>(&self, var: &Var<Vec<T>>, root: usize) -> OpHandle<()> {
         if root >= self.size {
-            return OpHandle::refused(Error::invalid(format!(
-                "broadcast root {root} in a world of {}",
-                self.size
-            )));
+            let err = Error::invalid(format!("broadcast root {root} in a world of {}", self.size));
+            return OpHandle::refused(err);
         }
-        let (size, tag) = (self.size, var.name().unwrap_or_default().to_owned());
+        let (size, tag) = (self.size, tag(var));
         self.push(format!("broadcast {}", var.label()), |seq, ticket| {
-            self.engine.op(ticket.name.clone()).lane(Lane::Inline).write(var).no_skip(true).run_async(
-                move |(), (data,), done| {
-                    let failed = data.op_seen_error().is_some();
-                    let sig = signature::<T>(seq, sig::BROADCAST, 0, root as u32, data.len(), tag, failed);
-                    ticket.send(Typed::flight(sig, size, What::Broadcast { data, root }, done));
-                },
-            )
+            self.op(&ticket).write(var).run_async(move |(), (data,), done| {
+                let failed = data.op_seen_error().is_some();
+                let sig = signature::<T>(seq, sig::BROADCAST, 0, root as u32, data.len(), tag, failed);
+                ticket.send(Typed::flight(sig, size, What::Broadcast { data, root }, done));
+            })
         })
     }
 
@@ -290,23 +278,9 @@ impl Collectives {
     /// `output` (an all-gather). Every rank's `input` holds as many
     /// elements; `output` is resized to the world's size times that.
     pub fn all_gather<T: Element>(&self, input: &Var<Vec<T>>, output: &Var<Vec<T>>) -> OpHandle<()> {
-        if input.id() == output.id() {
-            return OpHandle::refused(Error::invalid("all_gather needs two vars: its input and its output"));
-        }
-        let (size, tag) = (self.size, input.name().unwrap_or_default().to_owned());
-        self.push(format!("all_gather {}", input.label()), |seq, ticket| {
-            let op = self
-                .engine
-                .op(ticket.name.clone())
-                .lane(Lane::Inline)
-                .read(input)
-                .write(output)
-                .no_skip(true);
-            op.run_async(move |(input,), (output,), done| {
-                let failed = input.op_seen_error().is_some() || output.op_seen_error().is_some();
-                let sig = signature::<T>(seq, sig::ALL_GATHER, 0, 0, input.len(), tag, failed);
-                ticket.send(Typed::flight(sig, size, What::AllGather { input, output }, done));
-            })
+        self.push_pair("all_gather", sig::ALL_GATHER, 0, input, output, |input, output| What::AllGather {
+            input,
+            output,
         })
     }
 
@@ -320,42 +294,60 @@ impl Collectives {
         output: &Var<Vec<T>>,
         op: Reduce,
     ) -> OpHandle<()> {
-        if input.id() == output.id() {
-            return OpHandle::refused(Error::invalid(
-                "reduce_scatter needs two vars: its input and its output",
-            ));
+        if let Err(err) = reducible::<T>(op) {
+            return OpHandle::refused(err);
         }
-        if op == Reduce::Mean && !T::FLOAT {
-            return OpHandle::refused(Error::invalid("Reduce::Mean applies to f32 and f64 only"));
-        }
-        let (size, tag) = (self.size, input.name().unwrap_or_default().to_owned());
-        self.push(format!("reduce_scatter {}", input.label()), |seq, ticket| {
-            let op_builder = self
-                .engine
-                .op(ticket.name.clone())
-                .lane(Lane::Inline)
-                .read(input)
-                .write(output)
-                .no_skip(true);
-            op_builder.run_async(move |(input,), (output,), done| {
-                let failed = input.op_seen_error().is_some() || output.op_seen_error().is_some();
-                let sig = signature::<T>(seq, sig::REDUCE_SCATTER, op.code(), 0, input.len(), tag, failed);
-                ticket.send(Typed::flight(sig, size, What::ReduceScatter { input, output, op }, done));
-            })
-        })
+        self.push_pair(
+            "reduce_scatter",
+            sig::REDUCE_SCATTER,
+            op.code(),
+            input,
+            output,
+            move |input, output| What::ReduceScatter { input, output, op },
+        )
     }
 
     /// Completes once every rank has reached it (a barrier).
     pub fn barrier(&self) -> OpHandle<()> {
         let size = self.size;
         self.push("barrier".to_owned(), |seq, ticket| {
-            self.engine.op(ticket.name.clone()).lane(Lane::Inline).no_skip(true).run_async(
-                move |(), (), done| {
-                    let sig = signature::<u8>(seq, sig::BARRIER, 0, 0, 0, String::new(), false);
-                    ticket.send(Typed::flight(sig, size, What::<u8>::Barrier, done));
-                },
-            )
+            self.op(&ticket).run_async(move |(), (), done| {
+                let sig = signature::<u8>(seq, sig::BARRIER, 0, 0, 0, String::new(), false);
+                ticket.send(Typed::flight(sig, size, What::<u8>::Barrier, done));
+            })
         })
+    }
+
+    /// A collective that reads `input` and writes `output` (two vars).
+    fn push_pair<T: Element>(
+        &self,
+        kind_name: &str,
+        kind: u8,
+        op: u8,
+        input: &Var<Vec<T>>,
+        output: &Var<Vec<T>>,
+        what: impl FnOnce(ReadGuard<Vec<T>>, WriteGuard<Vec<T>>) -> What<T> + Send + 'static,
+    ) -> OpHandle<()> {
+        if input.id() == output.id() {
+            return OpHandle::refused(Error::invalid(format!(
+                "{kind_name} needs two vars: its input and its output"
+            )));
+        }
+        let (size, tag) = (self.size, tag(input));
+        self.push(format!("{kind_name} {}", input.label()), |seq, ticket| {
+            self.op(&ticket).read(input).write(output).run_async(move |(input,), (output,), done| {
+                let failed = input.op_seen_error().is_some() || output.op_seen_error().is_some();
+                let sig = signature::<T>(seq, kind, op, 0, input.len(), tag, failed);
+                ticket.send(Typed::flight(sig, size, what(input, output), done));
+            })
+        })
+    }
+
+    /// A collective's op: it runs whatever its vars carry (it must take
+    /// part), on the thread that makes it ready (its body only hands it
+    /// to the comm thread).
+    fn op(&self, ticket: &Ticket) -> OpBuilder<'_> {
+        self.engine.op(ticket.name.clone()).lane(Lane::Inline).no_skip(true)
     }
 
     /// Numbers a collective and pushes it, under the order lock.
@@ -373,6 +365,19 @@ impl Collectives {
         order.0 += 1;
         push(seq, ticket)
     }
+}
+
+/// Refuses a mean of integers.
+fn reducible<T: Element>(op: Reduce) -> Result<(), Error> {
+    if op == Reduce::Mean && !T::FLOAT {
+        return Err(Error::invalid("Reduce::Mean applies to f32 and f64 only"));
+    }
+    Ok(())
+}
+
+/// A var's name for its collectives' signatures (empty: not compared).
+fn tag<T: Send + Sync + 'static>(var: &Var<T>) -> String {
+    var.name().unwrap_or_default().to_owned()
 }
 
 /// A signature for this rank's collective `seq`.
@@ -418,9 +423,8 @@ impl Drop for Ticket {
 
 impl Drop for Collectives {
     fn drop(&mut self) {
-        let pushed = self.order.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).0;
-        let tx = &self.order.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).1;
-        let _ = tx.send(Msg::Stop(pushed));
+        let (pushed, tx) = self.order.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = tx.send(Msg::Stop(*pushed));
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }

@@ -110,30 +110,14 @@ pub(super) fn render(profile: &Profile) -> String {
             op.queue_wait_ns().unwrap_or(0) as f64 / 1e3,
             vars.join(", ")
         );
-        let _ = writeln!(
-            svg,
-            "<rect x=\"{x0:.2}\" y=\"{:.1}\" width=\"{:.2}\" height=\"{:.1}\" fill=\"{}\"><title>{}</title></rect>",
-            TOP + row as f64 * ROW + 3.0,
-            x1 - x0,
-            ROW - 6.0,
-            colour_of[op.name.as_str()],
-            esc(&title)
-        );
+        bar(&mut svg, (x0, x1), row, 3.0, &colour_of[op.name.as_str()], "", &title);
     }
     for op in &flying {
         let row = rows[&(op.device.to_string(), op.completed_on.clone())];
         let s = op.end.unwrap_or(op.done);
         let (x0, x1) = (x(s), x(op.done).max(x(s) + 1.0));
         let title = format!("{} #{}: in flight {:.1} µs", op.name, op.seq, (op.done - s) as f64 / 1e3);
-        let _ = writeln!(
-            svg,
-            "<rect x=\"{x0:.2}\" y=\"{:.1}\" width=\"{:.2}\" height=\"{:.1}\" fill=\"{}\" fill-opacity=\"0.45\"><title>{}</title></rect>",
-            TOP + row as f64 * ROW + 7.0,
-            x1 - x0,
-            ROW - 14.0,
-            colour_of[op.name.as_str()],
-            esc(&title)
-        );
+        bar(&mut svg, (x0, x1), row, 7.0, &colour_of[op.name.as_str()], " fill-opacity=\"0.45\"", &title);
     }
     axis(&mut svg, span, TOP + rows.len() as f64 * ROW);
     for (k, name) in names.iter().enumerate() {
@@ -151,6 +135,19 @@ pub(super) fn render(profile: &Profile) -> String {
 }
 
 /// Ten ticks under the rows.
+/// A bar from `x0` to `x1` on row `row`, `inset` from its top and bottom,
+/// with `title` for its tooltip.
+fn bar(svg: &mut String, (x0, x1): (f64, f64), row: usize, inset: f64, fill: &str, extra: &str, title: &str) {
+    let _ = writeln!(
+        svg,
+        "<rect x=\"{x0:.2}\" y=\"{:.1}\" width=\"{:.2}\" height=\"{:.1}\" fill=\"{fill}\"{extra}><title>{}</title></rect>",
+        TOP + row as f64 * ROW + inset,
+        x1 - x0,
+        ROW - 2.0 * inset,
+        esc(title)
+    );
+}
+
 /// Whether `op` completed on another thread than its body's, after the
 /// body returned.
 fn in_flight_elsewhere(op: &super::ProfiledOp) -> bool {
