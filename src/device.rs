@@ -51,4 +51,9 @@ pub enum Lane {
     CopyToGpu,
     /// GPU-to-host copies, on the GPU's copy workers.
     CopyFromGpu,
+    /// Collectives across GPUs (NCCL, feature `nccl`), on the GPU's one
+    /// communication worker and its stream: a collective's kernels wait
+    /// for the other ranks, so they get a stream that no compute queues
+    /// behind.
+    Collective,
 }

@@ -54,6 +54,7 @@ const UNSAFE_FILES: &[&str] = &[
     "mpi/raw.rs",       // MPI's immediate collectives on owned buffers
     "mpi/flight.rs",    // a collective's buffers, kept until MPI is done
     "mpi/thread.rs",    // the signatures' buffers, likewise
+    "mpi/nccl.rs",      // NCCL calls on device pointers and a raw communicator
 ];
 
 fn src() -> PathBuf {

@@ -12,6 +12,10 @@ use std::time::Duration;
 use depengine::mpi::{CollectiveError, Collectives, Reduce};
 use depengine::{Engine, Error, Var};
 
+#[cfg(feature = "nccl")]
+#[path = "mpi/nccl.rs"]
+mod nccl;
+
 fn main() {
     let engine = Engine::builder().cpu_workers(2).build().expect("engine");
     let mpi = Collectives::new(&engine).expect("MPI");
@@ -34,6 +38,8 @@ fn main() {
         the_explainer_shows_a_collective_waiting_for_other_ranks(&engine, &mpi);
     }
     random_programs_match_a_model_of_every_rank(&engine, &mpi);
+    #[cfg(feature = "nccl")]
+    nccl::run(&engine, &mpi);
     mpi.barrier().blocking_wait().expect("barrier");
     collectives_in_flight_are_waited_out_at_drop(&engine, mpi);
     println!("mpi_collectives: rank {rank} of {size}: every check passed");

@@ -1,5 +1,5 @@
 //! The pools of a GPU device: compute workers, a copy-to-GPU lane, a
-//! copy-from-GPU lane and a prioritized lane, each worker owning its own
+//! copy-from-GPU lane, a prioritized lane and a collectives lane, each worker owning its own
 //! stream and binding the device's context once, as it starts.
 
 use std::sync::Arc;
@@ -14,11 +14,12 @@ use crate::gpu::{self, Fences, Gpu, GpuDevice, GpuLane, Held as Fenced, MAX_GPU_
 use crate::op::TaskRef;
 
 /// The lanes of a GPU device, in the order of `GpuPools::lanes`.
-const LANES: [(Lane, &str); 4] = [
+const LANES: [(Lane, &str); 5] = [
     (Lane::Normal, "compute"),
     (Lane::CopyToGpu, "h2d"),
     (Lane::CopyFromGpu, "d2h"),
     (Lane::Prioritized, "prio"),
+    (Lane::Collective, "coll"),
 ];
 
 /// The engine's GPU settings, as configured.

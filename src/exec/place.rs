@@ -125,8 +125,8 @@ impl Dispatcher {
             (Device::Cpu(_), _) => {}
         }
         match lane {
-            Lane::CopyToGpu | Lane::CopyFromGpu => Err(Error::invalid(format!(
-                "op `{name}`: lane {lane:?} is for GPU copies and needs a GPU device"
+            Lane::CopyToGpu | Lane::CopyFromGpu | Lane::Collective => Err(Error::invalid(format!(
+                "op `{name}`: lane {lane:?} is a GPU lane and needs a GPU device"
             ))),
             Lane::Inline => Ok(Exec::Inline),
             _ if runs == Runs::WhereReady => Ok(Exec::Inline),

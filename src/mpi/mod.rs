@@ -32,6 +32,8 @@
 //! `README.md` beside this file has the protocol and its argument.
 
 mod flight;
+#[cfg(feature = "nccl")]
+mod nccl;
 mod raw;
 mod sig;
 mod thread;
@@ -48,6 +50,9 @@ use crate::var::{ReadGuard, Var, WriteGuard};
 use flight::{Flight, Typed, What};
 use sig::Signature;
 use thread::Msg;
+
+#[cfg(feature = "nccl")]
+pub use nccl::{GpuCollectiveElement, GpuCollectives};
 
 mod sealed {
     /// Only the element types MPI knows (rsmpi's equivalence).
