@@ -5,8 +5,10 @@
 //! cargo build --release --features mpi --example mpi_bench
 //! mpirun -np 2 target/release/examples/mpi_bench engine      # Collectives::all_reduce, pushed, then blocking_wait
 //! mpirun -np 2 target/release/examples/mpi_bench engine-park # the same, the handle awaited by a parked thread
+//! mpirun -np 2 target/release/examples/mpi_bench engine-spin # the same, the handle polled, yielding between polls
 //! mpirun -np 2 target/release/examples/mpi_bench blocking    # rsmpi's all_reduce_into
 //! mpirun -np 2 target/release/examples/mpi_bench immediate   # rsmpi's immediate all-reduce, tested in a busy loop
+//! mpirun -np 2 target/release/examples/mpi_bench signed      # the same after an immediate all-gather of 64 B (the engine's MPI calls)
 //! ```
 //!
 //! (`tests/mpi/run.sh` has the environment for `mpirun` on one machine.)
@@ -41,7 +43,14 @@ fn report(mode: &str, rank: usize, size: usize, elems: usize, times: Vec<f64>) {
     }
 }
 
-fn engine_mode(park: bool) {
+#[derive(Clone, Copy, PartialEq)]
+enum Wait {
+    Blocking,
+    Park,
+    Spin,
+}
+
+fn engine_mode(wait: Wait) {
     let engine = depengine::Engine::new();
     let mpi = depengine::mpi::Collectives::new(&engine).expect("MPI");
     let (rank, size) = (mpi.rank(), mpi.size());
@@ -51,44 +60,69 @@ fn engine_mode(park: bool) {
         for round in 0..rounds + rounds / 10 {
             let start = Instant::now();
             let handle = mpi.all_reduce(&var, depengine::mpi::Reduce::Sum);
-            if park {
-                futures::executor::block_on(handle).expect("all_reduce");
-            } else {
-                handle.blocking_wait().expect("all_reduce");
+            match wait {
+                Wait::Blocking => handle.blocking_wait().expect("all_reduce"),
+                Wait::Park => futures::executor::block_on(handle).expect("all_reduce"),
+                Wait::Spin => {
+                    while !handle.is_finished() {
+                        std::thread::yield_now();
+                    }
+                    handle.blocking_wait().expect("all_reduce");
+                }
             }
             if round >= rounds / 10 {
                 times.push(start.elapsed().as_secs_f64());
             }
         }
-        report(if park { "engine-park" } else { "engine" }, rank, size, elems, times);
+        let mode = match wait {
+            Wait::Blocking => "engine",
+            Wait::Park => "engine-park",
+            Wait::Spin => "engine-spin",
+        };
+        report(mode, rank, size, elems, times);
     }
 }
 
-fn direct_mode(immediate: bool) {
+/// Tests `req` in a busy loop until it completes.
+fn spin<'a, S: mpi::request::Scope<'a>>(mut req: mpi::request::Request<'a, impl ?Sized, S>) {
+    loop {
+        match req.test() {
+            Ok(_) => return,
+            Err(r) => req = r,
+        }
+    }
+}
+
+fn direct_mode(immediate: bool, signed: bool) {
     let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Funneled).expect("MPI");
     let world = universe.world();
     let (rank, size) = (world.rank() as usize, world.size() as usize);
-    let mode = if immediate { "immediate" } else { "blocking" };
+    let mode = match (immediate, signed) {
+        (_, true) => "signed",
+        (true, false) => "immediate",
+        (false, false) => "blocking",
+    };
+    let sig = [7u8; 64];
+    let mut sigs = vec![0u8; 64 * size];
     for (elems, rounds) in sizes() {
         let send = vec![1.0f32; elems];
         let mut recv = vec![0.0f32; elems];
         let mut times = Vec::with_capacity(rounds);
         for round in 0..rounds + rounds / 10 {
             let start = Instant::now();
+            if signed {
+                mpi::request::scope(|scope| {
+                    spin(world.immediate_all_gather_into(scope, &sig[..], &mut sigs[..]))
+                });
+            }
             if immediate {
                 mpi::request::scope(|scope| {
-                    let mut req = world.immediate_all_reduce_into(
+                    spin(world.immediate_all_reduce_into(
                         scope,
                         &send[..],
                         &mut recv[..],
                         SystemOperation::sum(),
-                    );
-                    loop {
-                        match req.test() {
-                            Ok(_) => break,
-                            Err(r) => req = r,
-                        }
-                    }
+                    ));
                 });
             } else {
                 world.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
@@ -104,12 +138,16 @@ fn direct_mode(immediate: bool) {
 
 fn main() {
     match std::env::args().nth(1).as_deref() {
-        Some("engine") | None => engine_mode(false),
-        Some("engine-park") => engine_mode(true),
-        Some("blocking") => direct_mode(false),
-        Some("immediate") => direct_mode(true),
+        Some("engine") | None => engine_mode(Wait::Blocking),
+        Some("engine-park") => engine_mode(Wait::Park),
+        Some("engine-spin") => engine_mode(Wait::Spin),
+        Some("blocking") => direct_mode(false, false),
+        Some("immediate") => direct_mode(true, false),
+        Some("signed") => direct_mode(true, true),
         Some(other) => {
-            eprintln!("unknown mode `{other}`: engine, engine-park, blocking, immediate");
+            eprintln!(
+                "unknown mode `{other}`: engine, engine-park, engine-spin, blocking, immediate, signed"
+            );
             std::process::exit(2);
         }
     }

@@ -126,7 +126,8 @@ impl GpuCollectives {
         let (n, r) = (i32::try_from(size).unwrap_or(i32::MAX), i32::try_from(rank).unwrap_or(i32::MAX));
         // SAFETY: `comm` is a live local NCCL writes its handle into; the
         // id is the one rank 0 made; this device's context is current.
-        let made = catch_unwind(AssertUnwindSafe(|| unsafe { result::comm_init_rank(&raw mut comm, n, id, r) }));
+        let made =
+            catch_unwind(AssertUnwindSafe(|| unsafe { result::comm_init_rank(&raw mut comm, n, id, r) }));
         match made {
             Ok(Ok(_)) => {}
             Ok(Err(err)) => return Err(unavailable(format!("ncclCommInitRank: {:?}", err.0))),
@@ -172,9 +173,13 @@ impl GpuCollectives {
     /// Copies `root`'s `var` into every rank's `var`, in place (a
     /// broadcast); every rank's buffer holds as many elements.
     pub fn broadcast<T: GpuCollectiveElement>(&self, var: &Var<GpuBuffer<T>>, root: usize) -> OpHandle<()> {
-        let Ok(root) = i32::try_from(root).map_err(drop).and_then(|r| (root < self.size).then_some(r).ok_or(()))
+        let Ok(root) =
+            i32::try_from(root).map_err(drop).and_then(|r| (root < self.size).then_some(r).ok_or(()))
         else {
-            return OpHandle::refused(Error::invalid(format!("broadcast root {root} in a world of {}", self.size)));
+            return OpHandle::refused(Error::invalid(format!(
+                "broadcast root {root} in a world of {}",
+                self.size
+            )));
         };
         let comm = self.comm.clone();
         self.push(&format!("nccl broadcast {}", var.label()), |b, order| {
@@ -274,7 +279,10 @@ fn shared_id(mpi: &Collectives, make: bool) -> Result<sys::ncclUniqueId, Error> 
     mpi.broadcast(&var, 0).blocking_wait()?;
     let bytes = futures::executor::block_on(var.read())?.clone();
     if bytes[0] != 1 {
-        return Err(Error::gpu_unavailable(0, "rank 0 could not make an NCCL id (is libnccl installed?)".to_owned()));
+        return Err(Error::gpu_unavailable(
+            0,
+            "rank 0 could not make an NCCL id (is libnccl installed?)".to_owned(),
+        ));
     }
     let mut id = sys::ncclUniqueId { internal: [0; ID_BYTES] };
     id.internal.iter_mut().zip(&bytes[1..]).for_each(|(c, b)| *c = std::ffi::c_char::from_ne_bytes([*b]));
@@ -332,7 +340,10 @@ fn sized(what: &str, len: usize, want: usize) -> Result<(), BoxError> {
 
 /// Runs an NCCL call, turning its error (or a panic of a missing symbol)
 /// into the op's error.
-fn called(what: &str, f: impl FnOnce() -> Result<result::NcclStatus, result::NcclError>) -> Result<(), BoxError> {
+fn called(
+    what: &str,
+    f: impl FnOnce() -> Result<result::NcclStatus, result::NcclError>,
+) -> Result<(), BoxError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(err)) => Err(format!("{what}: {:?}", err.0).into()),

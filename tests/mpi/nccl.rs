@@ -61,7 +61,8 @@ fn download(engine: &Engine, gpu: &Gpu, var: &Buf, len: usize) -> Vec<f64> {
     let device = Device::Gpu(gpu.ordinal());
     let d2h = engine.op("d2h").read(var).write(&host).device(device).lane(Lane::CopyFromGpu);
     d2h.run_gpu(|(src,), (mut dst,), ctx| Ok(ctx.copy_to_host(&src, &mut dst)?));
-    futures::executor::block_on(engine.op("check").read(&host).run(|(h,), ()| Ok(h.to_vec()?))).expect("read back")
+    futures::executor::block_on(engine.op("check").read(&host).run(|(h,), ()| Ok(h.to_vec()?)))
+        .expect("read back")
 }
 
 fn all_reduce_and_broadcast_match_a_local_computation(engine: &Engine, gpu: &Gpu, nccl: &GpuCollectives) {
