@@ -2,7 +2,12 @@
 //! NVRTC-compiled kernels on two compute streams with cross-stream
 //! dependencies, a copy out, results checked against the CPU. Each test
 //! skips, saying so, when no CUDA device can be used, and fails instead
-//! when `DEPENGINE_REQUIRE_GPU=1`.
+//! when `DEPENGINE_REQUIRE_GPU=1`. With `DEPENGINE_CUDA_DOUBLE=1` they run
+//! on the CUDA driver double instead of a driver (`tests/cuda_double`),
+//! and fail at any violation of the driver's rules it saw.
+
+#[path = "cuda_double/mod.rs"]
+mod cuda_double;
 
 fn gpu_required() -> bool {
     std::env::var("DEPENGINE_REQUIRE_GPU").is_ok_and(|v| v == "1")
@@ -36,6 +41,7 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
 
     /// The engine and its GPU 0, or `None` (the test skips) without one.
     fn engine() -> Option<(Engine, Gpu)> {
+        super::cuda_double::load();
         let engine = Engine::builder().gpu_workers(2).build().unwrap();
         match engine.gpu(0) {
             Ok(gpu) => {
@@ -54,7 +60,12 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
     }
 
     fn kernels(gpu: &Gpu) -> (Arc<CudaFunction>, Arc<CudaFunction>) {
-        let ptx = cudarc::nvrtc::compile_ptx(KERNELS).expect("NVRTC compiles the kernels");
+        // The double runs kernels by name, from their source.
+        let ptx = if super::cuda_double::active() {
+            cudarc::nvrtc::Ptx::from_src(KERNELS)
+        } else {
+            cudarc::nvrtc::compile_ptx(KERNELS).expect("NVRTC compiles the kernels")
+        };
         let module = gpu.cuda().unwrap().load_module(ptx).unwrap();
         (Arc::new(module.load_function("scale").unwrap()), Arc::new(module.load_function("add").unwrap()))
     }
@@ -115,6 +126,7 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
         }
         engine.blocking_wait_for_all().unwrap();
         assert!(gpu.completions() >= 5);
+        super::cuda_double::assert_clean();
     }
 
     #[test]
@@ -133,5 +145,6 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
         d2h.run_gpu(|(src,), (mut dst,), ctx| Ok(ctx.copy_to_host(&src, &mut dst)?));
         let host: HostBuffer<f32> = futures::executor::block_on(engine.delete_var(&out)).unwrap();
         assert!(host.to_vec().unwrap().iter().all(|&x| x == 2.0));
+        super::cuda_double::assert_clean();
     }
 }

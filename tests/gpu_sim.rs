@@ -375,10 +375,10 @@ fn no_gpu_thread_is_left_behind() {
         if threads_named(&format!("{prefix}-gpu0")).is_none() {
             return;
         }
-        // Four lanes of one worker, the poller and the simulated GPU (each
+        // Five lanes of one worker, the poller and the simulated GPU (each
         // names itself as it starts: wait for the names).
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while threads_named(&format!("{prefix}-gpu0")) != Some(6) {
+        while threads_named(&format!("{prefix}-gpu0")) != Some(7) {
             assert!(
                 std::time::Instant::now() < deadline,
                 "{:?} GPU threads",
