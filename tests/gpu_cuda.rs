@@ -39,6 +39,13 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
 }
 "#;
 
+    /// One test at a time: a fault injected in the double is for the
+    /// next matching call of the test that injects it.
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The engine and its GPU 0, or `None` (the test skips) without one.
     fn engine() -> Option<(Engine, Gpu)> {
         super::cuda_double::load();
@@ -90,6 +97,7 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
 
     #[test]
     fn a_pipeline_across_streams_matches_the_cpu() {
+        let _serial = serial();
         let Some((engine, gpu)) = engine() else { return };
         let (scale_f, add_f) = kernels(&gpu);
         let n = 1 << 20;
@@ -131,6 +139,7 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
 
     #[test]
     fn a_long_chain_of_tiny_kernels_completes_in_order() {
+        let _serial = serial();
         let Some((engine, gpu)) = engine() else { return };
         let (scale_f, _) = kernels(&gpu);
         let a: Buf = engine.var(gpu.buffer(&[1.0f32; 256]).unwrap());
@@ -145,6 +154,45 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
         d2h.run_gpu(|(src,), (mut dst,), ctx| Ok(ctx.copy_to_host(&src, &mut dst)?));
         let host: HostBuffer<f32> = futures::executor::block_on(engine.delete_var(&out)).unwrap();
         assert!(host.to_vec().unwrap().iter().all(|&x| x == 2.0));
+        super::cuda_double::assert_clean();
+    }
+
+    /// Finding 1: cudarc frees a buffer without binding its context, so a
+    /// buffer dropped on a thread that never bound one was not freed.
+    #[test]
+    fn a_buffer_dropped_on_a_thread_without_a_context_is_freed() {
+        let _serial = serial();
+        let Some((engine, gpu)) = engine() else { return };
+        let var: Buf = engine.var(gpu.buffer(&[1.0f32; 1024]).unwrap());
+        let buffer = futures::executor::block_on(engine.delete_var(&var)).unwrap();
+        std::thread::spawn(move || drop(buffer)).join().unwrap();
+        let direct = gpu.buffer(&[2.0f32; 16]).unwrap();
+        std::thread::spawn(move || drop(direct)).join().unwrap();
+        super::cuda_double::assert_clean();
+    }
+
+    /// Finding 2: cudarc parks an error that a drop cannot return and hands
+    /// it to the next call that checks, on any thread; the engine's record
+    /// and wait went through that check, so an unrelated op failed.
+    #[test]
+    fn an_error_parked_by_a_drop_does_not_fail_an_unrelated_op() {
+        let _serial = serial();
+        let Some((engine, gpu)) = engine() else { return };
+        if !super::cuda_double::active() {
+            return; // the failing free is injected in the double
+        }
+        let (scale_f, _) = kernels(&gpu);
+        let a: Buf = engine.var(gpu.buffer(&[1.0f32; 64]).unwrap());
+        let b: Buf = engine.var(gpu.buffer(&[0.0f32; 64]).unwrap());
+        scale(&engine, &scale_f, &a, &b, 2.0);
+        engine.blocking_wait_for_all().unwrap();
+        let doomed = gpu.buffer(&[0.0f32; 8]).unwrap();
+        super::cuda_double::inject("cuMemFreeAsync", 1, false, 0);
+        drop(doomed);
+        scale(&engine, &scale_f, &b, &a, 2.0);
+        engine.blocking_wait_for_all().expect("an op unrelated to the failed free succeeds");
+        // The drop took its error back: nothing is left for the next call.
+        assert!(gpu.cuda().unwrap().check_err().is_ok(), "a failed free's error is left parked");
         super::cuda_double::assert_clean();
     }
 }

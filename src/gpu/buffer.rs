@@ -119,8 +119,9 @@ pub struct GpuBuffer<T> {
 
 pub(crate) enum BufferKind<T> {
     Sim(SimBuffer<T>),
+    /// Dropped by `GpuBuffer`'s drop, with its context bound.
     #[cfg(feature = "cuda")]
-    Cuda(cudarc::driver::CudaSlice<T>),
+    Cuda(std::mem::ManuallyDrop<cudarc::driver::CudaSlice<T>>),
 }
 
 impl<T> std::fmt::Debug for GpuBuffer<T> {
@@ -170,7 +171,7 @@ impl<T> GpuBuffer<T> {
     #[cfg(feature = "cuda")]
     pub fn cuda(&self) -> Option<&cudarc::driver::CudaSlice<T>> {
         match &self.kind {
-            BufferKind::Cuda(b) => Some(b),
+            BufferKind::Cuda(b) => Some(&**b),
             BufferKind::Sim(_) => None,
         }
     }
@@ -179,8 +180,23 @@ impl<T> GpuBuffer<T> {
     #[cfg(feature = "cuda")]
     pub fn cuda_mut(&mut self) -> Option<&mut cudarc::driver::CudaSlice<T>> {
         match &mut self.kind {
-            BufferKind::Cuda(b) => Some(b),
+            BufferKind::Cuda(b) => Some(&mut **b),
             BufferKind::Sim(_) => None,
+        }
+    }
+}
+
+/// cudarc frees device memory without making its context current, which
+/// fails on a thread that never bound it (a Tokio task, a CPU worker, the
+/// caller of `delete_var`), and parks a failed free's error for whichever
+/// cudarc call comes next, on any thread. So the drop binds the buffer's
+/// context first (as cudarc's own drops of streams and events do), and
+/// takes back any error the free parked, reporting it as the free's.
+impl<T> Drop for GpuBuffer<T> {
+    fn drop(&mut self) {
+        #[cfg(feature = "cuda")]
+        if let BufferKind::Cuda(slice) = &mut self.kind {
+            super::cuda::drop_buffer(slice);
         }
     }
 }
@@ -194,7 +210,7 @@ impl<T> From<SimBuffer<T>> for GpuBuffer<T> {
 #[cfg(feature = "cuda")]
 impl<T> From<cudarc::driver::CudaSlice<T>> for GpuBuffer<T> {
     fn from(b: cudarc::driver::CudaSlice<T>) -> Self {
-        Self { kind: BufferKind::Cuda(b) }
+        Self { kind: BufferKind::Cuda(std::mem::ManuallyDrop::new(b)) }
     }
 }
 

@@ -58,12 +58,60 @@ pub(crate) fn bind(ctx: &Arc<CudaContext>) -> Result<(), String> {
     guarded("cuCtxSetCurrent", || ctx.bind_to_thread())
 }
 
-pub(crate) fn record(event: &CudaEvent, stream: &CudaStream) -> Result<(), String> {
-    event.record(stream).map_err(|e| name(&e))
+/// Makes `ctx` current on this thread. cudarc's `bind_to_thread` also
+/// hands back an error that an earlier drop on any thread parked (one no
+/// op owns); the engine's own calls bind without taking it, so that such
+/// an error never fails an unrelated op.
+fn bind_raw(ctx: &CudaContext) -> Result<(), String> {
+    use cudarc::driver::result::ctx;
+    match ctx::get_current() {
+        Ok(Some(current)) if current == ctx.cu_ctx() => Ok(()),
+        // SAFETY: the context is alive (`ctx` holds it) and was retained
+        // by cudarc, so it may be made current on any thread.
+        Ok(_) => unsafe { ctx::set_current(ctx.cu_ctx()) }.map_err(|e| name(&e)),
+        Err(e) => Err(name(&e)),
+    }
 }
 
+/// Frees a buffer's device memory with its context current, and takes
+/// back the error a failed free parked in cudarc, so that it is reported
+/// as the free's rather than handed to an unrelated call.
+pub(crate) fn drop_buffer<T>(slot: &mut std::mem::ManuallyDrop<cudarc::driver::CudaSlice<T>>) {
+    let ctx = slot.context().clone();
+    if let Err(err) = bind_raw(&ctx) {
+        tracing::error!(target: "depengine", "gpu({}): a buffer's drop cannot bind its context: {err}", ctx.ordinal());
+    }
+    // SAFETY: called once, from `GpuBuffer`'s drop, which never touches
+    // the slot again.
+    drop(unsafe { std::mem::ManuallyDrop::take(slot) });
+    if let Err(err) = ctx.check_err() {
+        tracing::error!(target: "depengine", "gpu({}): freeing a buffer failed: {}", ctx.ordinal(), name(&err));
+    }
+}
+
+/// `cuEventRecord`, without cudarc's check of parked errors.
+pub(crate) fn record(event: &CudaEvent, stream: &CudaStream) -> Result<(), String> {
+    bind_raw(stream.context())?;
+    // SAFETY: both handles are alive (the arguments own them) and belong
+    // to one context: the engine makes a device's events and streams from
+    // its one context.
+    unsafe { cudarc::driver::result::event::record(event.cu_event(), stream.cu_stream()) }
+        .map_err(|e| name(&e))
+}
+
+/// `cuStreamWaitEvent`, without cudarc's check of parked errors.
 pub(crate) fn wait(stream: &CudaStream, event: &CudaEvent) -> Result<(), String> {
-    stream.wait(event).map_err(|e| name(&e))
+    use cudarc::driver::sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
+    bind_raw(stream.context())?;
+    // SAFETY: as for `record`.
+    unsafe {
+        cudarc::driver::result::stream::wait_event(
+            stream.cu_stream(),
+            event.cu_event(),
+            CU_EVENT_WAIT_DEFAULT,
+        )
+    }
+    .map_err(|e| name(&e))
 }
 
 /// `cuEventQuery`: not ready is `Ok(false)`, a device fault an error.
