@@ -62,8 +62,9 @@ impl Tiny {
                 let stream = ctx.cuda_stream().unwrap();
                 let mut launch = stream.launch_builder(f);
                 launch.arg(x.cuda_mut().unwrap());
-                // SAFETY: `inc` takes one float* and touches its first element.
-                unsafe { launch.launch(cudarc::driver::LaunchConfig::for_num_elems(1)) }?;
+                // SAFETY: `inc` takes one float* and touches its first
+                // element, from the one thread it is launched with.
+                unsafe { launch.launch(ONE_THREAD) }?;
             }
         }
         Ok(())
@@ -73,12 +74,30 @@ impl Tiny {
 fn open(early: bool) -> (Engine, Gpu) {
     let builder = || Engine::builder().gpu_workers(1).gpu_early_release(early);
     let engine = builder().build().expect("engine");
-    if let Ok(gpu) = engine.gpu(0) {
-        return (engine, gpu);
+    match engine.gpu(0) {
+        Ok(gpu) => return (engine, gpu),
+        Err(err) if std::env::var("DEPENGINE_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("DEPENGINE_REQUIRE_GPU=1 and no GPU: {err}")
+        }
+        Err(_) => {}
     }
     let engine = builder().simulated_gpus(1).build().expect("engine");
     let gpu = engine.gpu(0).expect("a simulated GPU");
     (engine, gpu)
+}
+
+/// One block of one thread: `inc` adds to one element, so more threads
+/// would race on it.
+#[cfg(feature = "cuda")]
+const ONE_THREAD: cudarc::driver::LaunchConfig =
+    cudarc::driver::LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
+
+/// The value of `x`, copied back on the GPU's schedule.
+fn read_back(engine: &Engine, gpu: &Gpu, x: &Var<GpuBuffer<f32>>) -> f32 {
+    let host = engine.var(gpu.host_buffer(&[0.0f32]).unwrap());
+    let d2h = engine.op("d2h").read(x).write(&host).device(Device::Gpu(0)).lane(Lane::CopyFromGpu);
+    d2h.run_gpu(|(src,), (mut dst,), ctx| Ok(ctx.copy_to_host(&src, &mut dst)?));
+    engine.op("read").read(&host).run(|(h,), ()| Ok(h.to_vec()?[0])).blocking_wait().unwrap()
 }
 
 fn push_inc(engine: &Engine, tiny: &Tiny, x: &Var<GpuBuffer<f32>>, lane: Lane) -> depengine::OpHandle<()> {
@@ -102,6 +121,7 @@ fn chain(n: usize) {
     }
     engine.blocking_wait_for_all().unwrap();
     let through_engine = start.elapsed();
+    assert_eq!(read_back(&engine, &gpu, &x), (n + 1) as f32, "every increment ran, once");
     println!(
         "chain: {n} dependent tiny kernels through the engine: {through_engine:.2?}, {:.2} µs per op ({:.0} ops/s)",
         through_engine.as_secs_f64() * 1e6 / n as f64,
@@ -113,20 +133,34 @@ fn chain(n: usize) {
         let stream = ctx.new_stream().unwrap();
         let mut x = stream.clone_htod(&[0.0f32]).unwrap();
         stream.synchronize().unwrap();
-        let start = Instant::now();
-        for _ in 0..n {
-            let mut launch = stream.launch_builder(f);
-            launch.arg(&mut x);
-            // SAFETY: as in `Tiny::launch`.
-            unsafe { launch.launch(cudarc::driver::LaunchConfig::for_num_elems(1)) }.unwrap();
-        }
-        stream.synchronize().unwrap();
-        let raw = start.elapsed();
+        let event = ctx.new_event(None).unwrap();
+        let mut direct = |record: bool| {
+            let start = Instant::now();
+            for _ in 0..n {
+                let mut launch = stream.launch_builder(f);
+                launch.arg(&mut x);
+                // SAFETY: as in `Tiny::launch`.
+                unsafe { launch.launch(ONE_THREAD) }.unwrap();
+                if record {
+                    event.record(&stream).unwrap();
+                }
+            }
+            stream.synchronize().unwrap();
+            start.elapsed()
+        };
+        let raw = direct(false);
+        let recorded = direct(true);
+        assert_eq!(stream.clone_dtoh(&x).unwrap()[0], (2 * n) as f32, "every direct increment ran, once");
         let per = |d: Duration| d.as_secs_f64() * 1e6 / n as f64;
         println!(
             "chain: the same {n} launches directly on one stream: {raw:.2?}, {:.2} µs per op; engine overhead {:.2} µs per op",
             per(raw),
             per(through_engine) - per(raw)
+        );
+        println!(
+            "chain: each direct launch followed by an event record: {:.2} µs per op; engine overhead above that {:.2} µs per op",
+            per(recorded),
+            per(through_engine) - per(recorded)
         );
     }
     engine.blocking_shutdown(depengine::ShutdownMode::Drain).unwrap();

@@ -110,6 +110,9 @@ fn open() -> (Engine, Gpu) {
             println!("running on a CUDA GPU (driver version {})", gpu.driver_version().unwrap_or(0));
             return (real, gpu);
         }
+        Err(err) if std::env::var("DEPENGINE_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("DEPENGINE_REQUIRE_GPU=1 and no GPU: {err}")
+        }
         Err(err) => println!("no GPU here ({err}):\nrunning the same pipeline on the simulated device"),
     }
     let engine = Engine::builder().gpu_workers(2).simulated_gpus(1).build().expect("engine");

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The real-GPU checks of the `cuda` backend, for a machine with a CUDA GPU.
+#
+#   tools/real-gpu.sh build [BUNDLE]   where a Rust toolchain is: builds, in
+#                                      release, the real-GPU tests
+#                                      (tests/gpu_cuda.rs), gpu_bench and
+#                                      gpu_pipeline into BUNDLE
+#                                      (default target/real-gpu)
+#   tools/real-gpu.sh run [BUNDLE] [OUT]
+#                                      on the GPU machine (no Rust needed):
+#                                      runs them, the tests with
+#                                      DEPENGINE_REQUIRE_GPU=1, and writes
+#                                      OUT/summary.md (default OUT:
+#                                      BUNDLE/out) with each log beside it
+#   tools/real-gpu.sh                  both, on a GPU machine with Rust
+#
+# The bundle is a folder of x86-64 Linux programs: copy it to the GPU
+# machine with this script. They load libcuda and NVRTC at run time; `run`
+# finds an NVRTC of any CUDA major version (cudarc looks for a few names
+# only) and puts it on the loader's path. Exits non-zero if a test fails
+# or a program fails its own checks.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+mode=${1:-all}
+bundle=${2:-$here/target/real-gpu}
+
+build() {
+    set -e
+    mkdir -p "$bundle"
+    cd "$here"
+    local exe
+    exe=$(cargo test --release --features cuda --test gpu_cuda --no-run --message-format=json 2>/dev/null \
+        | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
+    cp "$exe" "$bundle/gpu_cuda"
+    cargo build --release --features cuda --example gpu_bench --example gpu_pipeline
+    cp target/release/examples/gpu_bench target/release/examples/gpu_pipeline "$bundle/"
+    cp "$0" "$bundle/real-gpu.sh"
+    set +e
+    echo "built $bundle: $(ls "$bundle" | tr '\n' ' ')"
+}
+
+# Puts an NVRTC on the loader's path under a name cudarc tries
+# (libnvrtc.so): CUDA 13's is libnvrtc.so.13, which cudarc built for 12.x
+# never asks for.
+find_nvrtc() {
+    local found
+    found=$(ldconfig -p 2>/dev/null | awk '/libnvrtc\.so/ {print $NF}' | grep -v builtins | head -1)
+    if [ -z "$found" ]; then
+        found=$(find /usr/local/cuda*/ /usr/lib /opt /usr/local/lib -name 'libnvrtc.so*' 2>/dev/null \
+            | grep -v builtins | sort -V | tail -1)
+    fi
+    if [ -z "$found" ]; then
+        echo "NVRTC: none found (the tests will say so)"
+        return
+    fi
+    local shim
+    shim=$(mktemp -d)
+    ln -s "$found" "$shim/libnvrtc.so"
+    export LD_LIBRARY_PATH="$shim:$(dirname "$found")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "NVRTC: $found"
+}
+
+run() {
+    local out=${3:-$bundle/out}
+    mkdir -p "$out"
+    local summary=$out/summary.md status=0
+    {
+        echo "# Real-GPU checks, $(date -u +%Y-%m-%dT%H:%MZ)"
+        echo
+        echo '```'
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1
+        find_nvrtc
+        echo '```'
+    } >"$summary"
+    find_nvrtc >/dev/null
+    step() {
+        local name=$1
+        shift
+        local start=$SECONDS
+        DEPENGINE_REQUIRE_GPU=1 timeout 300 "$@" >"$out/$name.log" 2>&1
+        local rc=$?
+        [ $rc -eq 0 ] || status=1
+        {
+            echo
+            echo "## $name: exit $rc, $((SECONDS - start)) s"
+            echo
+            echo '```'
+            grep -E '^(test |test result|CUDA driver|device|chain|latency|cross|running|[0-9]+ (tiles|GPU ops)|thread .* panicked|skipped)' \
+                "$out/$name.log" | head -60
+            [ $rc -eq 0 ] || tail -30 "$out/$name.log"
+            echo '```'
+        } >>"$summary"
+    }
+    step tests "$bundle/gpu_cuda" --test-threads=1
+    step gpu_bench "$bundle/gpu_bench" all 5000
+    step gpu_pipeline "$bundle/gpu_pipeline"
+    cat "$summary"
+    return $status
+}
+
+case $mode in
+    build) build ;;
+    run) run "$@" ;;
+    all) build && run run "$bundle" ;;
+    *) echo "usage: $0 [build|run] [BUNDLE] [OUT]" >&2; exit 2 ;;
+esac
