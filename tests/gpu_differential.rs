@@ -24,12 +24,21 @@ fn compute(id: usize, reads: &[u64]) -> u64 {
 
 #[derive(Clone, Debug)]
 enum Step {
-    Op { id: usize, reads: Vec<usize>, writes: Vec<usize>, gpu: Option<Lane>, fail: bool, micros: u64 },
+    /// `gpu`: the device and lane of a GPU op, whose vars are all that
+    /// device's (var `v` lives on device `v % devices`).
+    Op {
+        id: usize,
+        reads: Vec<usize>,
+        writes: Vec<usize>,
+        gpu: Option<(usize, Lane)>,
+        fail: bool,
+        micros: u64,
+    },
     WaitVar(usize),
     WaitAll,
 }
 
-fn program(seed: u64, nvars: usize, steps: usize) -> Vec<Step> {
+fn program(seed: u64, nvars: usize, devices: usize, steps: usize) -> Vec<Step> {
     let mut rng = Rng(seed);
     (0..steps)
         .map(|id| match rng.below(100) {
@@ -43,13 +52,20 @@ fn program(seed: u64, nvars: usize, steps: usize) -> Vec<Step> {
                     (0..rng.below(4)).map(|_| rng.below(nvars)).filter(|v| !writes.contains(v)).collect();
                 reads.sort_unstable();
                 reads.dedup();
-                let gpu = match rng.below(10) {
+                let lane = match rng.below(10) {
                     0..=3 => None,
                     4..=6 => Some(Lane::Normal),
                     7 => Some(Lane::CopyToGpu),
                     8 => Some(Lane::CopyFromGpu),
                     _ => Some(Lane::Prioritized),
                 };
+                // A GPU op touches only its device's buffers; a CPU op any.
+                let gpu = lane.map(|lane| {
+                    let device = if devices > 1 { rng.below(devices) } else { 0 };
+                    writes.retain(|v| v % devices == device);
+                    reads.retain(|v| v % devices == device);
+                    (device, lane)
+                });
                 let fail = rng.below(100) < 3;
                 Step::Op { id, reads, writes, gpu, fail, micros: rng.below(300) as u64 }
             }
@@ -116,29 +132,34 @@ fn push(engine: &Engine, vars: &[Buf], step: &Step) -> OpHandle<u64> {
             }
             Ok(x)
         }),
-        Some(lane) => op.device(Device::Gpu(0)).lane(lane).run_gpu(move |(rs,), (mut ws,), ctx| {
-            if fail {
-                return Err("planned failure".into());
-            }
-            let mut touches = Vec::new();
-            let readers: Vec<_> =
-                rs.iter().map(|r| r.sim().unwrap().reader()).map(|(t, r)| (touches.push(t), r).1).collect();
-            let writers: Vec<_> = ws
-                .iter_mut()
-                .map(|w| w.sim_mut().unwrap().writer())
-                .map(|(t, w)| (touches.push(t), w).1)
-                .collect();
-            ctx.sim_stream().unwrap().launch(
-                &format!("op{id}"),
-                Duration::from_micros(micros),
-                touches,
-                move || {
-                    let x = compute(id, &readers.iter().map(|r| r.with(|d| d[0])).collect::<Vec<_>>());
-                    writers.iter().for_each(|w| w.with(|d| d[0] = mix(x, d[0])));
-                },
-            )?;
-            Ok(0)
-        }),
+        Some((device, lane)) => {
+            op.device(Device::Gpu(device)).lane(lane).run_gpu(move |(rs,), (mut ws,), ctx| {
+                if fail {
+                    return Err("planned failure".into());
+                }
+                let mut touches = Vec::new();
+                let readers: Vec<_> = rs
+                    .iter()
+                    .map(|r| r.sim().unwrap().reader())
+                    .map(|(t, r)| (touches.push(t), r).1)
+                    .collect();
+                let writers: Vec<_> = ws
+                    .iter_mut()
+                    .map(|w| w.sim_mut().unwrap().writer())
+                    .map(|(t, w)| (touches.push(t), w).1)
+                    .collect();
+                ctx.sim_stream().unwrap().launch(
+                    &format!("op{id}"),
+                    Duration::from_micros(micros),
+                    touches,
+                    move || {
+                        let x = compute(id, &readers.iter().map(|r| r.with(|d| d[0])).collect::<Vec<_>>());
+                        writers.iter().for_each(|w| w.with(|d| d[0] = mix(x, d[0])));
+                    },
+                )?;
+                Ok(0)
+            })
+        }
     }
 }
 
@@ -153,23 +174,24 @@ fn check(expect: &Expect, got: Result<u64, Error>, gpu: bool, what: &str) {
     }
 }
 
-fn run_seed(seed: u64) {
+fn run_seed(seed: u64, devices: usize) {
     let mut rng = Rng(mix(seed, 7));
     let engine = Engine::builder()
-        .simulated_gpus(1)
+        .simulated_gpus(devices)
         .gpu_workers(1 + rng.below(3))
         .gpu_copy_workers(1 + rng.below(2))
         .gpu_early_release(rng.below(5) != 0)
         .cpu_workers(2)
         .build()
         .unwrap();
-    let gpu = engine.gpu(0).unwrap();
+    let gpus: Vec<_> = (0..devices).map(|d| engine.gpu(d).unwrap()).collect();
     let nvars = 3 + rng.below(4);
     let mut model = Model { vals: (0..nvars as u64).collect(), errs: vec![None; nvars], failed: false };
-    let vars: Vec<Buf> = (0..nvars as u64).map(|i| engine.var(gpu.sim_buffer(vec![i]).unwrap())).collect();
+    let vars: Vec<Buf> =
+        (0..nvars).map(|i| engine.var(gpus[i % devices].sim_buffer(vec![i as u64]).unwrap())).collect();
     let mut pending = Vec::new();
     futures::executor::block_on(async {
-        for step in program(seed, nvars, 60) {
+        for step in program(seed, nvars, devices, 60) {
             let what = format!("seed {seed}, {step:?}");
             match &step {
                 Step::Op { id, reads, writes, gpu, fail, .. } => {
@@ -204,84 +226,118 @@ fn run_seed(seed: u64) {
             }
         }
     });
-    let hazards = gpu.sim().unwrap().hazards();
-    assert!(hazards.is_empty(), "seed {seed}: {hazards:?}");
+    for gpu in &gpus {
+        let hazards = gpu.sim().unwrap().hazards();
+        let first = &hazards[..hazards.len().min(5)];
+        assert!(hazards.is_empty(), "seed {seed}, gpu({}): {first:?}…", gpu.ordinal());
+    }
     engine.blocking_shutdown(depengine::ShutdownMode::Drain).ok();
+}
+
+fn seeds() -> std::ops::Range<u64> {
+    let var = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
+    let from = var("DEPENGINE_GPU_DIFF_SEED_FROM").unwrap_or(0);
+    from..from + var("DEPENGINE_GPU_DIFF_SEEDS").unwrap_or(150)
 }
 
 #[test]
 fn random_cpu_and_gpu_programs_match_the_sequential_model() {
-    let var = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
-    let from = var("DEPENGINE_GPU_DIFF_SEED_FROM").unwrap_or(0);
-    let seeds = var("DEPENGINE_GPU_DIFF_SEEDS").unwrap_or(150);
-    for seed in from..from + seeds {
-        run_seed(seed);
+    for seed in seeds() {
+        run_seed(seed, 1);
+    }
+}
+
+/// Two devices, each var on one of them: GPU ops touch their device's
+/// vars, CPU ops span both, so an op is held back for work in flight on
+/// two devices at once.
+#[test]
+fn random_programs_over_two_devices_match_the_sequential_model() {
+    for seed in seeds() {
+        run_seed(seed, 2);
     }
 }
 
 /// Four threads push CPU and GPU ops at once over shared vars, each op
 /// adding one to every var it writes (so the final counts do not depend
 /// on the order between threads): every handle resolves, every var counts
-/// its writes, and the hazard check stays clean.
+/// its writes, and the hazard check stays clean. On one device, and on two
+/// with CPU ops spanning both.
 #[test]
 fn threads_pushing_cpu_and_gpu_ops_at_once_lose_no_write() {
+    for devices in [1, 2] {
+        for round in 0..4u64 {
+            threads_round(devices, round);
+        }
+    }
+}
+
+fn threads_round(devices: usize, round: u64) {
     const VARS: usize = 6;
     const OPS: usize = 300;
-    for round in 0..4u64 {
-        let engine = Engine::builder().simulated_gpus(1).gpu_workers(2).cpu_workers(2).build().unwrap();
-        let gpu = engine.gpu(0).unwrap();
-        let vars: Vec<Buf> = (0..VARS).map(|_| engine.var(gpu.sim_buffer(vec![0u64]).unwrap())).collect();
-        let writes: Vec<Vec<usize>> = std::thread::scope(|scope| {
-            let pushers: Vec<_> = (0..4u64)
-                .map(|t| {
-                    let (engine, vars) = (&engine, &vars);
-                    scope.spawn(move || {
-                        let mut rng = Rng(mix(round, t));
-                        let mut counts = vec![0usize; VARS];
-                        let mut handles = Vec::new();
-                        for _ in 0..OPS {
-                            let w = rng.below(VARS);
-                            let r = rng.below(VARS);
-                            counts[w] += 1;
-                            let op = engine.op("inc").write(&vars[w]);
-                            let op = op.read_any(&vars[r].any());
-                            handles.push(match rng.below(4) {
-                                0 => op.run(|(), (mut w,)| {
-                                    let x = w.sim().unwrap().to_vec()[0];
-                                    w.sim_mut().unwrap().copy_from_slice(&[x + 1]);
+    let engine = Engine::builder().simulated_gpus(devices).gpu_workers(2).cpu_workers(2).build().unwrap();
+    let gpus: Vec<_> = (0..devices).map(|d| engine.gpu(d).unwrap()).collect();
+    let vars: Vec<Buf> =
+        (0..VARS).map(|i| engine.var(gpus[i % devices].sim_buffer(vec![0u64]).unwrap())).collect();
+    let writes: Vec<Vec<usize>> = std::thread::scope(|scope| {
+        let pushers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (engine, vars) = (&engine, &vars);
+                scope.spawn(move || {
+                    let mut rng = Rng(mix(round, t));
+                    let mut counts = vec![0usize; VARS];
+                    let mut handles = Vec::new();
+                    for _ in 0..OPS {
+                        let w = rng.below(VARS);
+                        let kind = rng.below(4);
+                        // A GPU op reads a var of its own device.
+                        let r = match kind {
+                            0 => rng.below(VARS),
+                            _ => w % devices + devices * rng.below(VARS / devices),
+                        };
+                        counts[w] += 1;
+                        let op = engine.op("inc").write(&vars[w]).read_any(&vars[r].any());
+                        handles.push(match kind {
+                            0 => op.run(|(), (mut w,)| {
+                                let x = w.sim().unwrap().to_vec()[0];
+                                w.sim_mut().unwrap().copy_from_slice(&[x + 1]);
+                                Ok(())
+                            }),
+                            lane => {
+                                let lane = [Lane::Normal, Lane::CopyToGpu, Lane::Prioritized][lane - 1];
+                                let micros = rng.below(50) as u64;
+                                let device = Device::Gpu(w % devices);
+                                op.device(device).lane(lane).run_gpu(move |(), (mut w,), ctx| {
+                                    let (t, w) = w.sim_mut().unwrap().writer();
+                                    let d = Duration::from_micros(micros);
+                                    ctx.sim_stream()
+                                        .unwrap()
+                                        .launch("inc", d, vec![t], move || w.with(|x| x[0] += 1))?;
                                     Ok(())
-                                }),
-                                lane => {
-                                    let lane = [Lane::Normal, Lane::CopyToGpu, Lane::Prioritized][lane - 1];
-                                    let micros = rng.below(50) as u64;
-                                    op.device(Device::Gpu(0)).lane(lane).run_gpu(move |(), (mut w,), ctx| {
-                                        let (t, w) = w.sim_mut().unwrap().writer();
-                                        let d = Duration::from_micros(micros);
-                                        ctx.sim_stream()
-                                            .unwrap()
-                                            .launch("inc", d, vec![t], move || w.with(|x| x[0] += 1))?;
-                                        Ok(())
-                                    })
-                                }
-                            });
-                        }
-                        for h in handles {
-                            futures::executor::block_on(h).unwrap();
-                        }
-                        counts
-                    })
+                                })
+                            }
+                        });
+                    }
+                    for h in handles {
+                        futures::executor::block_on(h).unwrap();
+                    }
+                    counts
                 })
-                .collect();
-            pushers.into_iter().map(|p| p.join().unwrap()).collect()
-        });
-        for (i, var) in vars.iter().enumerate() {
-            let want: usize = writes.iter().map(|c| c[i]).sum();
-            let got =
-                engine.op("get").read(var).run(|(v,), ()| Ok(v.sim().unwrap().to_vec()[0])).blocking_wait();
-            assert_eq!(got.unwrap(), want as u64, "round {round}: var {i}");
-        }
-        let hazards = gpu.sim().unwrap().hazards();
-        assert!(hazards.is_empty(), "round {round}: {hazards:?}");
-        engine.blocking_shutdown(depengine::ShutdownMode::Drain).unwrap();
+            })
+            .collect();
+        pushers.into_iter().map(|p| p.join().unwrap()).collect()
+    });
+    for (i, var) in vars.iter().enumerate() {
+        let want: usize = writes.iter().map(|c| c[i]).sum();
+        let got = engine.op("get").read(var).run(|(v,), ()| Ok(v.sim().unwrap().to_vec()[0])).blocking_wait();
+        assert_eq!(got.unwrap(), want as u64, "{devices} device(s), round {round}: var {i}");
     }
+    for gpu in &gpus {
+        let hazards = gpu.sim().unwrap().hazards();
+        assert!(
+            hazards.is_empty(),
+            "{devices} device(s), round {round}, gpu({}): {hazards:?}",
+            gpu.ordinal()
+        );
+    }
+    engine.blocking_shutdown(depengine::ShutdownMode::Drain).unwrap();
 }

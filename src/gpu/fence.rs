@@ -49,8 +49,9 @@ pub(crate) struct Fences {
 /// What holds an op back: nothing, GPU work to wait for, or a device fault.
 pub(crate) enum Held {
     Free,
-    /// Events to wait for, the first of device `.0` (whose poller waits;
-    /// once they complete, the op is looked at again).
+    /// Events of device `.0` to wait for (its poller waits; once they
+    /// complete, the op is looked at again, and waits for another device's
+    /// work if it still has some to wait for).
     Wait(usize, Vec<Event>),
     /// A var's GPU work failed with the device's sticky fault.
     Fault(usize, String),
@@ -90,8 +91,12 @@ impl Fences {
                 if let Some(fault) = f.fault.get() {
                     return Held::Fault(f.device, fault.clone());
                 }
+                // One device's events at a time: its poller queries them
+                // with its own context current. Once they completed, the
+                // op is looked at again and finds the next device's.
                 match &mut wait {
-                    Some((_, events)) => events.push(f.event.clone()),
+                    Some((device, events)) if *device == f.device => events.push(f.event.clone()),
+                    Some(_) => {}
                     None => wait = Some((f.device, vec![f.event.clone()])),
                 }
             }

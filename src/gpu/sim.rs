@@ -35,6 +35,9 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A simulated GPU: its streams, its GPU thread, its hazard log.
 pub struct SimGpu {
+    /// Unique among simulated GPUs: an event belongs to the GPU that
+    /// recorded it, as a CUDA event to its context.
+    id: u64,
     state: Mutex<State>,
     /// Wakes the GPU thread (new work) and blocking host waits (progress).
     cv: Condvar,
@@ -116,6 +119,8 @@ pub(crate) struct SimEvent {
 
 #[derive(Debug, Default)]
 struct EventSeqs {
+    /// The GPU of the last record.
+    gpu: u64,
     recorded: u64,
     passed: u64,
     /// The recording stream's clock when the GPU passed each of the last
@@ -140,7 +145,10 @@ impl EventSeqs {
 impl SimGpu {
     /// A new simulated GPU with its GPU thread running.
     pub(crate) fn start(name: &str) -> std::io::Result<Arc<Self>> {
-        let gpu = Arc::new(Self { state: Mutex::default(), cv: Condvar::new(), thread: Mutex::new(None) });
+        static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = IDS.fetch_add(1, Ordering::Relaxed);
+        let gpu =
+            Arc::new(Self { id, state: Mutex::default(), cv: Condvar::new(), thread: Mutex::new(None) });
         let weak = Arc::downgrade(&gpu);
         let thread =
             std::thread::Builder::new().name(format!("{name}-sim")).spawn(move || thread::run(&weak))?;
@@ -221,6 +229,7 @@ impl SimGpu {
     pub(crate) fn record(&self, event: &Arc<SimEvent>, stream: usize) -> Result<(), String> {
         let seq = {
             let mut seqs = lock(&event.seqs);
+            seqs.gpu = self.id;
             seqs.recorded += 1;
             seqs.recorded
         };
@@ -229,7 +238,11 @@ impl SimGpu {
 
     /// Makes `stream` wait for the last record of `event`.
     pub(crate) fn wait(&self, event: &Arc<SimEvent>, stream: usize) -> Result<(), String> {
-        let seq = lock(&event.seqs).recorded;
+        let seq = {
+            let seqs = lock(&event.seqs);
+            self.foreign(&seqs, "a stream's wait");
+            seqs.recorded
+        };
         self.enqueue(stream, Item::Wait { event: event.clone(), seq })
     }
 
@@ -242,10 +255,26 @@ impl SimGpu {
         }
         let seqs = lock(&event.seqs);
         let done = seqs.passed >= seqs.recorded;
-        if done {
+        if seqs.recorded > 0 && seqs.gpu != self.id {
+            drop(state);
+            self.foreign(&seqs, "a query");
+        } else if done {
             join(&mut state.host, &seqs.clock(seqs.recorded));
         }
         Ok(done)
+    }
+
+    /// Flags an event of another simulated GPU reaching this one: the
+    /// clocks of two GPUs count different streams, and the engine reaches
+    /// an event only through its own device (a poller has only its own
+    /// device's context current).
+    fn foreign(&self, seqs: &EventSeqs, what: &str) {
+        if seqs.recorded > 0 && seqs.gpu != self.id {
+            lock(&self.state).hazards.push(format!(
+                "{what} on simulated GPU #{} of an event recorded on simulated GPU #{}",
+                self.id, seqs.gpu
+            ));
+        }
     }
 
     /// Blocks until `stream` is empty (a host-side synchronize).
