@@ -3,7 +3,8 @@
 #
 #   tools/real-gpu.sh build [BUNDLE]   where a Rust toolchain is: builds, in
 #                                      release, the real-GPU tests
-#                                      (tests/gpu_cuda.rs), gpu_bench and
+#                                      (tests/gpu_cuda.rs and
+#                                      gpu_cuda_differential.rs), gpu_bench and
 #                                      gpu_pipeline into BUNDLE
 #                                      (default target/real-gpu)
 #   tools/real-gpu.sh run [BUNDLE] [OUT]
@@ -29,10 +30,12 @@ build() {
     set -e
     mkdir -p "$bundle"
     cd "$here"
-    local exe
-    exe=$(cargo test --release --features cuda --test gpu_cuda --no-run --message-format=json 2>/dev/null \
-        | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
-    cp "$exe" "$bundle/gpu_cuda"
+    local test exe
+    for test in gpu_cuda gpu_cuda_differential; do
+        exe=$(cargo test --release --features cuda --test $test --no-run --message-format=json 2>/dev/null \
+            | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
+        cp "$exe" "$bundle/$test"
+    done
     cargo build --release --features cuda --example gpu_bench --example gpu_pipeline
     cp target/release/examples/gpu_bench target/release/examples/gpu_pipeline "$bundle/"
     cp "$0" "$bundle/real-gpu.sh"
@@ -86,13 +89,14 @@ run() {
             echo "## $name: exit $rc, $((SECONDS - start)) s"
             echo
             echo '```'
-            grep -E '^(test |test result|CUDA driver|device|chain|latency|cross|running|[0-9]+ (tiles|GPU ops)|thread .* panicked|skipped)' \
+            grep -E '^(test |test result|[0-9]+ seeds|CUDA driver|device|chain|latency|cross|running|[0-9]+ (tiles|GPU ops)|thread .* panicked|skipped)' \
                 "$out/$name.log" | head -60
             [ $rc -eq 0 ] || tail -30 "$out/$name.log"
             echo '```'
         } >>"$summary"
     }
     step tests "$bundle/gpu_cuda" --test-threads=1
+    DEPENGINE_CUDA_DIFF_SEEDS=${DEPENGINE_CUDA_DIFF_SEEDS:-2000} step differential "$bundle/gpu_cuda_differential" --nocapture
     step gpu_bench "$bundle/gpu_bench" all 5000
     step gpu_pipeline "$bundle/gpu_pipeline"
     cat "$summary"

@@ -9,6 +9,7 @@ enum Param {
     Ptr,
     F32,
     I32,
+    U64,
 }
 
 struct Kernel {
@@ -23,7 +24,36 @@ const KERNELS: &[Kernel] = &[
     Kernel { name: "add", params: &[Param::Ptr, Param::Ptr, Param::Ptr, Param::I32] },
     // inc(float* x): x[0] += 1, by one thread
     Kernel { name: "inc", params: &[Param::Ptr] },
+    // mix_op(u64* w0, u64* w1, const u64* r0, r1, r2, int nreads, int
+    // nwrites, u64 id), by one thread: the differential test's op (below)
+    Kernel {
+        name: "mix_op",
+        params: &[
+            Param::Ptr,
+            Param::Ptr,
+            Param::Ptr,
+            Param::Ptr,
+            Param::Ptr,
+            Param::I32,
+            Param::I32,
+            Param::U64,
+        ],
+    },
 ];
+
+/// The differential test's mixing function (tests/common's `mix`).
+fn mix(a: u64, b: u64) -> u64 {
+    let mut z = a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// `mix_op`'s buffers: the writes it makes, then the reads, as addresses.
+fn mix_op_buffers(args: &[u64]) -> (Vec<u64>, Vec<u64>) {
+    let (reads, writes) = (n(args[5]).min(3), n(args[6]).min(2));
+    (args[..writes].to_vec(), args[2..2 + reads].to_vec())
+}
 
 /// The kernel called `name`, with its name as a `'static` string.
 pub fn find(name: &str) -> Option<&'static str> {
@@ -72,6 +102,7 @@ pub unsafe fn args(name: &str, params: *mut *mut std::ffi::c_void) -> Option<Vec
                 Param::Ptr => *(slot as *const u64),
                 Param::F32 => u64::from((*(slot as *const f32)).to_bits()),
                 Param::I32 => u64::from(*(slot as *const i32) as u32),
+                Param::U64 => *(slot as *const u64),
             }
         };
         out.push(word);
@@ -90,6 +121,10 @@ pub fn ranges(name: &str, args: &[u64]) -> Vec<(usize, usize)> {
         "scale" => vec![(args[0] as usize, n(args[3]) * f), (args[1] as usize, n(args[3]) * f)],
         "add" => (0..3).map(|i| (args[i] as usize, n(args[3]) * f)).collect(),
         "inc" => vec![(args[0] as usize, f)],
+        "mix_op" => {
+            let (writes, reads) = mix_op_buffers(args);
+            writes.iter().chain(&reads).map(|&p| (p as usize, std::mem::size_of::<u64>())).collect()
+        }
         _ => Vec::new(),
     }
 }
@@ -118,6 +153,11 @@ pub fn run(name: &str, args: &[u64], threads: u64) -> Option<String> {
                     return Some(format!("{threads} threads increment x[0] at once: a data race"));
                 }
                 *(args[0] as *mut f32) += 1.0;
+            }
+            "mix_op" => {
+                let (writes, reads) = mix_op_buffers(args);
+                let x = reads.iter().fold(mix(args[7], 1), |x, &r| mix(x, *(r as *const u64)));
+                writes.iter().for_each(|&w| *(w as *mut u64) = mix(x, *(w as *const u64)));
             }
             _ => return Some("no host function".to_owned()),
         }
