@@ -26,7 +26,7 @@ mod cuda {
     use std::sync::Arc;
 
     use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-    use depengine::{Device, Engine, Gpu, GpuBuffer, HostBuffer, Lane, Var};
+    use depengine::{Device, Engine, Gpu, GpuBuffer, HostBuffer, Lane, OpHandle, Var};
 
     const KERNELS: &str = r#"
 extern "C" __global__ void scale(float* out, const float* in, float k, int n) {
@@ -79,7 +79,7 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
 
     type Buf = Var<GpuBuffer<f32>>;
 
-    fn scale(engine: &Engine, f: &Arc<CudaFunction>, src: &Buf, dst: &Buf, k: f32) {
+    fn scale(engine: &Engine, f: &Arc<CudaFunction>, src: &Buf, dst: &Buf, k: f32) -> OpHandle<()> {
         let f = f.clone();
         let op = engine.op("scale").read(src).write(dst).device(Device::Gpu(0));
         op.run_gpu(move |(src,), (mut dst,), ctx| {
@@ -92,7 +92,7 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
             // writes `n` elements of `dst`, which has `n` (its length).
             unsafe { launch.launch(LaunchConfig::for_num_elems(n as u32)) }?;
             Ok(())
-        });
+        })
     }
 
     #[test]
@@ -193,6 +193,58 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
         engine.blocking_wait_for_all().expect("an op unrelated to the failed free succeeds");
         // The drop took its error back: nothing is left for the next call.
         assert!(gpu.cuda().unwrap().check_err().is_ok(), "a failed free's error is left parked");
+        super::cuda_double::assert_clean();
+    }
+
+    /// Finding 2, second half: when the event record behind an op's work
+    /// failed, the op completed at once, letting its vars go while its
+    /// kernel still ran, so a deletion freed memory the kernel wrote. Now
+    /// the op completes, with the record's error, once its stream drained.
+    #[test]
+    fn an_op_whose_record_fails_keeps_its_vars_until_its_work_has_run() {
+        let _serial = serial();
+        let Some((engine, gpu)) = engine() else { return };
+        if !super::cuda_double::active() {
+            return; // the failing record is injected in the double
+        }
+        let (scale_f, _) = kernels(&gpu);
+        let a: Buf = engine.var(gpu.buffer(&[1.0f32; 1024]).unwrap());
+        let b: Buf = engine.var(gpu.buffer(&[0.0f32; 1024]).unwrap());
+        scale(&engine, &scale_f, &a, &b, 2.0).blocking_wait().unwrap();
+        super::cuda_double::set_delay_us(50_000);
+        // The pooled event's record fails, and so does a new one's.
+        super::cuda_double::inject("cuEventRecord", 400, false, 0);
+        super::cuda_double::inject("cuEventRecord", 400, false, 0);
+        let err = scale(&engine, &scale_f, &a, &b, 3.0).blocking_wait().unwrap_err();
+        assert!(err.is_gpu() && err.to_string().contains("cuEventRecord"), "{err}");
+        let buffer = futures::executor::block_on(engine.delete_var(&b)).unwrap();
+        drop(buffer);
+        // The free runs on its stream: let it.
+        gpu.cuda().unwrap().synchronize().unwrap();
+        super::cuda_double::set_delay_us(0);
+        assert!(gpu.fault().is_none(), "a record that failed is not a device fault: {:?}", gpu.fault());
+        super::cuda_double::assert_clean();
+    }
+
+    /// A record that fails once is tried again with a new event: the op
+    /// succeeds.
+    #[test]
+    fn a_record_that_fails_once_is_tried_with_a_new_event() {
+        let _serial = serial();
+        let Some((engine, gpu)) = engine() else { return };
+        if !super::cuda_double::active() {
+            return;
+        }
+        let (scale_f, _) = kernels(&gpu);
+        let a: Buf = engine.var(gpu.buffer(&[1.0f32; 64]).unwrap());
+        let b: Buf = engine.var(gpu.buffer(&[0.0f32; 64]).unwrap());
+        super::cuda_double::inject("cuEventRecord", 400, false, 0);
+        scale(&engine, &scale_f, &a, &b, 3.0).blocking_wait().unwrap();
+        let out = engine.var(gpu.host_buffer(&[0.0f32; 64]).unwrap());
+        let d2h = engine.op("d2h").read(&b).write(&out).device(Device::Gpu(0)).lane(Lane::CopyFromGpu);
+        d2h.run_gpu(|(src,), (mut dst,), ctx| Ok(ctx.copy_to_host(&src, &mut dst)?));
+        let host = futures::executor::block_on(engine.delete_var(&out)).unwrap();
+        assert!(host.to_vec().unwrap().iter().all(|&x| x == 3.0));
         super::cuda_double::assert_clean();
     }
 }

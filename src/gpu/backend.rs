@@ -76,6 +76,17 @@ impl Stream {
         }
     }
 
+    /// Blocks until the work enqueued on this stream so far has run; the
+    /// device's sticky fault as an error. Never called on an engine
+    /// thread (see `drain.rs`).
+    pub(crate) fn synchronize(&self) -> Result<(), String> {
+        match &self.kind {
+            StreamKind::Sim(s) => s.gpu().drain(s.index()),
+            #[cfg(feature = "cuda")]
+            StreamKind::Cuda(s) => cuda::synchronize(s),
+        }
+    }
+
     /// Makes work enqueued on this stream from now on wait for `event`.
     pub(crate) fn wait(&self, event: &RawEvent) -> Result<(), String> {
         match (&self.kind, event) {

@@ -114,6 +114,15 @@ pub(crate) fn wait(stream: &CudaStream, event: &CudaEvent) -> Result<(), String>
     .map_err(|e| name(&e))
 }
 
+/// `cuStreamSynchronize`: blocks until the stream's work has run. Only
+/// for a thread that may block (see `drain.rs`).
+pub(crate) fn synchronize(stream: &CudaStream) -> Result<(), String> {
+    bind_raw(stream.context())?;
+    // SAFETY: the stream is alive (the argument owns it) and its context
+    // is current.
+    unsafe { cudarc::driver::result::stream::synchronize(stream.cu_stream()) }.map_err(|e| name(&e))
+}
+
 /// `cuEventQuery`: not ready is `Ok(false)`, a device fault an error.
 pub(crate) fn query(event: &CudaEvent) -> Result<bool, String> {
     event.try_is_complete().map_err(|e| name(&e))

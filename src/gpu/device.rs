@@ -75,6 +75,19 @@ impl GpuDevice {
         Ok(Event::new(raw, &self.events))
     }
 
+    /// An event recorded behind the work enqueued on `stream` so far: a
+    /// pooled one, or a new one where recording that fails (the pooled
+    /// event may be what is wrong). The first error where both fail.
+    pub(crate) fn record(&self, stream: &Stream) -> Result<Event, String> {
+        let event = self.event()?;
+        let Err(first) = stream.record(event.raw()) else { return Ok(event) };
+        // Never recorded, it is destroyed rather than pooled.
+        drop(event);
+        self.created.fetch_add(1, Ordering::Relaxed);
+        let event = Event::new(self.backend.new_event().map_err(|_| first.clone())?, &self.events);
+        stream.record(event.raw()).map(|()| event).map_err(|_| first)
+    }
+
     /// Events created so far (the others were taken from the pool).
     pub(crate) fn events_created(&self) -> usize {
         self.created.load(Ordering::Relaxed)

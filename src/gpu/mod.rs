@@ -12,6 +12,7 @@ mod context;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod device;
+mod drain;
 pub(crate) mod event;
 mod fence;
 mod poller;

@@ -280,6 +280,12 @@ impl SimGpu {
     /// Blocks until `stream` is empty (a host-side synchronize).
     fn synchronize(&self, stream: usize) -> Result<(), String> {
         blocking::check("SimStream::synchronize");
+        self.drain(stream)
+    }
+
+    /// [`synchronize`](Self::synchronize), for the engine's one thread
+    /// that may block (`../drain.rs`).
+    pub(crate) fn drain(&self, stream: usize) -> Result<(), String> {
         let mut state = lock(&self.state);
         loop {
             if let Some(fault) = &state.fault {

@@ -50,11 +50,15 @@ where
         // A body that failed may have enqueued work before it did: the op
         // completes, with its error, only once that work has run.
         let result = op_result(op.header(), caught);
-        let recorded = device.event().and_then(|event| stream.record(event.raw()).map(|()| event));
-        let event = match recorded {
+        let event = match device.record(&stream) {
             Ok(event) => event,
+            // Its work is enqueued, and nothing tells when it ends: the op
+            // keeps its vars until its stream has drained (`gpu/drain.rs`).
             Err(err) => {
-                return op.store(Err(Error::gpu(Some(op.header().meta.name.clone()), device.ordinal, err)));
+                let (slot, ordinal) = (op.to_owned(), device.ordinal);
+                let err = format!("cuEventRecord behind the op's work failed: {err}");
+                let err = Error::gpu(Some(op.header().meta.name.clone()), ordinal, err);
+                return device.after_drained(stream, Box::new(move |_| slot.store_owned(Err(err))));
             }
         };
         // Early release: a successful op lets its vars go now, its work
