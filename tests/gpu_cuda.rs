@@ -247,4 +247,55 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
         assert!(host.to_vec().unwrap().iter().all(|&x| x == 3.0));
         super::cuda_double::assert_clean();
     }
+
+    /// Finding 4: cudarc's pinned copies made the stream wait for the
+    /// buffer's own event, never recorded with event tracking off: a
+    /// driver call per copy for nothing.
+    #[test]
+    fn pinned_copies_make_no_stream_wait() {
+        let _serial = serial();
+        let Some((engine, gpu)) = engine() else { return };
+        if !super::cuda_double::active() {
+            return; // the calls are counted in the double
+        }
+        let host = engine.var(gpu.host_buffer(&[1.0f32; 256]).unwrap());
+        let dev: Buf = engine.var(gpu.buffer(&[0.0f32; 256]).unwrap());
+        let before = super::cuda_double::calls("cuStreamWaitEvent");
+        for _ in 0..50 {
+            let h2d = engine.op("h2d").read(&host).write(&dev).device(Device::Gpu(0)).lane(Lane::CopyToGpu);
+            h2d.run_gpu(|(src,), (mut dst,), ctx| Ok(ctx.copy_to_gpu(&src, &mut dst)?));
+        }
+        engine.blocking_wait_for_all().unwrap();
+        assert_eq!(
+            super::cuda_double::calls("cuStreamWaitEvent") - before,
+            0,
+            "one stream: nothing to wait for"
+        );
+        super::cuda_double::assert_clean();
+    }
+
+    /// Finding 4: a host buffer whose var's last handle goes while a copy
+    /// into it is in flight is dropped by the copy's completion, on the
+    /// poller; freeing page-locked memory may synchronize the device, so
+    /// the poller would wait behind all queued work. It is freed on a
+    /// thread of its own.
+    #[test]
+    fn a_host_buffer_dropped_by_a_completion_is_freed_off_the_poller() {
+        let _serial = serial();
+        let Some((engine, gpu)) = engine() else { return };
+        if !super::cuda_double::active() {
+            return;
+        }
+        let dev: Buf = engine.var(gpu.buffer(&[2.0f32; 256]).unwrap());
+        super::cuda_double::set_delay_us(20_000);
+        for _ in 0..4 {
+            let host = engine.var(gpu.host_buffer(&[0.0f32; 256]).unwrap());
+            let d2h = engine.op("d2h").read(&dev).write(&host).device(Device::Gpu(0)).lane(Lane::CopyFromGpu);
+            d2h.run_gpu(|(src,), (mut dst,), ctx| Ok(ctx.copy_to_host(&src, &mut dst)?));
+        }
+        engine.blocking_wait_for_all().unwrap();
+        engine.blocking_shutdown(depengine::ShutdownMode::Drain).unwrap();
+        super::cuda_double::set_delay_us(0);
+        super::cuda_double::assert_clean();
+    }
 }

@@ -157,6 +157,7 @@ impl Pool {
             let started = spawn_failure(k).map_or_else(
                 || {
                     std::thread::Builder::new().name(format!("{name}-{k}")).spawn(move || {
+                        crate::gpu::blocking::mark_worker_thread();
                         if let Some(init) = init {
                             init(k);
                         }

@@ -2,12 +2,15 @@
 //! pollers mark themselves, and every blocking call of the device layer
 //! checks the mark first. In debug builds a marked thread that would block
 //! panics (an op body doing it fails with that panic); release builds do
-//! not check.
+//! not check. CPU workers carry a mark of their own: the engine keeps its
+//! own blocking calls (freeing page-locked memory) off them too, but a CPU
+//! op's body may make such calls.
 
 use std::cell::Cell;
 
 thread_local! {
     static ENGINE_GPU_THREAD: Cell<bool> = const { Cell::new(false) };
+    static WORKER_THREAD: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Marks this thread as one that must never block on the GPU.
@@ -15,15 +18,21 @@ pub(crate) fn mark_engine_thread() {
     ENGINE_GPU_THREAD.with(|m| m.set(true));
 }
 
-/// Whether this thread is marked.
-pub(crate) fn is_engine_thread() -> bool {
-    ENGINE_GPU_THREAD.with(Cell::get)
+/// Marks this thread as a worker of the engine's pools.
+pub(crate) fn mark_worker_thread() {
+    WORKER_THREAD.with(|m| m.set(true));
 }
 
-/// Panics, in a debug build, if this thread is marked: `what` would block
-/// it on the GPU.
+/// Whether this thread is a GPU worker or a poller, or any worker of the
+/// engine's pools: where the engine makes none of its own blocking calls.
+pub(crate) fn is_engine_thread() -> bool {
+    ENGINE_GPU_THREAD.with(Cell::get) || WORKER_THREAD.with(Cell::get)
+}
+
+/// Panics, in a debug build, if this thread is a GPU worker or a poller:
+/// `what` would block it on the GPU.
 pub(crate) fn check(what: &str) {
-    if cfg!(debug_assertions) && is_engine_thread() {
+    if cfg!(debug_assertions) && ENGINE_GPU_THREAD.with(Cell::get) {
         panic!("{what} would block an engine thread on the GPU: GPU work completes by polled events");
     }
 }

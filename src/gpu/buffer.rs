@@ -38,7 +38,7 @@ pub struct HostBuffer<T> {
 pub(crate) enum HostKind<T> {
     Sim(SimBuffer<T>),
     #[cfg(feature = "cuda")]
-    Cuda(cudarc::driver::PinnedHostSlice<T>),
+    Cuda(super::cuda::Pinned<T>),
 }
 
 impl<T> std::fmt::Debug for HostBuffer<T> {
@@ -73,12 +73,7 @@ impl<T: GpuElement> HostBuffer<T> {
         match &self.kind {
             HostKind::Sim(b) => Ok(b.to_vec()),
             #[cfg(feature = "cuda")]
-            HostKind::Cuda(b) => {
-                let slice = b
-                    .as_slice()
-                    .map_err(|e| Error::gpu(None, b.context().ordinal(), super::cuda::name(&e)))?;
-                Ok(slice.to_vec())
-            }
+            HostKind::Cuda(b) => Ok(b.as_slice().to_vec()),
         }
     }
 
@@ -99,11 +94,7 @@ impl<T: GpuElement> HostBuffer<T> {
         match &mut self.kind {
             HostKind::Sim(b) => b.copy_from_slice(src),
             #[cfg(feature = "cuda")]
-            HostKind::Cuda(b) => {
-                let ordinal = b.context().ordinal();
-                let slice = b.as_mut_slice().map_err(|e| Error::gpu(None, ordinal, super::cuda::name(&e)))?;
-                slice.clone_from_slice(src);
-            }
+            HostKind::Cuda(b) => b.as_mut_slice().clone_from_slice(src),
         }
         Ok(())
     }
@@ -312,7 +303,9 @@ impl Gpu {
         }
     }
 
-    /// Page-locked host memory holding `data`, for the copy lanes.
+    /// Page-locked host memory holding `data`, for the copy lanes. On a
+    /// real device, pinning memory may synchronize the device: setup work,
+    /// refused (in debug builds) on an engine thread.
     ///
     /// # Errors
     ///
@@ -324,7 +317,9 @@ impl Gpu {
             }
             #[cfg(feature = "cuda")]
             super::backend::Backend::Cuda(ctx) => {
-                let host = super::cuda::pinned(ctx, data).map_err(|e| Error::gpu(None, self.ordinal(), e))?;
+                super::blocking::check("Gpu::host_buffer");
+                let host =
+                    super::cuda::Pinned::new(ctx, data).map_err(|e| Error::gpu(None, self.ordinal(), e))?;
                 Ok(HostBuffer { kind: HostKind::Cuda(host) })
             }
         }

@@ -140,34 +140,121 @@ pub(crate) fn buffer<T: super::GpuElement>(
     Ok(buffer)
 }
 
-/// Page-locked host memory holding `data`, so that copies to and from
-/// the device never block the enqueueing thread.
-pub(crate) fn pinned<T: super::GpuElement>(
-    ctx: &Arc<CudaContext>,
-    data: &[T],
-) -> Result<cudarc::driver::PinnedHostSlice<T>, String> {
-    // SAFETY: the memory is uninitialised until the copy just below, which
-    // writes all `data.len()` elements before anything reads it; `T` is
-    // plain data (`DeviceRepr`, valid as zero bits).
-    let mut host = guarded("cuMemHostAlloc", || unsafe { ctx.alloc_pinned_with_flags::<T>(data.len(), 0) })?;
-    host.as_mut_slice().map_err(|e| name(&e))?.clone_from_slice(data);
-    Ok(host)
+/// Page-locked host memory, its address taken once, when it is made.
+/// cudarc's accessors of pinned memory synchronize an event of its own
+/// first (a blocking call, on whichever engine thread reads the buffer,
+/// and one that hands out errors parked by unrelated drops), and its
+/// copies make the stream wait for that event; with cudarc's event
+/// tracking off that event is never recorded, so both do nothing but cost.
+/// The engine's fences are what order the GPU's accesses with the CPU's:
+/// a CPU op reaches a host buffer only once the GPU work on its var has
+/// completed, and a copy op runs only once the CPU ops before it have.
+///
+/// The memory is held as bytes (page-aligned, so it holds any `T`), so
+/// that its free can be sent to another thread whatever `T` is.
+pub(crate) struct Pinned<T> {
+    slice: std::mem::ManuallyDrop<cudarc::driver::PinnedHostSlice<u8>>,
+    ptr: *mut T,
+    len: usize,
+}
+
+// SAFETY: `ptr` is an address inside `slice`, which is Send and Sync for
+// such `T`; the pointer adds no sharing of its own (it is reached through
+// `&self` or `&mut self` only).
+unsafe impl<T: Send> Send for Pinned<T> {}
+// SAFETY: as above.
+unsafe impl<T: Sync> Sync for Pinned<T> {}
+
+impl<T: super::GpuElement> Pinned<T> {
+    /// Page-locked memory holding `data` (setup work: it may synchronize
+    /// the device, on the caller's thread).
+    pub(crate) fn new(ctx: &Arc<CudaContext>, data: &[T]) -> Result<Self, String> {
+        let bytes = std::mem::size_of_val(data);
+        // SAFETY: the bytes are uninitialised until they are zeroed just
+        // below, before anything reads them.
+        let mut slice = guarded("cuMemHostAlloc", || unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes, 0) })?;
+        let ptr = slice.as_mut_ptr().map_err(|e| name(&e))?.cast::<T>();
+        assert!(ptr.is_aligned(), "cuMemHostAlloc gives page-aligned memory");
+        // SAFETY: the allocation holds `bytes` bytes at `ptr`; zero bits
+        // are a valid `T` (`ValidAsZeroBits`), so the slices made below
+        // only ever see initialised elements.
+        unsafe { ptr.cast::<u8>().write_bytes(0, bytes) };
+        let mut pinned = Self { slice: std::mem::ManuallyDrop::new(slice), ptr, len: data.len() };
+        pinned.as_mut_slice().clone_from_slice(data);
+        Ok(pinned)
+    }
+}
+
+impl<T> Pinned<T> {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn as_slice(&self) -> &[T] {
+        // SAFETY: `ptr` points at `len` initialised elements (`new`
+        // wrote them) that live as long as `self`; no GPU work touches
+        // them while a CPU op holds the buffer (the type's comment).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len()) }
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
+        // SAFETY: as for `as_slice`, and `&mut self` is the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len()) }
+    }
+}
+
+/// `cuMemFreeHost` is widely reported to synchronize the device: a buffer
+/// dropped on a GPU worker or a poller (by a completion that drops the
+/// last handle of its var) is freed on a thread of its own instead, so
+/// that none of them waits behind all queued work.
+impl<T> Drop for Pinned<T> {
+    fn drop(&mut self) {
+        // SAFETY: called once, from the drop, which never touches the
+        // slice again.
+        let slice = unsafe { std::mem::ManuallyDrop::take(&mut self.slice) };
+        let free = move || {
+            let ctx = slice.context().clone();
+            drop(slice);
+            // The free's error, parked by cudarc, is the free's to report.
+            if let Err(err) = ctx.check_err() {
+                tracing::error!(target: "depengine", "gpu({}): freeing page-locked memory failed: {}", ctx.ordinal(), name(&err));
+            }
+        };
+        if super::blocking::is_engine_thread() {
+            super::drain::run_off_engine_threads(Box::new(free));
+        } else {
+            free();
+        }
+    }
 }
 
 pub(crate) fn htod<T: super::GpuElement>(
     stream: &Arc<CudaStream>,
-    src: &cudarc::driver::PinnedHostSlice<T>,
+    src: &Pinned<T>,
     dst: &mut cudarc::driver::CudaSlice<T>,
 ) -> Result<(), String> {
-    guarded("cuMemcpyHtoDAsync", || stream.memcpy_htod(src, dst))
+    use cudarc::driver::DevicePtrMut;
+    bind_raw(stream.context())?;
+    let (ptr, _) = dst.device_ptr_mut(stream);
+    // SAFETY: `dst` holds `src.len()` elements (the caller checked the
+    // lengths) on this stream's context; `src` is page-locked, so the copy
+    // runs in stream order after the call returns, and the op holding
+    // both buffers keeps them alive until its event shows it ran.
+    unsafe { cudarc::driver::result::memcpy_htod_async(ptr, src.as_slice(), stream.cu_stream()) }
+        .map_err(|e| format!("cuMemcpyHtoDAsync: {}", name(&e)))
 }
 
 pub(crate) fn dtoh<T: super::GpuElement>(
     stream: &Arc<CudaStream>,
     src: &cudarc::driver::CudaSlice<T>,
-    dst: &mut cudarc::driver::PinnedHostSlice<T>,
+    dst: &mut Pinned<T>,
 ) -> Result<(), String> {
-    guarded("cuMemcpyDtoHAsync", || stream.memcpy_dtoh(src, dst))
+    use cudarc::driver::DevicePtr;
+    bind_raw(stream.context())?;
+    let (ptr, _) = src.device_ptr(stream);
+    // SAFETY: as for `htod`, the other way.
+    unsafe { cudarc::driver::result::memcpy_dtoh_async(dst.as_mut_slice(), ptr, stream.cu_stream()) }
+        .map_err(|e| format!("cuMemcpyDtoHAsync: {}", name(&e)))
 }
 
 pub(crate) fn dtod<T: super::GpuElement>(

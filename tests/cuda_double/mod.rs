@@ -103,3 +103,15 @@ pub fn set_delay_us(us: u64) {
         f(us);
     }
 }
+
+/// How many times the driver function `call` was called so far.
+pub fn calls(call: &str) -> u64 {
+    let name = std::ffi::CString::new(call).expect("a call's name");
+    // SAFETY: the double's control functions have these signatures.
+    unsafe {
+        let f = lib()
+            .get::<unsafe extern "C" fn(*const std::ffi::c_char) -> u64>(b"depengine_cuda_double_calls")
+            .expect("the double's control API");
+        f(name.as_ptr())
+    }
+}

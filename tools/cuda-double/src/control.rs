@@ -59,3 +59,11 @@ pub unsafe extern "C" fn depengine_cuda_double_stream_priorities(out: *mut i32, 
     }
     all.len()
 }
+
+/// How many times the driver function `call` was called so far.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn depengine_cuda_double_calls(call: *const c_char) -> u64 {
+    // SAFETY: the caller passes a nul-terminated name.
+    let call = unsafe { CStr::from_ptr(call) }.to_string_lossy();
+    lock().calls.get(call.as_ref()).copied().unwrap_or(0)
+}

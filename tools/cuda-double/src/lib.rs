@@ -22,6 +22,7 @@ type CuResult = u32;
 /// Runs `f` on the world, or returns `NOT_INITIALIZED` before `cuInit`.
 fn with(call: &str, f: impl FnOnce(&mut State) -> Result<(), u32>) -> CuResult {
     let mut st = lock();
+    *st.calls.entry(call.to_owned()).or_default() += 1;
     if !st.initialized {
         st.violation(format!("{call} before cuInit"));
         return code::NOT_INITIALIZED;

@@ -118,6 +118,8 @@ pub struct State {
     pub injections: Vec<Injection>,
     /// Microseconds each copy, memset or kernel takes.
     pub delay_us: u64,
+    /// Calls made, by name (those that go through `with`).
+    pub calls: HashMap<String, u64>,
     next: Handle,
 }
 
@@ -154,9 +156,14 @@ thread_local! {
     pub static CURRENT: Cell<Handle> = const { Cell::new(0) };
 }
 
-/// This thread's name, for the violations' text.
+/// This thread's name, as the OS keeps it (at most 15 bytes on Linux).
+/// Not `std::thread::current().name()`: this library has a standard
+/// library of its own, which never learns the names that the program's
+/// standard library gives its threads.
 pub fn thread_name() -> String {
-    std::thread::current().name().unwrap_or("unnamed").to_owned()
+    std::fs::read_to_string("/proc/thread-self/comm")
+        .map(|name| name.trim_end().to_owned())
+        .unwrap_or_else(|_| "unnamed".to_owned())
 }
 
 impl State {
