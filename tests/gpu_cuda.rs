@@ -298,4 +298,62 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
         super::cuda_double::set_delay_us(0);
         super::cuda_double::assert_clean();
     }
+
+    /// Finding 3: buffers were made on a stream each, and a buffer's free
+    /// ran on that idle stream, ordered after none of the engine's work: a
+    /// body that replaced its write guard's buffer freed the old one while
+    /// a kernel on another stream still read it. Buffers are made on one
+    /// setup stream, and a buffer dropped in a body is freed on the op's
+    /// stream, after its waits.
+    #[test]
+    fn a_buffer_replaced_in_a_body_is_freed_after_the_work_that_reads_it() {
+        let _serial = serial();
+        let Some((engine, gpu)) = engine() else { return };
+        if !super::cuda_double::active() {
+            return;
+        }
+        let (scale_f, _) = kernels(&gpu);
+        let streams = super::cuda_double::stream_priorities().len();
+        let v: Buf = engine.var(gpu.buffer(&[1.0f32; 1024]).unwrap());
+        let w: Buf = engine.var(gpu.buffer(&[0.0f32; 1024]).unwrap());
+        let spare: Vec<_> = (0..20).map(|_| gpu.buffer(&[0.0f32; 4]).unwrap()).collect();
+        assert!(super::cuda_double::stream_priorities().len() <= streams + 1, "a stream per buffer");
+        drop(spare);
+        let fresh = gpu.buffer(&[7.0f32; 1024]).unwrap();
+        super::cuda_double::set_delay_us(30_000);
+        // A slow read of v on the compute stream, then a write of v on the
+        // prioritized stream that swaps its buffer.
+        scale(&engine, &scale_f, &v, &w, 2.0);
+        let swap = engine.op("swap").write(&v).device(Device::Gpu(0)).lane(Lane::Prioritized);
+        swap.run_gpu(move |(), (mut v,), _ctx| {
+            *v = fresh;
+            Ok(())
+        })
+        .blocking_wait()
+        .unwrap();
+        engine.blocking_wait_for_all().unwrap();
+        super::cuda_double::set_delay_us(0);
+        let out = engine.var(gpu.host_buffer(&[0.0f32; 1024]).unwrap());
+        let d2h = engine.op("d2h").read(&v).write(&out).device(Device::Gpu(0)).lane(Lane::CopyFromGpu);
+        d2h.run_gpu(|(src,), (mut dst,), ctx| Ok(ctx.copy_to_host(&src, &mut dst)?));
+        let host = futures::executor::block_on(engine.delete_var(&out)).unwrap();
+        assert!(host.to_vec().unwrap().iter().all(|&x| x == 7.0));
+        gpu.cuda().unwrap().synchronize().unwrap();
+        super::cuda_double::assert_clean();
+    }
+
+    /// Finding 7: the prioritized lane's stream had the default priority.
+    #[test]
+    fn the_prioritized_lane_has_the_greatest_stream_priority() {
+        let _serial = serial();
+        let Some((engine, _gpu)) = engine() else { return };
+        if !super::cuda_double::active() {
+            return; // the priorities are read in the double
+        }
+        let (least, greatest) = cudarc::driver::result::stream::get_priority_range().unwrap();
+        assert!(greatest < least, "the double has priorities");
+        let priorities = super::cuda_double::stream_priorities();
+        assert_eq!(priorities.iter().filter(|p| **p == greatest).count(), 1, "{priorities:?}");
+        drop(engine);
+    }
 }

@@ -127,7 +127,8 @@ fn start_lane(
 ) -> Result<(Pool, GpuLane), Error> {
     let unavailable = |reason: String| Error::gpu_unavailable(device.ordinal, reason);
     let streams =
-        (0..workers).map(|_| device.new_stream()).collect::<Result<Vec<_>, _>>().map_err(unavailable)?;
+        (0..workers).map(|_| device.new_stream(lane == Lane::Prioritized)).collect::<Result<Vec<_>, _>>();
+    let streams = streams.map_err(unavailable)?;
     let fallback = streams[0].clone();
     let owner = device.clone();
     let init: ThreadInit = Arc::new(move |k| gpu::become_worker(&owner, lane, streams[k].clone()));

@@ -107,11 +107,14 @@ pub(crate) enum RawEvent {
 }
 
 impl Backend {
-    pub(crate) fn new_stream(&self, id: usize) -> Result<Stream, String> {
+    /// A stream; `prioritized`: of the device's greatest priority.
+    pub(crate) fn new_stream(&self, id: usize, prioritized: bool) -> Result<Stream, String> {
+        // The simulated device has no priorities.
+        let _ = prioritized;
         let kind = match self {
             Backend::Sim(gpu) => StreamKind::Sim(gpu.new_stream()),
             #[cfg(feature = "cuda")]
-            Backend::Cuda(ctx) => StreamKind::Cuda(cuda::new_stream(ctx)?),
+            Backend::Cuda(ctx) => StreamKind::Cuda(cuda::new_stream(ctx, prioritized)?),
         };
         Ok(Stream { id, kind })
     }

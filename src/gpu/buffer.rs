@@ -183,11 +183,18 @@ impl<T> GpuBuffer<T> {
 /// cudarc call comes next, on any thread. So the drop binds the buffer's
 /// context first (as cudarc's own drops of streams and events do), and
 /// takes back any error the free parked, reporting it as the free's.
+///
+/// Where the free goes: dropped by a GPU op's body (a buffer it replaced
+/// through its write guard), on that op's stream, after its waits and its
+/// work; anywhere else, every GPU access of the buffer's var has completed
+/// already (the engine holds other threads back until then), and cudarc
+/// frees it on the device's setup stream.
 impl<T> Drop for GpuBuffer<T> {
     fn drop(&mut self) {
         #[cfg(feature = "cuda")]
         if let BufferKind::Cuda(slice) = &mut self.kind {
-            super::cuda::drop_buffer(slice);
+            let on = super::current_worker_stream();
+            super::cuda::drop_buffer(slice, on.as_ref().and_then(super::Stream::cuda));
         }
     }
 }
@@ -294,11 +301,13 @@ impl Gpu {
         match &self.device.backend {
             super::backend::Backend::Sim(gpu) => Ok(SimBuffer::new(gpu, data.to_vec()).into()),
             #[cfg(feature = "cuda")]
-            super::backend::Backend::Cuda(ctx) => {
+            super::backend::Backend::Cuda(_) => {
                 super::blocking::check("Gpu::buffer");
-                let buffer =
-                    super::cuda::buffer(ctx, data).map_err(|e| Error::gpu(None, self.ordinal(), e))?;
-                Ok(buffer.into())
+                let made = self.device.setup_stream().and_then(|stream| {
+                    let stream = stream.cuda().expect("a CUDA device's streams are CUDA streams");
+                    super::cuda::buffer(stream, data)
+                });
+                Ok(made.map_err(|e| Error::gpu(None, self.ordinal(), e))?.into())
             }
         }
     }

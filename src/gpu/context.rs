@@ -18,8 +18,19 @@ const SIM_COPY_RATE: f64 = 12e9;
 ///
 /// The body only *enqueues* work and returns; the engine records an event
 /// behind it, and the op completes when the poller sees that event
-/// complete. Blocking on the GPU in a body (a stream synchronize) holds up
-/// the worker and is refused in debug builds.
+/// complete.
+///
+/// A body may enqueue work on this stream that reads its read guards'
+/// buffers and writes its write guards' buffers, and may replace a written
+/// buffer (the old one is freed on this stream, after the op's work). It
+/// must not enqueue on another stream, block on the GPU, clone a cudarc
+/// `CudaSlice` (the clone is made on the stream the buffer was made on,
+/// ordered with none of the op's work: [`copy`](Self::copy) into a buffer
+/// made beforehand instead), or keep a device pointer beyond the body.
+/// Blocking holds up the worker: the simulated stream's synchronize is
+/// refused in debug builds, but a raw CUDA stream's blocking calls
+/// (`synchronize`, `clone_dtoh`, `clone_htod`, copies from or to pageable
+/// memory) are not caught.
 pub struct GpuContext<'a> {
     pub(crate) stream: &'a Stream,
     pub(crate) gpu: &'a Gpu,

@@ -46,8 +46,16 @@ pub(crate) fn open(ordinal: usize) -> Result<Arc<CudaContext>, String> {
     Ok(ctx)
 }
 
-pub(crate) fn new_stream(ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream>, String> {
-    guarded("cuStreamCreate", || ctx.new_stream())
+/// A non-blocking stream; `greatest`: of the device's greatest priority
+/// (the prioritized lane's), else of the default one.
+pub(crate) fn new_stream(ctx: &Arc<CudaContext>, greatest: bool) -> Result<Arc<CudaStream>, String> {
+    if !greatest {
+        return guarded("cuStreamCreate", || ctx.new_stream());
+    }
+    bind_raw(ctx)?;
+    let (_, top) =
+        guarded("cuCtxGetStreamPriorityRange", cudarc::driver::result::stream::get_priority_range)?;
+    guarded("cuStreamCreateWithPriority", || ctx.new_stream_with_priority(top))
 }
 
 pub(crate) fn new_event(ctx: &Arc<CudaContext>) -> Result<CudaEvent, String> {
@@ -76,14 +84,34 @@ fn bind_raw(ctx: &CudaContext) -> Result<(), String> {
 /// Frees a buffer's device memory with its context current, and takes
 /// back the error a failed free parked in cudarc, so that it is reported
 /// as the free's rather than handed to an unrelated call.
-pub(crate) fn drop_buffer<T>(slot: &mut std::mem::ManuallyDrop<cudarc::driver::CudaSlice<T>>) {
+///
+/// `on`: the stream of the GPU op whose body drops the buffer (one it
+/// replaced through its write guard), if any. The free goes on that
+/// stream, after the op's waits for every earlier GPU access of its var
+/// and its own work; cudarc would free it on the stream it was made on,
+/// ordered after none of that.
+pub(crate) fn drop_buffer<T>(
+    slot: &mut std::mem::ManuallyDrop<cudarc::driver::CudaSlice<T>>,
+    on: Option<&Arc<CudaStream>>,
+) {
     let ctx = slot.context().clone();
     if let Err(err) = bind_raw(&ctx) {
         tracing::error!(target: "depengine", "gpu({}): a buffer's drop cannot bind its context: {err}", ctx.ordinal());
     }
     // SAFETY: called once, from `GpuBuffer`'s drop, which never touches
     // the slot again.
-    drop(unsafe { std::mem::ManuallyDrop::take(slot) });
+    let slice = unsafe { std::mem::ManuallyDrop::take(slot) };
+    match on.filter(|stream| stream.context().cu_ctx() == ctx.cu_ctx()) {
+        Some(stream) => {
+            let ptr = slice.leak();
+            // SAFETY: `leak` gave up the memory without freeing it, so it
+            // is freed once, here; its context is current (bound above).
+            if let Err(err) = unsafe { cudarc::driver::result::free_async(ptr, stream.cu_stream()) } {
+                tracing::error!(target: "depengine", "gpu({}): freeing a buffer failed: {}", ctx.ordinal(), name(&err));
+            }
+        }
+        None => drop(slice),
+    }
     if let Err(err) = ctx.check_err() {
         tracing::error!(target: "depengine", "gpu({}): freeing a buffer failed: {}", ctx.ordinal(), name(&err));
     }
@@ -128,13 +156,12 @@ pub(crate) fn query(event: &CudaEvent) -> Result<bool, String> {
     event.try_is_complete().map_err(|e| name(&e))
 }
 
-/// A buffer on device `ctx` holding `data`, copied in on a stream of its
-/// own and waited for (setup work, on the caller's thread).
+/// A buffer holding `data`, made and copied in on the device's setup
+/// stream and waited for (setup work, on the caller's thread).
 pub(crate) fn buffer<T: super::GpuElement>(
-    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
     data: &[T],
 ) -> Result<cudarc::driver::CudaSlice<T>, String> {
-    let stream = new_stream(ctx)?;
     let buffer = guarded("cuMemcpyHtoDAsync", || stream.clone_htod(data))?;
     guarded("cuStreamSynchronize", || stream.synchronize())?;
     Ok(buffer)

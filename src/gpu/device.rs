@@ -18,6 +18,8 @@ pub(crate) struct GpuDevice {
     /// The device's sticky fault, once a query saw one.
     fault: Arc<OnceLock<String>>,
     next_stream: AtomicUsize,
+    /// The stream buffers are made on (`Gpu::buffer`), made at the first.
+    setup: Mutex<Option<Stream>>,
     /// Events created (not taken from the pool).
     created: AtomicUsize,
 }
@@ -54,12 +56,28 @@ impl GpuDevice {
             poller,
             fault,
             next_stream: AtomicUsize::new(0),
+            setup: Mutex::new(None),
             created: AtomicUsize::new(0),
         }))
     }
 
-    pub(crate) fn new_stream(&self) -> Result<Stream, String> {
-        self.backend.new_stream(self.next_stream.fetch_add(1, Ordering::Relaxed))
+    /// A stream; `prioritized`: of the device's greatest priority (the
+    /// prioritized lane's).
+    pub(crate) fn new_stream(&self, prioritized: bool) -> Result<Stream, String> {
+        self.backend.new_stream(self.next_stream.fetch_add(1, Ordering::Relaxed), prioritized)
+    }
+
+    /// The device's setup stream, where buffers are made: one for all of
+    /// them (a stream per buffer was many idle streams, each a buffer's
+    /// free ordered after nothing).
+    pub(crate) fn setup_stream(&self) -> Result<Stream, String> {
+        let mut setup = self.setup.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(stream) = &*setup {
+            return Ok(stream.clone());
+        }
+        let stream = self.new_stream(false)?;
+        *setup = Some(stream.clone());
+        Ok(stream)
     }
 
     /// An event from the pool, or a new one.

@@ -59,6 +59,12 @@ pub(crate) fn worker_stream(ordinal: usize, lane: Lane) -> Option<Stream> {
     })
 }
 
+/// The stream of this thread, if it is a GPU worker.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn current_worker_stream() -> Option<Stream> {
+    WORKER.with(|w| w.borrow().as_ref().map(|(_, _, s)| s.clone()))
+}
+
 /// A lane of a GPU device as an op is placed on it: the device, and the
 /// stream an op of this lane uses when it runs on a thread that is not one
 /// of the lane's workers.

@@ -115,3 +115,17 @@ pub fn calls(call: &str) -> u64 {
         f(name.as_ptr())
     }
 }
+
+/// The priorities of the streams alive now (their number is its length).
+pub fn stream_priorities() -> Vec<i32> {
+    // SAFETY: the double's control functions have these signatures.
+    unsafe {
+        let f = lib()
+            .get::<unsafe extern "C" fn(*mut i32, usize) -> usize>(b"depengine_cuda_double_stream_priorities")
+            .expect("the double's control API");
+        let mut out = vec![0i32; 4096];
+        let n = f(out.as_mut_ptr(), out.len());
+        out.truncate(n);
+        out
+    }
+}
