@@ -204,6 +204,40 @@ async fn shutdown_with_gpu_work_in_flight_resolves_every_handle() {
     }
 }
 
+/// Finding 8: the poller's own driver calls were outside `catch_unwind`; a
+/// panic in a query (cudarc panics when the driver lacks a function)
+/// ended the poller, and every GPU op of the device hung. The panic is the
+/// device's fault now: the ops in flight fail with it, later pushes are
+/// refused, nothing hangs.
+#[test]
+fn a_panic_in_the_pollers_query_is_a_device_fault_not_a_hang() {
+    let engine = engine(1);
+    let gpu = engine.gpu(0).unwrap();
+    let a = engine.var(gpu.sim_buffer(vec![1.0f32; 8]).unwrap());
+    gpu.sim().unwrap().panic_next_query();
+    let ops: Vec<_> = (0..3)
+        .map(|_| {
+            engine
+                .op("inc")
+                .write(&a)
+                .device(Device::Gpu(0))
+                .run_gpu(|(), (mut a,), ctx| map_in_place(ctx, &mut a))
+        })
+        .collect();
+    let (send, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let results: Vec<_> = ops.into_iter().map(|op| op.blocking_wait()).collect();
+        let _ = send.send(results);
+    });
+    let results = done.recv_timeout(Duration::from_secs(20)).expect("GPU ops hung: the poller died");
+    let err = results[0].as_ref().unwrap_err();
+    assert!(err.is_gpu() && err.to_string().contains("panicked"), "{err}");
+    assert!(gpu.fault().is_some_and(|f| f.contains("lacks cuEventQuery")), "{:?}", gpu.fault());
+    let refused = engine.op("later").write(&a).device(Device::Gpu(0)).try_run_gpu(|(), (_a,), _| Ok(()));
+    assert!(refused.unwrap_err().is_gpu());
+    engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
+}
+
 #[test]
 fn placements_that_cannot_work_are_refused_clearly() {
     let engine = engine(1);

@@ -229,7 +229,13 @@ impl Shared {
         if event.is_done() {
             return Ok(true);
         }
-        let done = self.backend.query(event.raw())?;
+        // A driver binding may panic (cudarc does when the driver lacks a
+        // function): that is the device's fault, not the poller's end,
+        // which would leave every GPU op of the device pending for ever.
+        let query = catch_unwind(AssertUnwindSafe(|| self.backend.query(event.raw())));
+        let done = query.unwrap_or_else(|payload| {
+            Err(format!("an event query panicked: {}", crate::error::panic_message(&*payload)))
+        })?;
         if done {
             event.set_done();
         }

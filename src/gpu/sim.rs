@@ -64,6 +64,8 @@ struct State {
     fault: Option<String>,
     /// Work items whose name contains this fail, once.
     fail_next: Option<String>,
+    /// The next query panics.
+    panic_next_query: bool,
     stopping: bool,
     /// Work items run.
     done: u64,
@@ -173,6 +175,13 @@ impl SimGpu {
         lock(&self.state).fail_next = Some(name.to_owned());
     }
 
+    /// Makes the next event query panic, as a driver binding does when
+    /// the driver lacks a function it needs (cudarc panics then): the
+    /// poller must survive it.
+    pub fn panic_next_query(&self) {
+        lock(&self.state).panic_next_query = true;
+    }
+
     /// The sticky fault, once one happened.
     pub fn fault(&self) -> Option<String> {
         lock(&self.state).fault.clone()
@@ -252,6 +261,10 @@ impl SimGpu {
         let mut state = lock(&self.state);
         if let Some(fault) = &state.fault {
             return Err(fault.clone());
+        }
+        if std::mem::take(&mut state.panic_next_query) {
+            drop(state);
+            panic!("the simulated driver lacks cuEventQuery");
         }
         let seqs = lock(&event.seqs);
         let done = seqs.passed >= seqs.recorded;
