@@ -41,7 +41,7 @@ impl Tiny {
         #[cfg(feature = "cuda")]
         if let Some(ctx) = gpu.cuda() {
             let src = r#"extern "C" __global__ void inc(float* x) { x[0] += 1.0f; }"#;
-            let module = ctx.load_module(cudarc::nvrtc::compile_ptx(src).expect("NVRTC")).expect("module");
+            let module = ctx.load_module(nvrtc(src)).expect("the driver loads the PTX");
             return Tiny::Cuda(std::sync::Arc::new(module.load_function("inc").unwrap()));
         }
         let _ = gpu;
@@ -230,6 +230,22 @@ fn main() {
             chain(n);
             latency(n.min(2000));
             cross(n);
+        }
+    }
+}
+
+/// NVRTC's PTX of `src`, or an exit saying why NVRTC cannot be loaded.
+#[cfg(feature = "cuda")]
+fn nvrtc(src: &str) -> cudarc::nvrtc::Ptx {
+    match std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx(src)) {
+        Ok(ptx) => ptx.expect("NVRTC compiles the kernels"),
+        Err(_) => {
+            eprintln!(
+                "NVRTC cannot be loaded: cudarc built for CUDA 12 looks for libnvrtc.so and libnvrtc.so.12, \
+                 never CUDA 13's libnvrtc.so.13; put a libnvrtc.so link to yours on LD_LIBRARY_PATH \
+                 (tools/real-gpu.sh does)"
+            );
+            std::process::exit(2)
         }
     }
 }

@@ -49,7 +49,7 @@ extern "C" __global__ void scale(float* out, const float* in, float k, int n) {
 extern "C" __global__ void shift(float* out, const float* in, float k, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = in[i] + k;
 }"#;
-            let module = ctx.load_module(cudarc::nvrtc::compile_ptx(src).expect("NVRTC")).expect("module");
+            let module = ctx.load_module(nvrtc(src)).expect("the driver loads the PTX");
             let f = (module.load_function("scale").unwrap(), module.load_function("shift").unwrap());
             return Kernels::Cuda(std::sync::Arc::new(f));
         }
@@ -175,4 +175,20 @@ fn main() -> depengine::Result<()> {
         println!("hazard check: clean");
     }
     engine.blocking_shutdown(depengine::ShutdownMode::Drain)
+}
+
+/// NVRTC's PTX of `src`, or an exit saying why NVRTC cannot be loaded.
+#[cfg(feature = "cuda")]
+fn nvrtc(src: &str) -> cudarc::nvrtc::Ptx {
+    match std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx(src)) {
+        Ok(ptx) => ptx.expect("NVRTC compiles the kernels"),
+        Err(_) => {
+            eprintln!(
+                "NVRTC cannot be loaded: cudarc built for CUDA 12 looks for libnvrtc.so and libnvrtc.so.12, \
+                 never CUDA 13's libnvrtc.so.13; put a libnvrtc.so link to yours on LD_LIBRARY_PATH \
+                 (tools/real-gpu.sh does)"
+            );
+            std::process::exit(2)
+        }
+    }
 }

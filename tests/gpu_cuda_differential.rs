@@ -342,12 +342,12 @@ extern "C" __global__ void mix_op(unsigned long long* w0, unsigned long long* w1
             Err(err) if !super::gpu_required() => return eprintln!("skipped: {err}"),
             Err(err) => panic!("DEPENGINE_REQUIRE_GPU=1 and no GPU: {err}"),
         };
-        let ptx = if super::cuda_double::active() {
-            cudarc::nvrtc::Ptx::from_src(KERNEL)
-        } else {
-            cudarc::nvrtc::compile_ptx(KERNEL).expect("NVRTC compiles the kernel")
+        let module = match super::cuda_double::module(gpu.cuda().unwrap(), KERNEL) {
+            Ok(module) => module,
+            Err(why) if !super::gpu_required() => return eprintln!("skipped: {why}"),
+            Err(why) => panic!("DEPENGINE_REQUIRE_GPU=1: {why}"),
         };
-        let f = Arc::new(gpu.cuda().unwrap().load_module(ptx).unwrap().load_function("mix_op").unwrap());
+        let f = Arc::new(module.load_function("mix_op").unwrap());
         let var = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
         let seeds = var("DEPENGINE_CUDA_DIFF_SEEDS").unwrap_or(40);
         for seed in 0..seeds {

@@ -129,3 +129,40 @@ pub fn stream_priorities() -> Vec<i32> {
         out
     }
 }
+
+/// The module of CUDA source `src` on `ctx`: on the double, the source
+/// itself (its kernels run by name); on a GPU, NVRTC's PTX. Why it cannot
+/// be had, as text, where NVRTC cannot be loaded (cudarc built for CUDA
+/// 12 looks for `libnvrtc.so` and `.so.12`, never CUDA 13's `.so.13`; it
+/// panics then) or the driver rejects the PTX (an NVRTC newer than the
+/// driver).
+#[cfg(feature = "cuda")]
+pub fn module(
+    ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
+    src: &str,
+) -> Result<std::sync::Arc<cudarc::driver::CudaModule>, String> {
+    let ptx = if active() {
+        cudarc::nvrtc::Ptx::from_src(src)
+    } else {
+        let compiled = std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx(src));
+        match compiled {
+            Ok(Ok(ptx)) => ptx,
+            Ok(Err(err)) => return Err(format!("NVRTC cannot compile the kernels: {err:?}")),
+            Err(payload) => {
+                let why = payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_default();
+                return Err(format!("NVRTC cannot be loaded: {why}"));
+            }
+        }
+    };
+    ctx.load_module(ptx).map_err(|err| {
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: NVRTC is loaded (it compiled the PTX) and writes two
+        // ints through the pointers, which point at live locals.
+        unsafe { cudarc::nvrtc::sys::nvrtcVersion(&raw mut major, &raw mut minor) };
+        format!("the driver rejects NVRTC {major}.{minor}'s PTX ({err:?}): an NVRTC newer than the driver?")
+    })
+}
