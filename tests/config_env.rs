@@ -16,6 +16,7 @@ fn child(test: &str, env: &[(&str, &str)]) -> String {
         "DEPENGINE_CPU_PRIORITY_WORKERS",
         "DEPENGINE_BULK_SIZE",
         "DEPENGINE_SPIN_US",
+        "DEPENGINE_GPU_SPIN_US",
         "DEPENGINE_GPU_WORKERS",
         "DEPENGINE_GPU_COPY_WORKERS",
         "DEPENGINE_SIM_GPUS",
@@ -120,6 +121,13 @@ fn spin_budget_is_a_setting() {
     assert!(out.contains("DEPENGINE_SPIN_US=\"soon\": expected a number of microseconds"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_SPIN_US", "2000000")]);
     assert!(out.contains("past its bound"), "{out}");
+    // The GPU threads' budget, likewise.
+    let out = child("child_with_defaults", &[("DEPENGINE_GPU_SPIN_US", "soon")]);
+    assert!(out.contains("DEPENGINE_GPU_SPIN_US=\"soon\": expected a number of microseconds"), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_GPU_SPIN_US", "2000000")]);
+    assert!(out.contains("past its bound"), "{out}");
+    let out = child("child_with_defaults", &[("DEPENGINE_GPU_SPIN_US", "0")]);
+    assert!(out.contains("config: "), "{out}");
     let engine = Engine::builder().spin(std::time::Duration::ZERO).cpu_workers(2).build().unwrap();
     let v = engine.var(0u32);
     for _ in 0..100 {

@@ -4,8 +4,11 @@
 #   tools/real-gpu.sh build [BUNDLE]   where a Rust toolchain is: builds, in
 #                                      release, the real-GPU tests
 #                                      (tests/gpu_cuda.rs and
-#                                      gpu_cuda_differential.rs), gpu_bench and
-#                                      gpu_pipeline into BUNDLE
+#                                      gpu_cuda_differential.rs), gpu_bench,
+#                                      gpu_pipeline and, where Open MPI is
+#                                      installed, the NCCL collectives
+#                                      (tests/mpi_collectives.rs with
+#                                      feature `nccl`) into BUNDLE
 #                                      (default target/real-gpu)
 #   tools/real-gpu.sh run [BUNDLE] [OUT]
 #                                      on the GPU machine (no Rust needed):
@@ -38,6 +41,15 @@ build() {
     done
     cargo build --release --features cuda --example gpu_bench --example gpu_pipeline
     cp target/release/examples/gpu_bench target/release/examples/gpu_pipeline "$bundle/"
+    # The NCCL collectives (feature `nccl`), where Open MPI is here to
+    # build them (they run under the GPU machine's mpirun).
+    exe=$(cargo test --release --features nccl --test mpi_collectives --no-run --message-format=json 2>/dev/null \
+        | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4) || true
+    if [ -n "$exe" ]; then
+        cp "$exe" "$bundle/mpi_collectives"
+    else
+        echo "no Open MPI here: the NCCL collectives are left out"
+    fi
     cp "$0" "$bundle/real-gpu.sh"
     set +e
     echo "built $bundle: $(ls "$bundle" | tr '\n' ' ')"
@@ -89,7 +101,7 @@ run() {
             echo "## $name: exit $rc, $((SECONDS - start)) s"
             echo
             echo '```'
-            grep -E '^(test |test result|[0-9]+ seeds|CUDA driver|device|chain|latency|cross|running|[0-9]+ (tiles|GPU ops)|thread .* panicked|skipped)' \
+            grep -E '^(test |test result|[0-9]+ seeds|nccl|mpi|CUDA driver|device|chain|latency|cross|running|[0-9]+ (tiles|GPU ops)|thread .* panicked|skipped)' \
                 "$out/$name.log" | head -60
             [ $rc -eq 0 ] || tail -30 "$out/$name.log"
             echo '```'
@@ -99,6 +111,14 @@ run() {
     DEPENGINE_CUDA_DIFF_SEEDS=${DEPENGINE_CUDA_DIFF_SEEDS:-2000} step differential "$bundle/gpu_cuda_differential" --nocapture
     step gpu_bench "$bundle/gpu_bench" all 5000
     step gpu_pipeline "$bundle/gpu_pipeline"
+    if [ -x "$bundle/mpi_collectives" ] && command -v mpirun >/dev/null; then
+        # One rank per GPU, on this machine only (see tests/mpi/run.sh).
+        local gpus
+        gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader \
+            OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_vader_single_copy_mechanism=none \
+            step nccl mpirun -np "${gpus:-1}" "$bundle/mpi_collectives"
+    fi
     cat "$summary"
     return $status
 }

@@ -30,6 +30,7 @@ pub(crate) const ENV_CPU_WORKERS: &str = "DEPENGINE_CPU_WORKERS";
 pub(crate) const ENV_PRIORITY_WORKERS: &str = "DEPENGINE_CPU_PRIORITY_WORKERS";
 pub(crate) const ENV_BULK_SIZE: &str = "DEPENGINE_BULK_SIZE";
 pub(crate) const ENV_SPIN_US: &str = "DEPENGINE_SPIN_US";
+pub(crate) const ENV_GPU_SPIN_US: &str = "DEPENGINE_GPU_SPIN_US";
 pub(crate) const ENV_GPU_WORKERS: &str = "DEPENGINE_GPU_WORKERS";
 pub(crate) const ENV_GPU_COPY_WORKERS: &str = "DEPENGINE_GPU_COPY_WORKERS";
 pub(crate) const ENV_SIM_GPUS: &str = "DEPENGINE_SIM_GPUS";
@@ -108,6 +109,7 @@ pub struct EngineBuilder {
     bulk_size: Option<usize>,
     thread_name: Option<String>,
     spin: Option<Duration>,
+    gpu_spin: Option<Duration>,
     runtime: Option<tokio::runtime::Handle>,
     gpu_workers: Option<usize>,
     gpu_copy_workers: Option<usize>,
@@ -121,6 +123,12 @@ pub struct EngineBuilder {
 }
 
 impl EngineBuilder {
+    /// How long an idle GPU worker or poller watches for work before it
+    /// parks, by default: a GPU op's round trip (launch, the GPU, the event
+    /// seen complete, the waiter woken) is some tens of microseconds, and a
+    /// thread that parks between two such ops costs each a wake-up.
+    pub const DEFAULT_GPU_SPIN: Duration = Duration::from_micros(100);
+
     /// The engine type. Environment: `DEPENGINE_TYPE=threaded|naive`.
     pub fn kind(mut self, kind: EngineKind) -> Self {
         self.kind = Some(kind);
@@ -280,6 +288,16 @@ impl EngineBuilder {
         self
     }
 
+    /// How long an idle GPU worker or a GPU's poller watches for work
+    /// before it parks, at most [`MAX_SPIN`]: the GPU's counterpart of
+    /// [`spin`](Self::spin), longer by default, since a GPU op's round trip
+    /// outlasts a CPU op's and a GPU has few such threads. Environment:
+    /// `DEPENGINE_GPU_SPIN_US` (microseconds). Default: [`DEFAULT_GPU_SPIN`](Self::DEFAULT_GPU_SPIN).
+    pub fn gpu_spin(mut self, spin: Duration) -> Self {
+        self.gpu_spin = Some(spin);
+        self
+    }
+
     /// Whether a GPU op lets its vars go as soon as its work is enqueued
     /// (early release, the default), so that the next GPU op of the same
     /// device is ordered behind it on the GPU (`cuStreamWaitEvent`) instead
@@ -333,7 +351,7 @@ impl EngineBuilder {
             )?,
             cpu_devices: setting("cpu_devices", self.cpu_devices, "", 1, MAX_CPU_DEVICES)?,
             thread_name: thread_name(self.thread_name)?,
-            spin: spin(self.spin)?,
+            spin: spin(self.spin, ENV_SPIN_US, DEFAULT_SPIN)?,
             timing: flag(self.metrics_timing, ENV_METRICS_TIMING, false)?,
             pusher_runs_at: pusher_runs_at(self.pusher_runs_at)?,
             gpu: GpuSettings {
@@ -347,6 +365,7 @@ impl EngineBuilder {
                 )?,
                 simulated: simulated_gpus(self.simulated_gpus)?,
                 early_release: self.gpu_early_release.unwrap_or(true),
+                spin: spin(self.gpu_spin, ENV_GPU_SPIN_US, Self::DEFAULT_GPU_SPIN)?,
             },
         };
         let bulk_size = setting("bulk_size", self.bulk_size, ENV_BULK_SIZE, 1, usize::MAX)?;
@@ -413,18 +432,19 @@ fn env_kind() -> Result<Option<EngineKind>, Error> {
     }
 }
 
-/// The spin budget: the builder's, else `DEPENGINE_SPIN_US`, else the
-/// default; at most [`MAX_SPIN`].
-fn spin(given: Option<Duration>) -> Result<Duration, Error> {
-    let spin = match given {
-        Some(spin) => spin,
-        None => match std::env::var(ENV_SPIN_US) {
-            Ok(s) => Duration::from_micros(s.trim().parse::<u64>().map_err(|_| {
-                Error::invalid(format!("{ENV_SPIN_US}={s:?}: expected a number of microseconds"))
-            })?),
-            Err(_) => DEFAULT_SPIN,
-        },
-    };
+/// A spin budget: the builder's, else environment variable `env` (in
+/// microseconds), else `default`; at most [`MAX_SPIN`].
+fn spin(given: Option<Duration>, env: &str, default: Duration) -> Result<Duration, Error> {
+    let spin =
+        match given {
+            Some(spin) => spin,
+            None => match std::env::var(env) {
+                Ok(s) => Duration::from_micros(s.trim().parse::<u64>().map_err(|_| {
+                    Error::invalid(format!("{env}={s:?}: expected a number of microseconds"))
+                })?),
+                Err(_) => default,
+            },
+        };
     if spin > MAX_SPIN {
         return Err(Error::invalid(format!("spin {spin:?} is past its bound of {MAX_SPIN:?}")));
     }

@@ -33,6 +33,8 @@ pub(crate) struct GpuSettings {
     pub(crate) simulated: usize,
     /// GPU ops let their vars go at enqueue (see `gpu/README.md`).
     pub(crate) early_release: bool,
+    /// How long idle GPU workers and pollers watch for work.
+    pub(crate) spin: Duration,
 }
 
 /// The GPU devices of an engine, opened on first use, and the record of
@@ -140,7 +142,8 @@ fn start_lane(
 }
 
 impl Gpus {
-    pub(super) fn new(settings: GpuSettings, thread_name: String, (spin, timing): (Duration, bool)) -> Self {
+    pub(super) fn new(settings: GpuSettings, thread_name: String, timing: bool) -> Self {
+        let spin = settings.spin;
         let devices = (0..MAX_GPU_DEVICES).map(|_| Lazy::default()).collect();
         let (fences, opened) = (Arc::default(), AtomicUsize::new(0));
         Self { settings, thread_name, spin, timing, devices, fences, opened }

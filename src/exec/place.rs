@@ -82,8 +82,7 @@ pub(crate) struct Dispatcher {
 impl Dispatcher {
     pub(crate) fn new(topology: Topology, held: Option<Arc<dyn Held>>) -> Self {
         let cpu = (0..topology.cpu_devices).map(|_| Lazy::default()).collect();
-        let gpu =
-            Gpus::new(topology.gpu.clone(), topology.thread_name.clone(), (topology.spin, topology.timing));
+        let gpu = Gpus::new(topology.gpu.clone(), topology.thread_name.clone(), topology.timing);
         Self { topology, cpu, priority: Lazy::default(), gpu, held }
     }
 

@@ -25,6 +25,7 @@ pub(crate) fn mark_worker_thread() {
 
 /// Whether this thread is a GPU worker or a poller, or any worker of the
 /// engine's pools: where the engine makes none of its own blocking calls.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn is_engine_thread() -> bool {
     ENGINE_GPU_THREAD.with(Cell::get) || WORKER_THREAD.with(Cell::get)
 }

@@ -19,6 +19,7 @@ pub(crate) struct GpuDevice {
     fault: Arc<OnceLock<String>>,
     next_stream: AtomicUsize,
     /// The stream buffers are made on (`Gpu::buffer`), made at the first.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     setup: Mutex<Option<Stream>>,
     /// Events created (not taken from the pool).
     created: AtomicUsize,
@@ -70,6 +71,7 @@ impl GpuDevice {
     /// The device's setup stream, where buffers are made: one for all of
     /// them (a stream per buffer was many idle streams, each a buffer's
     /// free ordered after nothing).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn setup_stream(&self) -> Result<Stream, String> {
         let mut setup = self.setup.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(stream) = &*setup {

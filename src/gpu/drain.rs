@@ -61,6 +61,7 @@ fn take<T>(cell: &std::sync::Mutex<Option<T>>) -> Option<T> {
 
 /// Runs `free` on the thread that frees page-locked memory; on this
 /// thread where the OS gives none.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn run_off_engine_threads(free: Box<dyn FnOnce() + Send>) {
     type Sender = std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>;
     static FREER: std::sync::OnceLock<Option<std::sync::Mutex<Sender>>> = std::sync::OnceLock::new();

@@ -1,12 +1,14 @@
 //! One poller thread per GPU device turns event completions into
 //! callbacks: it queries the oldest pending event of each stream (events
 //! of one stream complete in order), spins briefly while work is pending,
-//! backs off, and parks when nothing is pending; a registration wakes it.
+//! backs off, and, with nothing pending, watches for a registration for
+//! the same spin before it parks; a registration wakes it.
 //! It never blocks on the GPU. A query that fails is the device's sticky
 //! fault: every pending callback then gets it, and so does every later one.
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -33,6 +35,8 @@ pub(crate) struct Poller {
 
 struct Shared {
     state: Mutex<State>,
+    /// Registrations so far: what an idle poller watches before it parks.
+    arrivals: AtomicU64,
     wake: Condvar,
     backend: Backend,
     fault: Arc<OnceLock<String>>,
@@ -64,7 +68,15 @@ impl Poller {
         fault: Arc<OnceLock<String>>,
         spin: Duration,
     ) -> std::io::Result<Self> {
-        let shared = Arc::new(Shared { state: Mutex::default(), wake: Condvar::new(), backend, fault, spin });
+        let arrivals = AtomicU64::new(0);
+        let shared = Arc::new(Shared {
+            state: Mutex::default(),
+            arrivals,
+            wake: Condvar::new(),
+            backend,
+            fault,
+            spin,
+        });
         let run = shared.clone();
         let thread = std::thread::Builder::new().name(format!("{name}-poll")).spawn(move || run.run())?;
         Ok(Self { shared, thread: Mutex::new(Some(thread)) })
@@ -116,6 +128,7 @@ impl Poller {
 impl Shared {
     fn added(&self, mut state: MutexGuard<'_, State>) {
         state.pending += 1;
+        self.arrivals.fetch_add(1, Ordering::Release);
         let sleeping = state.sleeping;
         drop(state);
         if sleeping {
@@ -154,6 +167,18 @@ impl Shared {
             if state.pending == 0 {
                 if state.stopping {
                     return;
+                }
+                // Idle: watch for a registration a while before parking,
+                // so that a steady run of GPU ops pays no wake-ups.
+                if last_progress.elapsed() < self.spin {
+                    let seen = self.arrivals.load(Ordering::Acquire);
+                    drop(state);
+                    while self.arrivals.load(Ordering::Acquire) == seen && last_progress.elapsed() < self.spin
+                    {
+                        std::hint::spin_loop();
+                    }
+                    state = lock(&self.state);
+                    continue;
                 }
                 state.sleeping = true;
                 state = self.wake.wait(state).unwrap_or_else(|e| e.into_inner());
