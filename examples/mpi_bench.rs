@@ -11,7 +11,8 @@
 //! mpirun -np 2 target/release/examples/mpi_bench signed      # the same after an immediate all-gather of 64 B (the engine's MPI calls)
 //! ```
 //!
-//! (`tests/mpi/run.sh` has the environment for `mpirun` on one machine.)
+//! (`tests/mpi/run.sh` has the environment for `mpirun` on one machine;
+//! pass `--bind-to none` too, or each rank's threads share one core.)
 //! Each mode is its own process (MPI is initialised once per process). For
 //! f32 sums of 8 B, 64 KiB and 4 MiB, rank 0 prints one line per size: the
 //! median time per all-reduce over the rounds, one after the other, after

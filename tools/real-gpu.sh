@@ -117,7 +117,7 @@ run() {
         gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
         OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader \
             OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_vader_single_copy_mechanism=none \
-            step nccl mpirun -np "${gpus:-1}" "$bundle/mpi_collectives"
+            step nccl mpirun --bind-to none -np "${gpus:-1}" "$bundle/mpi_collectives"
     fi
     cat "$summary"
     return $status

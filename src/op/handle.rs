@@ -17,6 +17,8 @@ use crate::error::{BoxError, Error, Kind, panic_message, refuse_in_runtime};
 
 /// How long a blocking wait watches for completion before parking.
 const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
+/// The part of [`WAIT_SPIN`] that does not yield the core.
+const WAIT_PURE_SPIN: std::time::Duration = std::time::Duration::from_micros(5);
 
 /// A pushed op's result, as a future.
 ///
@@ -136,11 +138,23 @@ impl<R: Send + 'static> OpHandle<R> {
         let host = slot.header().host.clone();
         release_held(slot.header());
         // Small ops finish within microseconds: watch for that briefly
-        // before paying for parking the thread and waking it again.
+        // before paying for parking the thread and waking it again. After
+        // the first microseconds the watch yields its core: the thread that
+        // completes the op may share it (an MPI rank bound to one core, a
+        // machine with more busy threads than cores), and a pure spin would
+        // keep it off for the whole watch.
         let start = std::time::Instant::now();
-        while !self.is_finished() && start.elapsed() < WAIT_SPIN {
-            for _ in 0..32 {
-                std::hint::spin_loop();
+        while !self.is_finished() {
+            let waited = start.elapsed();
+            if waited >= WAIT_SPIN {
+                break;
+            }
+            if waited < WAIT_PURE_SPIN {
+                for _ in 0..32 {
+                    std::hint::spin_loop();
+                }
+            } else {
+                std::thread::yield_now();
             }
         }
         let waker = Waker::from(Arc::new(Unpark(std::thread::current())));

@@ -8,6 +8,8 @@ cd "$(dirname "$0")/../.."
 
 # mpirun refuses root unless told; the rest keeps every byte on this
 # machine (shared memory, no TCP or UCX) and lets 4 ranks share 2 cores.
+# Each run passes --bind-to none: a rank's engine threads and comm thread
+# would otherwise share the one core Open MPI binds it to.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
 export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
@@ -25,7 +27,7 @@ if [ -z "$bin" ]; then
 fi
 for np in 1 2 4; do
     echo "mpi_collectives under mpirun -np $np"
-    timeout 300 mpirun -np "$np" "$bin"
+    timeout 300 mpirun --bind-to none -np "$np" "$bin"
 done
 
 # The data-parallel example checks itself: the same weights on every rank,
@@ -33,6 +35,6 @@ done
 cargo build --release --features mpi --example data_parallel
 for np in 1 2 4; do
     echo "data_parallel under mpirun -np $np"
-    timeout 300 mpirun -np "$np" target/release/examples/data_parallel
+    timeout 300 mpirun --bind-to none -np "$np" target/release/examples/data_parallel
 done
-timeout 300 mpirun -np 2 target/release/examples/data_parallel --comm-after-backward
+timeout 300 mpirun --bind-to none -np 2 target/release/examples/data_parallel --comm-after-backward
