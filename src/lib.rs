@@ -98,14 +98,15 @@ pub mod metrics;
 pub mod mpi;
 mod op;
 pub mod profile;
+pub mod scope;
 mod sync;
 mod var;
 
 /// The sealed traits that describe what an op declares.
 pub mod access {
-    pub use crate::op::access::{Append, Item, Reading, Writing};
+    pub use crate::op::access::{Append, AsVar, Item, Reading, Writing};
     #[doc(hidden)]
-    pub use crate::op::access::{Decls, OpToken};
+    pub use crate::op::access::{Decls, OpToken, VarToken};
 }
 
 /// The README's examples, compiled as doc tests so that they stay true.
@@ -126,4 +127,5 @@ pub use gpu::{
 };
 pub use metrics::{Histogram, Metrics, PoolMetrics};
 pub use op::handle::{Completion, OpHandle};
+pub use scope::scope;
 pub use var::{AnyVar, ReadGuard, Var, VarDebug, WriteGuard};

@@ -24,6 +24,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("exec", 4),
     ("engine", 5),
     ("mpi", 6),
+    ("scope", 6),
 ];
 
 /// Imports against the order that are allowed: (file, module imported,
@@ -55,6 +56,8 @@ const UNSAFE_FILES: &[&str] = &[
     "mpi/flight.rs",    // a collective's buffers, kept until MPI is done
     "mpi/thread.rs",    // the signatures' buffers, likewise
     "mpi/nccl.rs",      // NCCL calls on device pointers and a raw communicator
+    "scope/view.rs",    // views of borrowed memory as var data
+    "scope/mod.rs",     // the views made, kept valid by the scope's end
 ];
 
 fn src() -> PathBuf {

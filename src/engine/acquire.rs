@@ -14,7 +14,7 @@ use std::task::{Context, Poll, Waker};
 use super::shared::{Body, OpOptions, Role, Shared};
 use crate::device::Lane;
 use crate::error::{Error, Kind, panic_message, refuse_in_runtime};
-use crate::op::access::{Append, Decls, Item, OpToken, Reading, Writing};
+use crate::op::access::{Append, AsVar, Decls, Item, OpToken, Reading, Writing, var_of};
 use crate::op::job::{Job, Running};
 use crate::sync::{Mutex, lock};
 use crate::var::{ReadGuard, Var, WriteGuard};
@@ -51,43 +51,41 @@ impl<'e> AcquireBuilder<'e> {
 }
 
 impl<'e, L> AcquireBuilder<'e, L> {
-    /// Adds shared access to `var`.
-    pub fn read<T>(self, var: &Var<T>) -> AcquireBuilder<'e, L::Output>
+    /// Adds shared access to `var` (a [`Var`] or a scope's var).
+    pub fn read<V: AsVar>(self, var: &V) -> AcquireBuilder<'e, L::Output>
     where
-        T: Send + Sync + 'static,
-        L: Append<Reading<Var<T>>>,
+        L: Append<Reading<Var<V::Data>>>,
     {
-        AcquireBuilder { shared: self.shared, items: self.items.append(Reading(var.clone())) }
+        AcquireBuilder { shared: self.shared, items: self.items.append(Reading(var_of(var).clone())) }
     }
 
-    /// Adds exclusive access to `var`.
-    pub fn write<T>(self, var: &Var<T>) -> AcquireBuilder<'e, L::Output>
+    /// Adds exclusive access to `var` (a [`Var`] or a scope's var).
+    pub fn write<V: AsVar>(self, var: &V) -> AcquireBuilder<'e, L::Output>
     where
-        T: Send + Sync + 'static,
-        L: Append<Writing<Var<T>>>,
+        L: Append<Writing<Var<V::Data>>>,
     {
-        AcquireBuilder { shared: self.shared, items: self.items.append(Writing(var.clone())) }
+        AcquireBuilder { shared: self.shared, items: self.items.append(Writing(var_of(var).clone())) }
     }
 
     /// Adds shared access to each var of a list: one `Vec` of guards.
-    pub fn read_all<'v, T, I>(self, vars: I) -> AcquireBuilder<'e, L::Output>
+    pub fn read_all<'v, V, I>(self, vars: I) -> AcquireBuilder<'e, L::Output>
     where
-        T: Send + Sync + 'static,
-        I: IntoIterator<Item = &'v Var<T>>,
-        L: Append<Reading<Vec<Var<T>>>>,
+        V: AsVar + 'v,
+        I: IntoIterator<Item = &'v V>,
+        L: Append<Reading<Vec<Var<V::Data>>>>,
     {
-        let item = Reading(vars.into_iter().cloned().collect());
+        let item = Reading(vars.into_iter().map(|v| var_of(v).clone()).collect());
         AcquireBuilder { shared: self.shared, items: self.items.append(item) }
     }
 
     /// Adds exclusive access to each var of a list: one `Vec` of guards.
-    pub fn write_all<'v, T, I>(self, vars: I) -> AcquireBuilder<'e, L::Output>
+    pub fn write_all<'v, V, I>(self, vars: I) -> AcquireBuilder<'e, L::Output>
     where
-        T: Send + Sync + 'static,
-        I: IntoIterator<Item = &'v Var<T>>,
-        L: Append<Writing<Vec<Var<T>>>>,
+        V: AsVar + 'v,
+        I: IntoIterator<Item = &'v V>,
+        L: Append<Writing<Vec<Var<V::Data>>>>,
     {
-        let item = Writing(vars.into_iter().cloned().collect());
+        let item = Writing(vars.into_iter().map(|v| var_of(v).clone()).collect());
         AcquireBuilder { shared: self.shared, items: self.items.append(item) }
     }
 }

@@ -15,7 +15,7 @@ use super::jobs::{DeleteJob, WaitJob};
 use super::shared::{Body, OpOptions, Role, Shared};
 use crate::error::{BoxError, Error, refuse_in_runtime};
 use crate::op::DepList;
-use crate::op::access::Decl;
+use crate::op::access::{AsVar, Decl, var_of};
 use crate::op::handle::{Completion, OpHandle};
 use crate::op::job::{current_body_holds, inside_op_of};
 use crate::sync::latch::LatchWait;
@@ -241,7 +241,8 @@ impl Engine {
     /// The error `var` carries from a failed write, which this wait clears
     /// (as MXNet's `WaitForVar` does), so later ops use the var again; or a
     /// refused push (deleted var, closed engine).
-    pub fn wait_for_var<T: Send + Sync + 'static>(&self, var: &Var<T>) -> OpHandle<()> {
+    pub fn wait_for_var<V: AsVar>(&self, var: &V) -> OpHandle<()> {
+        let var = var_of(var);
         let mut decls = DepList::new();
         decls.push(Decl { var: var.any(), access: Access::Read, typed: false });
         let opts = OpOptions::internal("wait_for_var");
@@ -293,8 +294,9 @@ impl Engine {
     /// async variant instead. Inside an op body whose op declared `var`,
     /// [`Error::is_would_deadlock`]: a write pushed before this call and
     /// not yet completed could only run after that op.
-    pub fn blocking_wait_for_var<T: Send + Sync + 'static>(&self, var: &Var<T>) -> Result<(), Error> {
+    pub fn blocking_wait_for_var<V: AsVar>(&self, var: &V) -> Result<(), Error> {
         const WHAT: &str = "Engine::blocking_wait_for_var";
+        let var = var_of(var);
         refuse_in_runtime(WHAT)?;
         if current_body_holds(var.id()) {
             return Err(Error::would_deadlock(WHAT, "the op running this body holds the var"));

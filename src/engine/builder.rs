@@ -10,7 +10,7 @@ use super::shared::{Body, OpOptions, Shared};
 use crate::device::{Device, Lane};
 use crate::error::{BoxError, Error, Kind};
 use crate::op::DepList;
-use crate::op::access::{Append, Decl, Decls, Item, Reading, Writing};
+use crate::op::access::{Append, AsVar, Decl, Decls, Item, Reading, Writing, var_of};
 use crate::op::handle::{Completion, OpHandle};
 use crate::op::job::{AsyncJob, FutureJob, Job, SyncJob};
 use crate::var::{Access, AnyVar, Var};
@@ -80,47 +80,47 @@ impl<'e> OpBuilder<'e, (), (), Reserved> {
 }
 
 impl<'e, Rd, Wr, S: Slot> OpBuilder<'e, Rd, Wr, S> {
-    /// Declares a read of `var`: the body receives a [`ReadGuard`](crate::ReadGuard).
-    pub fn read<T>(self, var: &Var<T>) -> OpBuilder<'e, Rd::Output, Wr, S>
+    /// Declares a read of `var` (a [`Var`] or a scope's var): the body
+    /// receives a [`ReadGuard`](crate::ReadGuard).
+    pub fn read<V: AsVar>(self, var: &V) -> OpBuilder<'e, Rd::Output, Wr, S>
     where
-        T: Send + Sync + 'static,
-        Rd: Append<Reading<Var<T>>>,
+        Rd: Append<Reading<Var<V::Data>>>,
     {
         let Self { shared, opts, reads, writes, untyped, slot } = self;
-        OpBuilder { shared, opts, reads: reads.append(Reading(var.clone())), writes, untyped, slot }
+        OpBuilder { shared, opts, reads: reads.append(Reading(var_of(var).clone())), writes, untyped, slot }
     }
 
     /// Declares a read of each var: the body receives a `Vec` of guards.
-    pub fn read_all<'v, T, I>(self, vars: I) -> OpBuilder<'e, Rd::Output, Wr, S>
+    pub fn read_all<'v, V, I>(self, vars: I) -> OpBuilder<'e, Rd::Output, Wr, S>
     where
-        T: Send + Sync + 'static,
-        I: IntoIterator<Item = &'v Var<T>>,
-        Rd: Append<Reading<Vec<Var<T>>>>,
+        V: AsVar + 'v,
+        I: IntoIterator<Item = &'v V>,
+        Rd: Append<Reading<Vec<Var<V::Data>>>>,
     {
         let Self { shared, opts, reads, writes, untyped, slot } = self;
-        let reads = reads.append(Reading(vars.into_iter().cloned().collect()));
+        let reads = reads.append(Reading(vars.into_iter().map(|v| var_of(v).clone()).collect()));
         OpBuilder { shared, opts, reads, writes, untyped, slot }
     }
 
-    /// Declares a write of `var`: the body receives a [`WriteGuard`](crate::WriteGuard).
-    pub fn write<T>(self, var: &Var<T>) -> OpBuilder<'e, Rd, Wr::Output, S>
+    /// Declares a write of `var` (a [`Var`] or a scope's var): the body
+    /// receives a [`WriteGuard`](crate::WriteGuard).
+    pub fn write<V: AsVar>(self, var: &V) -> OpBuilder<'e, Rd, Wr::Output, S>
     where
-        T: Send + Sync + 'static,
-        Wr: Append<Writing<Var<T>>>,
+        Wr: Append<Writing<Var<V::Data>>>,
     {
         let Self { shared, opts, reads, writes, untyped, slot } = self;
-        OpBuilder { shared, opts, reads, writes: writes.append(Writing(var.clone())), untyped, slot }
+        OpBuilder { shared, opts, reads, writes: writes.append(Writing(var_of(var).clone())), untyped, slot }
     }
 
     /// Declares a write of each var: the body receives a `Vec` of guards.
-    pub fn write_all<'v, T, I>(self, vars: I) -> OpBuilder<'e, Rd, Wr::Output, S>
+    pub fn write_all<'v, V, I>(self, vars: I) -> OpBuilder<'e, Rd, Wr::Output, S>
     where
-        T: Send + Sync + 'static,
-        I: IntoIterator<Item = &'v Var<T>>,
-        Wr: Append<Writing<Vec<Var<T>>>>,
+        V: AsVar + 'v,
+        I: IntoIterator<Item = &'v V>,
+        Wr: Append<Writing<Vec<Var<V::Data>>>>,
     {
         let Self { shared, opts, reads, writes, untyped, slot } = self;
-        let writes = writes.append(Writing(vars.into_iter().cloned().collect()));
+        let writes = writes.append(Writing(vars.into_iter().map(|v| var_of(v).clone()).collect()));
         OpBuilder { shared, opts, reads, writes, untyped, slot }
     }
 

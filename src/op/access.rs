@@ -30,8 +30,38 @@ pub struct Decls(pub(crate) DepList);
 #[doc(hidden)]
 pub struct OpToken<'a>(pub(crate) &'a TaskRef);
 
-mod sealed {
+pub(crate) mod sealed {
     pub trait Sealed {}
+}
+
+/// A handle whose var an op or an acquire may declare: a [`Var`], or a
+/// var of a scope (`Engine::scope`), whose handles cannot leave it. Sealed.
+pub trait AsVar: sealed::Sealed + Send + Sync {
+    /// The data the op's guard reaches.
+    type Data: Send + Sync + 'static;
+
+    /// The var, to the crate only (the token cannot be made outside it).
+    #[doc(hidden)]
+    fn as_var(&self, token: VarToken) -> &Var<Self::Data>;
+}
+
+/// Opens [`AsVar::as_var`] to this crate only.
+#[allow(unreachable_pub, missing_debug_implementations)] // sealed
+#[doc(hidden)]
+pub struct VarToken(pub(crate) ());
+
+impl<T: Send + Sync + 'static> sealed::Sealed for Var<T> {}
+impl<T: Send + Sync + 'static> AsVar for Var<T> {
+    type Data = T;
+
+    fn as_var(&self, _: VarToken) -> &Var<T> {
+        self
+    }
+}
+
+/// The var of a declared handle.
+pub(crate) fn var_of<V: AsVar>(v: &V) -> &Var<V::Data> {
+    v.as_var(VarToken(()))
 }
 
 /// Something an op or an acquire declares, and the guard it receives for it.

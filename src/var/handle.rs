@@ -123,6 +123,12 @@ impl<T> Clone for Var<T> {
 }
 
 impl<T: Send + Sync + 'static> Var<T> {
+    /// Handles of the var alive now, typed and untyped (an op record's
+    /// declaration holds one until the record goes).
+    pub(crate) fn handles(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+
     pub(crate) fn new(owner: Owner, id: u64, name: Option<Arc<str>>, holders: bool, value: T) -> Self {
         let core = VarCore { cell: VarCell::keeping(id, name, holders), owner, count: Count::of::<T>() };
         Self { inner: Arc::new(VarInner { core, data: DataCell::new(value) }) }

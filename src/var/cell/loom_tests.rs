@@ -287,3 +287,60 @@ fn loom_a_read_after_an_early_released_gpu_write_sees_its_work() {
         worker.join().unwrap();
     });
 }
+
+/// The end of a scope (`scope/README.md`) over the real gate: an op that
+/// writes a scoped var's view runs on one thread, while the scope's end,
+/// on another, appends the var's deletion and, once the deletion is let
+/// through, gives the memory back to its owner (who writes it). The op's
+/// access and the owner's never race (loom's cell checks it), whether the
+/// deletion is let through at its append or by the op's completion.
+#[test]
+fn loom_a_scope_end_follows_every_op_on_its_var() {
+    use loom::cell::UnsafeCell;
+    use loom::sync::atomic::AtomicBool;
+
+    loom::model(|| {
+        let world = World::new(1);
+        let memory = Arc::new(UnsafeCell::new(0u64));
+        let deleted = Arc::new(AtomicBool::new(false));
+        let op = |name| {
+            Tok(Arc::new(Op {
+                name,
+                deps: vec![(0, Access::Write)],
+                pending: Countdown::new(1),
+                link: Link::new(),
+            }))
+        };
+        // The op, let through at once, runs on a worker.
+        let write = op("write the view");
+        let cells = [(&world.vars[0], Access::Write)];
+        assert_eq!(append_all(cells.iter().copied(), &write, &mut |_| unreachable!()).unwrap(), 1);
+        let worker = {
+            let (world, memory, deleted) = (world.clone(), memory.clone(), deleted.clone());
+            thread::spawn(move || {
+                // SAFETY: (a model) the write grant is the op's only access.
+                memory.with_mut(|m| unsafe { *m += 1 });
+                let mut released = Vec::new();
+                world.vars[0].complete(write.held(), Access::Write, None, &mut |op| released.push(op));
+                for deletion in released {
+                    if deletion.0.pending.release(1) {
+                        deleted.store(true, Ordering::Release);
+                    }
+                }
+            })
+        };
+        // The scope's end: the deletion, then the wait for it.
+        let deletion = op("delete");
+        if append_all(cells.iter().copied(), &deletion, &mut |_| unreachable!()).unwrap() == 1 {
+            deleted.store(true, Ordering::Release);
+        }
+        while !deleted.load(Ordering::Acquire) {
+            thread::yield_now();
+        }
+        // SAFETY: (a model) the owner's access, after the scope's end.
+        memory.with_mut(|m| unsafe { *m += 1 });
+        worker.join().unwrap();
+        // SAFETY: (a model) both threads are done.
+        assert_eq!(memory.with(|m| unsafe { *m }), 2);
+    });
+}

@@ -1,0 +1,282 @@
+//! Vars over memory the caller owns, for the length of a scope, in the
+//! shape of `std::thread::scope`: [`scope`] lends the engine views of the
+//! caller's data (a value, a slice, disjoint chunks, the tiles of a
+//! matrix) as vars, and returns only once every op that used them has
+//! completed and every guard on them is gone, panics included. No copy in
+//! or out. `README.md` beside this file has the argument.
+//!
+//! `unsafe` here makes the views (`view.rs`): what keeps them valid is
+//! this file's end of a scope, whose reliance on the var gate the loom
+//! model `loom_a_scope_end_follows_every_op_on_its_var`
+//! (`var/cell/loom_tests.rs`) checks.
+
+#![allow(unsafe_code)]
+
+mod view;
+
+use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::ptr::NonNull;
+use std::sync::Mutex;
+
+pub use view::{RefView, RowsAbove, SliceView, TileView};
+
+use crate::engine::Engine;
+use crate::error::{Error, refuse_in_runtime};
+use crate::op::access::{AsVar, VarToken, sealed};
+use crate::var::Var;
+
+/// Runs `f` with a [`Scope`] whose vars borrow the caller's memory, and
+/// returns what `f` returns once every op and every guard on those vars
+/// is gone (also when `f` panics: the panic goes on then).
+///
+/// The vars are ordinary vars to the engine: ops declare them with
+/// `read`/`write`, conflicting ops take effect in push order, and a body's
+/// guard reaches exactly the part of the memory its var views. Their
+/// handles cannot leave `f` (a handle that outlives the scope does not
+/// compile), and the memory is the caller's again when `scope` returns.
+///
+/// # Errors
+///
+/// [`Error::is_blocking_in_runtime`] on a Tokio runtime's thread, where
+/// waiting at the end could stall the runtime: `f` is not run then. Call it
+/// from a plain thread or `spawn_blocking`.
+///
+/// # Examples
+///
+/// ```
+/// let engine = depengine::Engine::new();
+/// let mut data = vec![1.0f64; 1000];
+/// depengine::scope(&engine, |s| {
+///     for chunk in s.chunks(&mut data, 250) {
+///         engine.op("double").write(&chunk).run_detached(|(), (mut c,)| {
+///             c.iter_mut().for_each(|x| *x *= 2.0);
+///             Ok(())
+///         })?;
+///     }
+///     Ok::<(), depengine::Error>(())
+/// })??;
+/// // Every op has run: the data is back, changed in place.
+/// assert!(data.iter().all(|&x| x == 2.0));
+/// # Ok::<(), depengine::Error>(())
+/// ```
+///
+/// A handle cannot outlive its scope:
+///
+/// ```compile_fail
+/// let engine = depengine::Engine::new();
+/// let mut data = vec![0u8; 8];
+/// let mut kept = None;
+/// depengine::scope(&engine, |s| {
+///     kept = Some(s.slice(&mut data)); // error: the handle would outlive the scope
+/// }).unwrap();
+/// ```
+///
+/// Nor can the memory be used while the scope has it:
+///
+/// ```compile_fail
+/// let engine = depengine::Engine::new();
+/// let mut data = vec![0u8; 8];
+/// depengine::scope(&engine, |s| {
+///     let v = s.slice(&mut data);
+///     data[0] = 1; // error: `data` is borrowed by the scope
+///     drop(v);
+/// }).unwrap();
+/// ```
+pub fn scope<'env, F, R>(engine: &'env Engine, f: F) -> Result<R, Error>
+where
+    F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> R,
+{
+    refuse_in_runtime("depengine::scope")?;
+    let scope = Scope { engine, ends: Mutex::new(Vec::new()), _scope: PhantomData, _env: PhantomData };
+    let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
+    scope.end();
+    match result {
+        Ok(value) => Ok(value),
+        Err(payload) => resume_unwind(payload),
+    }
+}
+
+/// A scope of [`scope`]: makes vars over memory borrowed for `'env`, whose
+/// handles live for `'scope`.
+pub struct Scope<'scope, 'env: 'scope> {
+    engine: &'env Engine,
+    /// What the end must wait for: one entry per var made.
+    ends: Mutex<Vec<Box<dyn Ending>>>,
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+/// A var of a [`Scope`]: declare it in ops as any var (`read`, `write`,
+/// `read_all`, `write_all`, `wait_for_var`); its guards reach the view
+/// `D` of the borrowed memory. It cannot outlive its scope.
+pub struct ScopedVar<'scope, D> {
+    var: Var<D>,
+    _scope: PhantomData<&'scope ()>,
+}
+
+impl<'scope, 'env> Scope<'scope, 'env> {
+    /// A var over `value`.
+    pub fn var<T: Send + Sync + 'static>(&'scope self, value: &'env mut T) -> ScopedVar<'scope, RefView<T>> {
+        // SAFETY: `value` is borrowed exclusively for `'env`, which outlives
+        // the scope, and the scope's end outlasts every use of the view
+        // (README.md beside this file).
+        self.make("scoped var", unsafe { RefView::new(value) })
+    }
+
+    /// A var over `data`.
+    pub fn slice<T: Send + Sync + 'static>(
+        &'scope self,
+        data: &'env mut [T],
+    ) -> ScopedVar<'scope, SliceView<T>> {
+        // SAFETY: as for `var`.
+        self.make("scoped slice", unsafe { SliceView::new(data) })
+    }
+
+    /// A var over each chunk of `size` elements of `data` (the last one
+    /// shorter when `size` does not divide the length), in order.
+    ///
+    /// # Panics
+    ///
+    /// `size` is 0 (as `chunks_mut`).
+    pub fn chunks<T: Send + Sync + 'static>(
+        &'scope self,
+        data: &'env mut [T],
+        size: usize,
+    ) -> Vec<ScopedVar<'scope, SliceView<T>>> {
+        data.chunks_mut(size)
+            .enumerate()
+            // SAFETY: as for `var`; `chunks_mut` gives disjoint chunks.
+            .map(|(i, chunk)| self.make(format!("chunk {i}"), unsafe { SliceView::new(chunk) }))
+            .collect()
+    }
+
+    /// A var over each tile of the row-major matrix `data` of `cols`
+    /// columns: tiles of `tile_rows` × `tile_cols` elements (smaller at the
+    /// bottom and right edges when they do not divide the matrix), as
+    /// `tiles[i][j]`, tile row `i`, tile column `j`. Rows of a tile are
+    /// contiguous and keep the alignment the caller gave the matrix (a row
+    /// starts at `data[r * cols + c0]`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_argument`]: a zero dimension, or a length that
+    /// is not a whole number of rows.
+    pub fn tiles<T: Send + Sync + 'static>(
+        &'scope self,
+        data: &'env mut [T],
+        cols: usize,
+        tile_rows: usize,
+        tile_cols: usize,
+    ) -> Result<Vec<Vec<ScopedVar<'scope, TileView<T>>>>, Error> {
+        if cols == 0 || tile_rows == 0 || tile_cols == 0 || data.len() % cols != 0 {
+            return Err(Error::invalid(format!(
+                "tiles of {tile_rows} x {tile_cols} of a matrix of {} elements in rows of {cols}",
+                data.len()
+            )));
+        }
+        let rows = data.len() / cols;
+        // One raw pointer to the whole matrix, from which every tile is
+        // cut: no two tiles' pointers come from overlapping borrows.
+        let base = NonNull::from(data).cast::<T>();
+        let grid = |n: usize, t: usize| (0..n.div_ceil(t)).map(move |k| (k * t, t.min(n - k * t)));
+        let tiles = grid(rows, tile_rows)
+            .enumerate()
+            .map(|(i, (r0, tr))| {
+                grid(cols, tile_cols)
+                    .enumerate()
+                    .map(|(j, (c0, tc))| {
+                        // SAFETY: tile (i, j) is rows `r0..r0 + tr` and
+                        // columns `c0..c0 + tc` of the matrix, inside `data`
+                        // and apart from every other tile; `data` is
+                        // borrowed as for `var`.
+                        let view = unsafe { TileView::new(base.add(r0 * cols + c0), tr, tc, cols) };
+                        self.make(format!("tile ({i}, {j})"), view)
+                    })
+                    .collect()
+            })
+            .collect();
+        Ok(tiles)
+    }
+
+    fn make<D: Send + Sync + 'static>(
+        &'scope self,
+        name: impl Into<std::sync::Arc<str>>,
+        view: D,
+    ) -> ScopedVar<'scope, D> {
+        let var = self.engine.var_named(name, view);
+        self.ends.lock().unwrap_or_else(|e| e.into_inner()).push(Box::new(var.clone()));
+        ScopedVar { var, _scope: PhantomData }
+    }
+
+    /// Waits until no op and no guard can reach any of the scope's views:
+    /// each var is deleted (the deletion waits for every op pushed before
+    /// it), all deletions pushed first so that they wait together.
+    fn end(&self) {
+        let ends = std::mem::take(&mut *self.ends.lock().unwrap_or_else(|e| e.into_inner()));
+        let pending: Vec<_> = ends.into_iter().map(|end| end.delete(self.engine)).collect();
+        pending.into_iter().for_each(|p| p.wait());
+    }
+}
+
+/// A scope's var, as its end sees it.
+trait Ending: Send {
+    /// Pushes the var's deletion.
+    fn delete(self: Box<Self>, engine: &Engine) -> Box<dyn Pending>;
+}
+
+/// A deletion pushed.
+trait Pending {
+    /// Returns once no op and no guard can reach the var's view.
+    fn wait(self: Box<Self>);
+}
+
+impl<D: Send + Sync + 'static> Ending for Var<D> {
+    fn delete(self: Box<Self>, engine: &Engine) -> Box<dyn Pending> {
+        let deletion = engine.delete_var(&*self);
+        Box::new((*self, deletion))
+    }
+}
+
+impl<D: Send + Sync + 'static> Pending for (Var<D>, crate::OpHandle<D>) {
+    fn wait(self: Box<Self>) {
+        let (var, deletion) = *self;
+        if deletion.blocking_wait().is_ok() {
+            return;
+        }
+        // Refused or cancelled (a shutdown): the deletion proves nothing,
+        // so wait until this handle is the var's last, which no op record
+        // and no guard then holds.
+        while var.handles() > 1 {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+}
+
+impl<D> sealed::Sealed for ScopedVar<'_, D> {}
+impl<D: Send + Sync + 'static> AsVar for ScopedVar<'_, D> {
+    type Data = D;
+
+    fn as_var(&self, _: VarToken) -> &Var<D> {
+        &self.var
+    }
+}
+
+impl<D> Clone for ScopedVar<'_, D> {
+    fn clone(&self) -> Self {
+        Self { var: self.var.clone(), _scope: PhantomData }
+    }
+}
+
+impl<D: Send + Sync + 'static> std::fmt::Debug for ScopedVar<'_, D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ScopedVar").field(&self.var.label()).finish()
+    }
+}
+
+impl std::fmt::Debug for Scope<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let vars = self.ends.lock().map_or(0, |e| e.len());
+        f.debug_struct("Scope").field("vars", &vars).finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,244 @@
+//! The data of a scope's vars: views of memory the scope borrows, as raw
+//! pointers (a var's data must own no borrow: the var outlives no scope,
+//! but its type must be `'static`). `README.md` beside this file has the
+//! argument that they never dangle.
+//!
+//! `unsafe` here because a view is a pointer the type system does not
+//! track; the scope's end (every op and guard on the var gone before it
+//! returns) is what keeps it valid, and a loom model
+//! (`var/cell/loom_tests.rs`) checks that end over the real var gate.
+
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut, Index, IndexMut};
+use std::ptr::NonNull;
+
+/// A scope's view of a value it borrows: the data of a scope's var made
+/// by [`Scope::var`](crate::scope::Scope::var). Guards reach the value through it.
+pub struct RefView<T> {
+    ptr: NonNull<T>,
+    _owns: PhantomData<T>,
+}
+
+/// A scope's view of a slice it borrows: the data of a scope's var made by
+/// [`Scope::slice`](crate::scope::Scope::slice) or
+/// [`Scope::chunks`](crate::scope::Scope::chunks). Derefs to `[T]`.
+pub struct SliceView<T> {
+    ptr: NonNull<T>,
+    len: usize,
+    _owns: PhantomData<T>,
+}
+
+/// A scope's view of one tile of a row-major matrix it borrows: `rows`
+/// rows of `cols` elements, each row `stride` elements after the one
+/// before it. Made by [`Scope::tiles`](crate::scope::Scope::tiles). Each row is a
+/// contiguous slice ([`row`](Self::row), [`row_mut`](Self::row_mut)); an
+/// element is `tile[(r, c)]`.
+pub struct TileView<T> {
+    ptr: NonNull<T>,
+    rows: usize,
+    cols: usize,
+    stride: usize,
+    _owns: PhantomData<T>,
+}
+
+// SAFETY: a view stands for the exclusive borrow the scope took (`&mut T`,
+// `&mut [T]`, disjoint parts of one `&mut [T]`), which is `Send` when `T`
+// is; the engine's gate hands the view to one thread at a time for writes.
+unsafe impl<T: Send> Send for RefView<T> {}
+// SAFETY: shared, a view gives only `&T`, as `&mut T` shared does; several
+// readers at once need `T: Sync`.
+unsafe impl<T: Sync> Sync for RefView<T> {}
+// SAFETY: as for `RefView`.
+unsafe impl<T: Send> Send for SliceView<T> {}
+// SAFETY: as for `RefView`.
+unsafe impl<T: Sync> Sync for SliceView<T> {}
+// SAFETY: as for `RefView`; the tile's rows are part of the one borrow
+// and of no other tile's (`Scope::tiles` cuts disjoint tiles).
+unsafe impl<T: Send> Send for TileView<T> {}
+// SAFETY: as for `RefView`.
+unsafe impl<T: Sync> Sync for TileView<T> {}
+
+impl<T> RefView<T> {
+    /// # Safety
+    ///
+    /// `value` is valid, and reached by nothing else, for as long as the
+    /// view may be dereferenced (the scope's argument).
+    pub(super) unsafe fn new(value: &mut T) -> Self {
+        Self { ptr: NonNull::from(value), _owns: PhantomData }
+    }
+}
+
+impl<T> SliceView<T> {
+    /// # Safety
+    ///
+    /// As for [`RefView::new`], for the whole slice.
+    pub(super) unsafe fn new(data: &mut [T]) -> Self {
+        let len = data.len();
+        Self { ptr: NonNull::from(data).cast(), len, _owns: PhantomData }
+    }
+}
+
+impl<T> TileView<T> {
+    /// The tile of `rows` × `cols` elements starting at `start`, rows
+    /// `stride` apart.
+    ///
+    /// # Safety
+    ///
+    /// As for [`RefView::new`], for the tile's elements: every `start +
+    /// r * stride + c` (`r < rows`, `c < cols <= stride`) is in one live
+    /// allocation, reached by nothing else but this view while it may be
+    /// dereferenced. Other tiles of the same matrix may exist; the caller
+    /// cuts them disjoint, from one raw pointer to the whole matrix.
+    pub(super) unsafe fn new(start: NonNull<T>, rows: usize, cols: usize, stride: usize) -> Self {
+        debug_assert!(cols <= stride);
+        Self { ptr: start, rows, cols, stride, _owns: PhantomData }
+    }
+
+    /// Rows in the tile.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Elements in each row.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Row `r`, contiguous.
+    ///
+    /// # Panics
+    ///
+    /// `r` out of range.
+    pub fn row(&self, r: usize) -> &[T] {
+        assert!(r < self.rows, "row {r} of a tile of {} rows", self.rows);
+        // SAFETY: row `r` is `cols` elements at `r * stride` from the start,
+        // inside the tile (`new`'s contract), borrowed shared with `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(r * self.stride), self.cols) }
+    }
+
+    /// Row `r`, contiguous, mutably.
+    ///
+    /// # Panics
+    ///
+    /// `r` out of range.
+    pub fn row_mut(&mut self, r: usize) -> &mut [T] {
+        assert!(r < self.rows, "row {r} of a tile of {} rows", self.rows);
+        // SAFETY: as for `row`, borrowed exclusively with `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(r * self.stride), self.cols) }
+    }
+
+    /// Row `r` mutably, with rows `0..r` shared: what a triangular kernel
+    /// reads while it writes one row.
+    ///
+    /// # Panics
+    ///
+    /// `r` out of range.
+    pub fn row_mut_with_above(&mut self, r: usize) -> (RowsAbove<'_, T>, &mut [T]) {
+        assert!(r < self.rows, "row {r} of a tile of {} rows", self.rows);
+        let above =
+            RowsAbove { ptr: self.ptr, rows: r, cols: self.cols, stride: self.stride, _tile: PhantomData };
+        // SAFETY: row `r` is inside the tile and apart from rows `0..r`,
+        // which `above` reaches only shared; both borrow `self` mutably.
+        let row =
+            unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(r * self.stride), self.cols) };
+        (above, row)
+    }
+}
+
+/// Rows `0..r` of a tile, shared, beside row `r` borrowed mutably
+/// ([`TileView::row_mut_with_above`]).
+pub struct RowsAbove<'a, T> {
+    ptr: NonNull<T>,
+    rows: usize,
+    cols: usize,
+    stride: usize,
+    _tile: PhantomData<&'a T>,
+}
+
+impl<T> RowsAbove<'_, T> {
+    /// Row `r` (`r` below the row borrowed mutably).
+    ///
+    /// # Panics
+    ///
+    /// `r` not above that row.
+    pub fn row(&self, r: usize) -> &[T] {
+        assert!(r < self.rows, "row {r} is not above row {}", self.rows);
+        // SAFETY: row `r < rows` of the tile, which the mutable row does
+        // not overlap; shared for `'a`, as the tile is borrowed.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(r * self.stride), self.cols) }
+    }
+}
+
+impl<T> Deref for RefView<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        // SAFETY: valid for the view's life (`new`'s contract), shared with
+        // `self`.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<T> DerefMut for RefView<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as for `deref`, exclusive with `self`.
+        unsafe { self.ptr.as_mut() }
+    }
+}
+
+impl<T> Deref for SliceView<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        // SAFETY: `len` valid elements at `ptr` for the view's life.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T> DerefMut for SliceView<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as for `deref`, exclusive with `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T> Index<(usize, usize)> for TileView<T> {
+    type Output = T;
+
+    fn index(&self, (r, c): (usize, usize)) -> &T {
+        &self.row(r)[c]
+    }
+}
+
+impl<T> IndexMut<(usize, usize)> for TileView<T> {
+    fn index_mut(&mut self, (r, c): (usize, usize)) -> &mut T {
+        &mut self.row_mut(r)[c]
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for RefView<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("RefView").field(&**self).finish()
+    }
+}
+
+impl<T> fmt::Debug for SliceView<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SliceView(len {})", self.len)
+    }
+}
+
+impl<T> fmt::Debug for TileView<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TileView({} x {}, stride {})", self.rows, self.cols, self.stride)
+    }
+}
+
+impl<T> fmt::Debug for RowsAbove<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RowsAbove({})", self.rows)
+    }
+}
