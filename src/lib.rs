@@ -87,6 +87,7 @@
 
 // The layers, lowest first; a module imports only from those above it in
 // this list (`tests/architecture.rs` checks it).
+pub mod aligned;
 mod device;
 mod engine;
 mod error;

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// The layers, lowest first: a module imports only from lower ranks.
 const LAYERS: &[(&str, u32)] = &[
+    ("aligned", 0),
     ("error", 0),
     ("device", 0),
     ("metrics", 1),
