@@ -19,7 +19,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
-pub use view::{RefView, RowsAbove, SliceView, TileView};
+pub use view::{RefView, SliceView, TileView};
 
 use crate::engine::Engine;
 use crate::error::{Error, refuse_in_runtime};

@@ -130,45 +130,20 @@ impl<T> TileView<T> {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(r * self.stride), self.cols) }
     }
 
-    /// Row `r` mutably, with rows `0..r` shared: what a triangular kernel
-    /// reads while it writes one row.
-    ///
-    /// # Panics
-    ///
-    /// `r` out of range.
-    pub fn row_mut_with_above(&mut self, r: usize) -> (RowsAbove<'_, T>, &mut [T]) {
-        assert!(r < self.rows, "row {r} of a tile of {} rows", self.rows);
-        let above =
-            RowsAbove { ptr: self.ptr, rows: r, cols: self.cols, stride: self.stride, _tile: PhantomData };
-        // SAFETY: row `r` is inside the tile and apart from rows `0..r`,
-        // which `above` reaches only shared; both borrow `self` mutably.
-        let row =
-            unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(r * self.stride), self.cols) };
-        (above, row)
+    /// The rows, in order.
+    pub fn rows_iter(&self) -> impl Iterator<Item = &[T]> + '_ {
+        (0..self.rows).map(|r| self.row(r))
     }
-}
 
-/// Rows `0..r` of a tile, shared, beside row `r` borrowed mutably
-/// ([`TileView::row_mut_with_above`]).
-pub struct RowsAbove<'a, T> {
-    ptr: NonNull<T>,
-    rows: usize,
-    cols: usize,
-    stride: usize,
-    _tile: PhantomData<&'a T>,
-}
-
-impl<T> RowsAbove<'_, T> {
-    /// Row `r` (`r` below the row borrowed mutably).
-    ///
-    /// # Panics
-    ///
-    /// `r` not above that row.
-    pub fn row(&self, r: usize) -> &[T] {
-        assert!(r < self.rows, "row {r} is not above row {}", self.rows);
-        // SAFETY: row `r < rows` of the tile, which the mutable row does
-        // not overlap; shared for `'a`, as the tile is borrowed.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(r * self.stride), self.cols) }
+    /// The rows, in order, mutably: disjoint slices, so that a kernel may
+    /// hold several at once (collect them, and `split_at_mut` the list).
+    pub fn rows_mut(&mut self) -> impl Iterator<Item = &mut [T]> + '_ {
+        let (ptr, stride, cols) = (self.ptr, self.stride, self.cols);
+        // SAFETY: row `r` is `cols <= stride` elements at `r * stride`,
+        // inside the tile (`new`'s contract), so no two rows overlap; each
+        // is borrowed for as long as `self` is, mutably.
+        (0..self.rows)
+            .map(move |r| unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr().add(r * stride), cols) })
     }
 }
 
@@ -234,11 +209,5 @@ impl<T> fmt::Debug for SliceView<T> {
 impl<T> fmt::Debug for TileView<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "TileView({} x {}, stride {})", self.rows, self.cols, self.stride)
-    }
-}
-
-impl<T> fmt::Debug for RowsAbove<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "RowsAbove({})", self.rows)
     }
 }
