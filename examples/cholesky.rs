@@ -11,7 +11,8 @@
 //!
 //! Environment: `REPS` (repetitions, default 3; the best counts),
 //! `WORKERS` (CPU workers, default the engine's), `PRIO=1` (priorities for
-//! the diagonal and panel ops).
+//! the diagonal and panel ops), `BATCH=1` (each step's ops pushed as one
+//! `Batch`).
 //!
 //! Each line: the engine's best time over the repetitions against the
 //! sequential run's, GFLOP/s (n³/3 flops), the speed-up, and the checks:
@@ -21,8 +22,9 @@
 
 use std::time::{Duration, Instant};
 
+use depengine::access::Item;
 use depengine::aligned::{self, AlignedVec};
-use depengine::{Engine, Error};
+use depengine::{Batch, BoxError, Engine, Error, OpBuilder, Slot};
 
 // ---- the tile kernels: rows of tiles as slices, read and written ----
 
@@ -157,6 +159,18 @@ fn sequential(m: &mut [f64], n: usize, b: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Pushes a detached op, or builds it into `batch` when there is one.
+fn go<Rd: Item, Wr: Item, S: Slot>(
+    op: OpBuilder<'_, Rd, Wr, S>,
+    batch: &mut Option<Batch<'_>>,
+    body: impl FnOnce(Rd::Guard, Wr::Guard) -> Result<(), BoxError> + Send + 'static,
+) -> Result<(), Error> {
+    match batch {
+        Some(batch) => op.run_in(batch, body),
+        None => op.run_detached(body),
+    }
+}
+
 /// The engine's run: one op per kernel call, over scoped tile views of
 /// `m`, pushed in the sequential order; the engine runs what the tiles'
 /// dependencies allow at once.
@@ -168,32 +182,35 @@ fn parallel(engine: &Engine, m: &mut [f64], n: usize, b: usize) -> Result<(), Er
     let prio = |p: i32| if std::env::var("PRIO").is_ok_and(|v| v == "1") { p } else { 0 };
     depengine::scope(engine, |s| -> Result<(), Error> {
         let t = s.tiles(m, n, b, b)?;
+        // BATCH=1: each step's ops pushed as one batch.
+        let batched = std::env::var("BATCH").is_ok_and(|v| v == "1");
         for k in 0..nt {
-            engine
-                .op("potrf")
-                .write(&t[k][k])
-                .priority(prio(2))
-                .run_detached(|(), (mut a,)| Ok(potrf(&mut a.rows_mut().collect::<Vec<_>>())?))?;
+            let mut batch = batched.then(|| Batch::new(engine));
+            let op = engine.op("potrf").write(&t[k][k]).priority(prio(2));
+            go(op, &mut batch, |(), (mut a,)| Ok(potrf(&mut a.rows_mut().collect::<Vec<_>>())?))?;
             for i in k + 1..nt {
                 let op = engine.op("trsm").read(&t[k][k]).write(&t[i][k]).priority(prio(1));
-                op.run_detached(move |(l,), (mut x,)| {
+                go(op, &mut batch, move |(l,), (mut x,)| {
                     trsm(&rows(&l), &mut x.rows_mut().collect::<Vec<_>>());
                     Ok(())
                 })?;
             }
             for i in k + 1..nt {
                 let op = engine.op("syrk").read(&t[i][k]).write(&t[i][i]);
-                op.run_detached(move |(a,), (mut c,)| {
+                go(op, &mut batch, move |(a,), (mut c,)| {
                     syrk(&rows(&a), &mut c.rows_mut().collect::<Vec<_>>());
                     Ok(())
                 })?;
                 for j in k + 1..i {
                     let op = engine.op("gemm").read(&t[i][k]).read(&t[j][k]).write(&t[i][j]);
-                    op.run_detached(move |(a, bt), (mut c,)| {
+                    go(op, &mut batch, move |(a, bt), (mut c,)| {
                         gemm(&rows(&a), &rows(&bt), &mut c.rows_mut().collect::<Vec<_>>());
                         Ok(())
                     })?;
                 }
+            }
+            if let Some(batch) = batch {
+                batch.submit()?;
             }
         }
         engine.blocking_wait_for_all()

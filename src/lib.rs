@@ -117,9 +117,9 @@ struct ReadmeDoctests;
 
 pub use device::{Device, Lane};
 pub use engine::{
-    Acquire, AcquireBuilder, DEFAULT_SPIN, Engine, EngineBuilder, EngineKind, MAX_CPU_DEVICES, MAX_IN_FLIGHT,
-    MAX_SPIN, MAX_WORKERS, NoSlot, OpBuilder, PreparedOp, Profiler, Reservation, Reserved, ShutdownMode,
-    Slot, WaitForAll,
+    Acquire, AcquireBuilder, Batch, DEFAULT_SPIN, Engine, EngineBuilder, EngineKind, MAX_CPU_DEVICES,
+    MAX_IN_FLIGHT, MAX_SPIN, MAX_WORKERS, NoSlot, OpBuilder, PreparedOp, Profiler, Reservation, Reserved,
+    ShutdownMode, Slot, WaitForAll,
 };
 pub use error::{BoxError, Error, Result};
 pub use gpu::{

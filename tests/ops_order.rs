@@ -226,3 +226,70 @@ fn detached_ops_keep_push_order_with_the_others() {
         }
     }
 }
+
+/// Ops built into a batch take effect as single pushes in the same order
+/// would: random reads and writes over a few vars, each write appending
+/// its id, against the same ops pushed one by one.
+#[test]
+fn a_batch_orders_its_ops_as_single_pushes_would() {
+    use depengine::Batch;
+    for seed in 0..20u64 {
+        let run = |batched: bool| {
+            let engine = Engine::builder().cpu_workers(2).build().unwrap();
+            let vars: Vec<_> = (0..4).map(|_| engine.var(Vec::<u64>::new())).collect();
+            let mut rng = common::Rng(seed);
+            let mut batch = Batch::new(&engine);
+            for id in 0..200u64 {
+                let (w, r) = (rng.below(4), rng.below(4));
+                let op = engine.op("append").write(&vars[w]);
+                let body = move |(), (mut v,): (depengine::WriteGuard<Vec<u64>>,)| {
+                    v.push(id);
+                    Ok(())
+                };
+                let op = if r == w { op } else { op.read_any(&vars[r].any()) };
+                if batched {
+                    op.run_in(&mut batch, body).unwrap();
+                    if id % 50 == 49 {
+                        std::mem::replace(&mut batch, Batch::new(&engine)).submit().unwrap();
+                    }
+                } else {
+                    op.run_detached(body).unwrap();
+                }
+            }
+            batch.submit().unwrap();
+            engine.blocking_wait_for_all().unwrap();
+            vars.iter()
+                .map(|v| engine.op("get").read(v).run(|(v,), ()| Ok(v.clone())).blocking_wait().unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(true), run(false), "seed {seed}");
+    }
+}
+
+/// A batch dropped unsubmitted pushes its ops; a batch of another engine
+/// is refused, as is an op whose declarations are wrong.
+#[test]
+fn a_batch_loses_nothing_and_refuses_what_it_must() {
+    use depengine::Batch;
+    let engine = Engine::new();
+    let other = Engine::new();
+    let v = engine.var(0u32);
+    {
+        let mut batch = Batch::new(&engine);
+        engine
+            .op("inc")
+            .write(&v)
+            .run_in(&mut batch, |(), (mut v,)| {
+                *v += 1;
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(batch.len(), 1);
+        let mut theirs = Batch::new(&other);
+        let err = engine.op("inc").write(&v).run_in(&mut theirs, |(), (_v,)| Ok(())).unwrap_err();
+        assert!(err.is_invalid_argument(), "{err}");
+        let err = engine.op("twice").write(&v).write(&v).run_in(&mut batch, |(), _| Ok(())).unwrap_err();
+        assert!(err.is_invalid_argument(), "{err}");
+    }
+    assert_eq!(engine.op("get").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap(), 1);
+}

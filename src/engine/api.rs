@@ -106,7 +106,7 @@ impl Engine {
         Ok(Self { handle: Arc::new(EngineHandle { shared }) })
     }
 
-    fn shared(&self) -> &Arc<Shared> {
+    pub(super) fn shared(&self) -> &Arc<Shared> {
         &self.handle.shared
     }
 

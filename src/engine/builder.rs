@@ -336,6 +336,35 @@ impl<'e, Rd: Item, Wr: Item, S: Slot> OpBuilder<'e, Rd, Wr, S> {
         shared.push_detached(opts, decls, SyncJob { reads, writes, body }, Body::Sync)
     }
 
+    /// Builds a detached op (as [`run_detached`](Self::run_detached)) into
+    /// `batch`, to be pushed with the batch's other ops when it is
+    /// submitted.
+    ///
+    /// # Errors
+    ///
+    /// As for `run_detached`, for what is checked as the op is built (a
+    /// var declared twice with a write, a var of another engine, the
+    /// engine full or closed); a batch of another engine is refused.
+    pub fn run_in<F>(self, batch: &mut super::batch::Batch<'_>, body: F) -> Result<(), Error>
+    where
+        F: FnOnce(Rd::Guard, Wr::Guard) -> Result<(), BoxError> + Send + 'static,
+    {
+        let (shared, opts, decls, reads, writes) = self.declared();
+        if !Arc::ptr_eq(shared, batch.shared()) {
+            if opts.has(OpOptions::RESERVED) {
+                shared.give_slot();
+            }
+            return Err(Error::invalid(format!("op `{}`: a batch of another engine", opts.name)));
+        }
+        let job = SyncJob { reads, writes, body };
+        if shared.bulk.is_on() {
+            return shared.push_detached(opts, decls, job, Body::Sync);
+        }
+        let record = shared.build(opts, super::shared::Role::User, decls, job, Body::Sync, true)?;
+        batch.add(record);
+        Ok(())
+    }
+
     /// Pushes an async op: the body receives a [`Completion`] and the op
     /// completes when it is signalled (from any thread, any time) and the
     /// guards are dropped.

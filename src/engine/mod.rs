@@ -11,6 +11,7 @@
 
 mod acquire;
 mod api;
+mod batch;
 mod builder;
 mod bulk;
 mod config;
@@ -27,6 +28,7 @@ mod shared;
 
 pub use acquire::{Acquire, AcquireBuilder};
 pub use api::{Engine, Profiler, ShutdownMode, WaitForAll};
+pub use batch::Batch;
 pub use builder::OpBuilder;
 pub use config::{
     DEFAULT_SPIN, EngineBuilder, EngineKind, MAX_CPU_DEVICES, MAX_IN_FLIGHT, MAX_SPIN, MAX_WORKERS,
