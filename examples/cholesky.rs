@@ -265,13 +265,27 @@ fn run_size(engine: &Engine, n: usize, b: usize, reps: usize, profile: Option<&s
     if let Some(dir) = profile {
         let mut m = aligned::from_slice(&a);
         engine.profiler().start();
+        let start = Instant::now();
         parallel(engine, &mut m, n, b)?;
+        let profiled = start.elapsed();
         let profile = engine.profiler().stop();
+        let taken = start.elapsed() - profiled;
         std::fs::create_dir_all(dir)?;
         let path = |ext: &str| format!("{dir}/cholesky-n{n}-b{b}.{ext}");
         profile.write_chrome_trace(path("json"))?;
+        let written = Instant::now();
         std::fs::write(path("svg"), profile.svg())?;
-        println!("profile: {} and .svg", path("json"));
+        let trace = std::fs::metadata(path("json"))?.len();
+        println!(
+            "profile: {} and .svg; the profiled run {:.1} ms (unprofiled best {:.1} ms), taking the profile {:.1} ms, \
+             the trace {:.1} MB, the SVG written in {:.1} ms",
+            path("json"),
+            profiled.as_secs_f64() * 1e3,
+            par.as_secs_f64() * 1e3,
+            taken.as_secs_f64() * 1e3,
+            trace as f64 / 1e6,
+            written.elapsed().as_secs_f64() * 1e3
+        );
         println!("{}", profile.aggregate_table());
     }
     let flops = (n as f64).powi(3) / 3.0;

@@ -77,8 +77,28 @@ async fn the_chrome_trace_holds_what_happened() {
 
         let trace: Value = serde_json::from_str(&profile.chrome_trace()).expect("the trace is JSON");
         let events = trace["traceEvents"].as_array().unwrap();
-        let ops: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+        let ops: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X" && e["cat"] == "op").collect();
         assert_eq!(ops.len(), names.len(), "one complete event per op");
+        // One push span per op, on its pushing thread's track, each push
+        // of a thread after the one before it.
+        let pushes: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X" && e["cat"] == "push").collect();
+        assert_eq!(pushes.len(), names.len(), "one push span per op");
+        let mut by_pusher: BTreeMap<u64, Vec<(f64, f64)>> = BTreeMap::new();
+        for e in &pushes {
+            let span = (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap());
+            assert!(span.1 >= 0.0);
+            by_pusher.entry(e["tid"].as_u64().unwrap()).or_default().push(span);
+        }
+        for (thread, mut spans) in by_pusher {
+            spans.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            for pair in spans.windows(2) {
+                assert!(pair[0].0 + pair[0].1 <= pair[1].0 + 1e-3, "pushes overlap on {thread}: {pair:?}");
+            }
+        }
+        // Idle-while-ready stretches are the profile's, as spans.
+        let idle = events.iter().filter(|e| e["cat"] == "idle").count();
+        let marked = profile.idle_while_ready().iter().filter(|g| g.end - g.start >= 2_000).count();
+        assert_eq!(idle, marked, "the stretches of 2 µs or more");
         let seqs: HashSet<u64> = ops.iter().map(|e| e["args"]["seq"].as_u64().unwrap()).collect();
         assert_eq!(seqs.len(), names.len());
 
@@ -143,10 +163,13 @@ async fn the_chrome_trace_holds_what_happened() {
         let table = profile.aggregate_table();
         assert!(table.lines().count() == rows.len() + 1 && table.contains("bump"), "{table}");
 
-        // The picture holds a bar per op and a legend entry per name.
+        // The picture holds a bar per op, a bar per push, a mark per
+        // idle-while-ready stretch, and a legend entry per name.
         let svg = profile.svg();
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-        assert_eq!(svg.matches("<title>").count(), names.len());
+        let gaps = profile.idle_while_ready().iter().filter(|g| g.end - g.start >= 2_000).count();
+        assert_eq!(svg.matches("<title>").count(), 2 * names.len() + gaps);
+        assert_eq!(svg.matches("<title>push of ").count(), names.len());
     })
     .await;
 }

@@ -88,9 +88,13 @@ impl<'e> Batch<'e> {
         let mut ready = Vec::with_capacity(records.len());
         let mut refused = None;
         for record in records {
+            let kept = record.header().meta.profiled().then(|| record.clone());
             if let Err(err) = crate::op::submit(record, |op| ready.push(op)) {
                 self.shared.uncount();
                 refused.get_or_insert(err);
+            }
+            if let Some(profile) = kept.as_ref().and_then(|r| r.header().profile()) {
+                profile.push_ended();
             }
         }
         self.shared.dispatcher.dispatch_pushed_all(ready);

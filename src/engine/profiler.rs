@@ -4,14 +4,16 @@
 //!
 //! Off, it costs a push one relaxed load (`mode`); an op it does not
 //! record carries nothing more. On, each recorded op allocates its
-//! profile and, at completion, hands its record over under one lock.
+//! profile and, at completion, hands a compact record over under one lock
+//! (`profile/record.rs`: shared names, vars inline); the records become
+//! the profile's ops only when a profile is taken.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::options::OpOptions;
-use crate::profile::{Profile, ProfiledOp};
+use crate::profile::{OpRecord, Profile};
 use crate::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use crate::sync::{Mutex, lock};
 
@@ -56,8 +58,8 @@ pub(super) struct Recorder {
 /// chunks. Full chunks are shared with snapshots; the open one is sealed
 /// when a snapshot is taken.
 struct Ring {
-    sealed: VecDeque<Arc<[ProfiledOp]>>,
-    open: Vec<ProfiledOp>,
+    sealed: VecDeque<Arc<[OpRecord]>>,
+    open: Vec<OpRecord>,
     /// Ops in `sealed` and `open`.
     held: usize,
     /// Ops recorded and let go since the last take.
@@ -70,7 +72,7 @@ impl Ring {
         Self { sealed: VecDeque::new(), open: Vec::new(), held: 0, dropped: 0, keep }
     }
 
-    fn push(&mut self, op: ProfiledOp) {
+    fn push(&mut self, op: OpRecord) {
         if self.open.capacity() == 0 {
             self.open.reserve_exact(CHUNK.min(self.keep));
         }
@@ -98,7 +100,7 @@ impl Ring {
 
     /// What a snapshot needs: the chunks, and how many of the oldest ops in
     /// them are past the last `keep`.
-    fn view(&mut self) -> (Vec<Arc<[ProfiledOp]>>, usize, u64) {
+    fn view(&mut self) -> (Vec<Arc<[OpRecord]>>, usize, u64) {
         self.seal();
         let excess = self.held.saturating_sub(self.keep);
         (self.sealed.iter().cloned().collect(), excess, self.dropped + excess as u64)
@@ -134,7 +136,7 @@ impl Recorder {
         }
     }
 
-    pub(super) fn record(&self, op: ProfiledOp) {
+    pub(super) fn record(&self, op: OpRecord) {
         lock(&self.ring).push(op);
     }
 
@@ -175,8 +177,7 @@ impl Recorder {
             }
             view
         };
-        let ops = chunks.iter().flat_map(|c| c.iter()).skip(excess).cloned().collect();
-        Profile::new(ops, dropped)
+        Profile::of_records(chunks.iter().flat_map(|c| c.iter()).skip(excess), dropped)
     }
 
     /// Writes what was recorded to the `DEPENGINE_PROFILE` file, if one is
@@ -241,23 +242,25 @@ mod tests {
     use crate::device::{Device, Lane};
     use crate::profile::Outcome;
 
-    fn op(seq: u64) -> ProfiledOp {
-        ProfiledOp {
+    fn op(seq: u64) -> OpRecord {
+        let thread: std::sync::Arc<str> = "t".into();
+        OpRecord {
             seq,
             name: "op".into(),
             device: Device::Cpu(0),
             lane: Lane::Normal,
             priority: 0,
             thread: None,
-            completed_on: String::new(),
+            completed_on: thread.clone(),
+            pushed_by: thread,
             pushed: seq,
-            ready: None,
-            start: None,
-            end: None,
+            push_end: 0,
+            ready: 0,
+            start: 0,
+            end: 0,
             done: seq,
-            reads: Vec::new(),
-            writes: Vec::new(),
-            released: Vec::new(),
+            deps: Default::default(),
+            released: Default::default(),
             outcome: Outcome::Ok,
         }
     }

@@ -135,7 +135,7 @@ impl Host for Shared {
         self.counts.failed(err);
     }
 
-    fn profiled(&self, op: crate::profile::ProfiledOp) {
+    fn profiled(&self, op: crate::profile::OpRecord) {
         self.recorder.record(op);
     }
 }
@@ -373,7 +373,24 @@ impl Shared {
     /// was.
     #[inline]
     pub(super) fn submit_built(&self, record: TaskRef) -> Result<(), Error> {
+        if record.header().meta.profiled() {
+            return self.submit_profiled(record);
+        }
         submit(record, |ready| self.dispatcher.dispatch_pushed(ready)).inspect_err(|_| self.uncount())
+    }
+
+    /// [`submit_built`](Self::submit_built) of a profiled op: the end of
+    /// its push marked once it is appended to its vars (the op may have
+    /// completed by then, and recorded its push as unfinished).
+    #[cold]
+    fn submit_profiled(&self, record: TaskRef) -> Result<(), Error> {
+        let kept = record.clone();
+        let submitted =
+            submit(record, |ready| self.dispatcher.dispatch_pushed(ready)).inspect_err(|_| self.uncount());
+        if let Some(profile) = kept.header().profile() {
+            profile.push_ended();
+        }
+        submitted
     }
 
     /// Takes back the count of a push that was refused after `build` (its

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::TaskRef;
 use super::recycle::Graveyard;
 use crate::error::Error;
-use crate::profile::ProfiledOp;
+use crate::profile::OpRecord;
 use crate::sync::small::SmallList;
 
 /// Ops a completion made ready, in the order their vars let them through.
@@ -71,7 +71,7 @@ pub(crate) trait Host: Send + Sync + 'static {
     fn op_failed(&self, err: &Error);
 
     /// A profiled op completed: its record, for the profiler.
-    fn profiled(&self, op: ProfiledOp);
+    fn profiled(&self, op: OpRecord);
 }
 
 /// What [`Host::help`] found to do.

@@ -7,17 +7,16 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 
 use super::record::Header;
-use crate::profile::{Outcome, ProfiledOp, VarRef};
+use crate::profile::{Dep, OpRecord, Outcome};
 use crate::sync::{Mutex, lock};
 
 /// The profiler's clock: nanoseconds since the first look at it in this
 /// process, so that the ops of every engine share one time line.
 pub(crate) fn now_ns() -> u64 {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    static ORIGIN: OnceLock<std::time::Instant> = OnceLock::new();
+    ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
 }
 
 static NEXT_SEQ: AtomicU64 = AtomicU64::new(1);
@@ -80,14 +79,17 @@ pub(crate) struct OpProfile {
     /// Its number in the profile (the order of pushes, across engines).
     pub(crate) seq: u64,
     pushed: u64,
+    /// The pushing thread.
+    pushed_by: Arc<str>,
     /// Times in `now_ns`, 0 until they happen.
+    push_end: AtomicU64,
     ready: AtomicU64,
     start: AtomicU64,
     end: AtomicU64,
     outcome: AtomicU8,
     thread: Mutex<Option<Arc<str>>>,
     /// The ops whose last dependency this one released, by `seq`.
-    released: Mutex<Vec<u64>>,
+    released: Mutex<smallvec::SmallVec<[u64; 2]>>,
 }
 
 impl OpProfile {
@@ -95,13 +97,20 @@ impl OpProfile {
         Self {
             seq: NEXT_SEQ.fetch_add(1, Ordering::Relaxed),
             pushed: now_ns(),
+            pushed_by: thread_label(),
+            push_end: AtomicU64::new(0),
             ready: AtomicU64::new(0),
             start: AtomicU64::new(0),
             end: AtomicU64::new(0),
             outcome: AtomicU8::new(Outcome::Ok as u8),
             thread: Mutex::new(None),
-            released: Mutex::new(Vec::new()),
+            released: Mutex::new(smallvec::SmallVec::new()),
         }
+    }
+
+    /// Its push has appended it to its vars (on the pushing thread).
+    pub(crate) fn push_ended(&self) {
+        let _ = self.push_end.compare_exchange(0, now_ns(), Ordering::Relaxed, Ordering::Relaxed);
     }
 
     /// When it was pushed, and when its body started (if it did), on the
@@ -142,29 +151,37 @@ impl OpProfile {
     }
 
     /// The record of the op, as it completes on this thread.
-    pub(crate) fn finish(&self, header: &Header) -> ProfiledOp {
-        let at = |t: &AtomicU64| match t.load(Ordering::Relaxed) {
-            0 => None,
-            t => Some(t),
-        };
-        let var = |d: &super::access::Decl| VarRef { id: d.var.id(), name: d.var.name().map(str::to_owned) };
-        let (writes, reads) =
-            header.deps.iter().partition::<Vec<_>, _>(|d| d.access == crate::var::Access::Write);
-        ProfiledOp {
+    pub(crate) fn finish(&self, header: &Header) -> OpRecord {
+        let deps = header.deps.iter().map(|d| Dep {
+            id: d.var.id(),
+            write: d.access == crate::var::Access::Write,
+            name: d.var.name_shared().cloned(),
+        });
+        let (ready, start, done) =
+            (self.ready.load(Ordering::Relaxed), self.start.load(Ordering::Relaxed), now_ns());
+        // An op may complete before its push returns (another thread let
+        // it through and ran it): its push had appended it by the time it
+        // was ready, the closest mark there is then.
+        let push_end = [self.push_end.load(Ordering::Relaxed), ready, start, done]
+            .into_iter()
+            .find(|t| *t != 0)
+            .unwrap_or(done);
+        OpRecord {
             seq: self.seq,
-            name: header.meta.name.to_string(),
+            name: header.meta.name.clone(),
             device: header.meta.device(),
             lane: header.meta.lane,
             priority: header.meta.priority,
-            thread: lock(&self.thread).as_deref().map(str::to_owned),
-            completed_on: thread_label().to_string(),
+            thread: lock(&self.thread).clone(),
+            completed_on: thread_label(),
+            pushed_by: self.pushed_by.clone(),
             pushed: self.pushed,
-            ready: at(&self.ready),
-            start: at(&self.start),
-            end: at(&self.end),
-            done: now_ns(),
-            reads: reads.into_iter().map(var).collect(),
-            writes: writes.into_iter().map(var).collect(),
+            push_end,
+            ready,
+            start,
+            end: self.end.load(Ordering::Relaxed),
+            done,
+            deps: deps.collect(),
             released: std::mem::take(&mut *lock(&self.released)),
             outcome: Outcome::from_u8(self.outcome.load(Ordering::Relaxed)),
         }

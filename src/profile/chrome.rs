@@ -44,16 +44,21 @@ pub(super) fn render(profile: &Profile) -> String {
         let tid = ids.tid(pid, thread);
         at.insert(op.seq, (pid, tid, op));
         let vars = |v: &[super::VarRef]| v.iter().map(super::VarRef::label).collect::<Vec<_>>();
-        let args = json!({
-            "seq": op.seq,
-            "reads": vars(&op.reads),
-            "writes": vars(&op.writes),
-            "priority": op.priority,
-            "lane": format!("{:?}", op.lane),
-            "outcome": op.outcome.as_str(),
-            "queue_wait_us": op.queue_wait_ns().map(|n| n as f64 / 1000.0),
-            "completed_us": us(op.done, origin),
-        });
+        // What is usual is left out: a 50,000-op trace stays a few tens
+        // of bytes per op smaller.
+        let mut args = json!({"seq": op.seq, "reads": vars(&op.reads), "writes": vars(&op.writes)});
+        if let Some(wait) = op.queue_wait_ns() {
+            args["queue_wait_us"] = json!(wait as f64 / 1000.0);
+        }
+        if op.priority != 0 {
+            args["priority"] = json!(op.priority);
+        }
+        if op.lane != crate::device::Lane::Normal {
+            args["lane"] = json!(format!("{:?}", op.lane));
+        }
+        if op.outcome != super::Outcome::Ok {
+            args["outcome"] = json!(op.outcome.as_str());
+        }
         let (start, end) = match (op.start, op.end) {
             (Some(s), Some(e)) => (s, e),
             // Never run (skipped or cancelled before a thread took it):
@@ -72,6 +77,8 @@ pub(super) fn render(profile: &Profile) -> String {
             }));
         }
     }
+    pushes(profile, &mut ids, origin, &mut events);
+    idle_marks(profile, &mut ids, origin, &mut events);
     flows(&at, origin, &mut events);
     queue_depth(profile, &mut ids, origin, &mut events);
     for (name, pid) in &ids.pids {
@@ -82,6 +89,32 @@ pub(super) fn render(profile: &Profile) -> String {
             .push(json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}));
     }
     json!({"traceEvents": events, "displayTimeUnit": "ns"}).to_string()
+}
+
+/// Each push, a span on its pushing thread's track.
+fn pushes(profile: &Profile, ids: &mut Ids, origin: u64, events: &mut Vec<Value>) {
+    let pid = ids.pid("pushing threads".to_owned());
+    for op in profile.ops() {
+        let Some(end) = op.push_end else { continue };
+        let tid = ids.tid(pid, &op.pushed_by);
+        events.push(json!({
+            "name": "push", "cat": "push", "ph": "X", "pid": pid, "tid": tid,
+            "ts": us(op.pushed, origin), "dur": us(end, origin) - us(op.pushed, origin),
+        }));
+    }
+}
+
+/// Where an op was ready while a worker of its pool idled: a span on a
+/// track of its device's.
+fn idle_marks(profile: &Profile, ids: &mut Ids, origin: u64, events: &mut Vec<Value>) {
+    for gap in profile.idle_while_ready().into_iter().filter(|g| g.end - g.start >= super::MIN_IDLE_MARK_NS) {
+        let pid = ids.pid(gap.device.to_string());
+        let tid = ids.tid(pid, &format!("idle while ready ({:?})", gap.lane));
+        events.push(json!({
+            "name": "idle while ready", "cat": "idle", "ph": "X", "pid": pid, "tid": tid,
+            "ts": us(gap.start, origin), "dur": us(gap.end, origin) - us(gap.start, origin),
+        }));
+    }
 }
 
 /// An arrow from the end of each op to the start of each op whose last
@@ -120,11 +153,27 @@ fn queue_depth(profile: &Profile, ids: &mut Ids, origin: u64, events: &mut Vec<V
         let pid = ids.pid(device);
         c.sort();
         let mut depth = 0i64;
-        for (t, d) in c {
-            depth += d;
+        // One value per microsecond at most (the last one in it): the
+        // counter holds the same picture for a fraction of the events.
+        let mut last: Option<(u64, i64)> = None;
+        let emit = |(t, depth): (u64, i64), events: &mut Vec<Value>| {
             events.push(json!({
                 "name": "ready ops waiting", "ph": "C", "pid": pid, "ts": us(t, origin), "args": {"ops": depth},
             }));
+        };
+        for (t, d) in c {
+            depth += d;
+            match last {
+                Some((lt, _)) if t / 1000 == lt / 1000 => last = Some((lt, depth)),
+                Some(prev) => {
+                    emit(prev, events);
+                    last = Some((t, depth));
+                }
+                None => last = Some((t, depth)),
+            }
+        }
+        if let Some(prev) = last {
+            emit(prev, events);
         }
     }
 }

@@ -7,9 +7,19 @@
 
 mod aggregate;
 mod chrome;
+mod idle;
+mod record;
 mod svg;
 
+pub(crate) use record::{Dep, OpRecord};
+
 pub use aggregate::Aggregate;
+
+/// The shortest idle-while-ready stretch the trace and the timeline mark:
+/// shorter ones are a wake-up's or a hand-off's length, the ordinary cost
+/// of passing an op between threads.
+const MIN_IDLE_MARK_NS: u64 = 2_000;
+pub use idle::IdleGap;
 
 use crate::device::{Device, Lane};
 
@@ -95,8 +105,13 @@ pub struct ProfiledOp {
     pub thread: Option<String>,
     /// The thread that completed it (a GPU op's: its device's poller).
     pub completed_on: String,
-    /// When it was pushed.
+    /// The thread that pushed it.
+    pub pushed_by: String,
+    /// When its push began.
     pub pushed: u64,
+    /// When its push had appended it to its vars (where it completed
+    /// before its push returned: when it was ready).
+    pub push_end: Option<u64>,
     /// When it was queued, its vars free (`None`: it never was).
     pub ready: Option<u64>,
     /// When its body started on `thread`.
@@ -141,6 +156,11 @@ impl Profile {
         Self { ops, dropped }
     }
 
+    /// The profile of `records`, expanded now.
+    pub(crate) fn of_records<'a>(records: impl Iterator<Item = &'a OpRecord>, dropped: u64) -> Self {
+        Self::new(records.map(OpRecord::expand).collect(), dropped)
+    }
+
     /// The ops.
     pub fn ops(&self) -> &[ProfiledOp] {
         &self.ops
@@ -159,7 +179,11 @@ impl Profile {
 
     /// The profile as Chrome trace-event JSON (opens in Perfetto and
     /// chrome://tracing): a process per device, a thread per worker, each
-    /// op's body a complete event with its vars, priority and queue wait;
+    /// op's body a complete event with its vars and queue wait (and its
+    /// priority, lane and outcome where they are not the usual ones); the
+    /// pushing threads, each push a span; the stretches of 2 µs or more
+    /// where an op was ready while a worker idled
+    /// ([`idle_while_ready`](Self::idle_while_ready));
     /// flow arrows from an op to the ops whose last dependency it
     /// released; a counter of ready ops waiting, per device.
     pub fn chrome_trace(&self) -> String {
@@ -181,13 +205,22 @@ impl Profile {
         aggregate::compute(self)
     }
 
+    /// Where an op was ready while a worker of its pool ran none, per pool
+    /// (a pushing thread that ran ops itself does not count as a worker),
+    /// in time order: the stalls a scheduler should not leave.
+    pub fn idle_while_ready(&self) -> Vec<IdleGap> {
+        idle::compute(self)
+    }
+
     /// [`aggregate`](Self::aggregate) as a text table.
     pub fn aggregate_table(&self) -> String {
         aggregate::table(&self.aggregate())
     }
 
     /// A self-contained SVG timeline: a row per thread, each op's body a bar
-    /// coloured by its name, with a legend.
+    /// coloured by its name, each push a grey bar on its pushing thread's
+    /// row, and a row per pool marking in red where an op was ready while
+    /// a worker idled (2 µs or more); with a legend.
     pub fn svg(&self) -> String {
         svg::render(self)
     }

@@ -1,6 +1,7 @@
 //! A timeline as one self-contained SVG: a row per thread (grouped by
 //! device), each op's body a bar in its name's colour, a time axis and a
-//! legend. An op completed on another thread after its body returned (a
+//! legend; the pushing threads' rows, each push a grey bar; a row per
+//! pool, in red, where an op was ready while a worker idled. An op completed on another thread after its body returned (a
 //! GPU op, a collective) is also drawn, lighter, on that thread's row
 //! while in flight. Every op keeps a `<title>` (its name, vars and times), which a
 //! browser shows on hover.
@@ -65,6 +66,21 @@ pub(super) fn render(profile: &Profile) -> String {
     for op in &flying {
         rows.entry((op.device.to_string(), op.completed_on.clone())).or_insert(0);
     }
+    // Pushing threads, each push a grey bar; a row per pool where an op
+    // was ready while a worker idled, in red.
+    let pushes: Vec<_> = profile.ops().iter().filter(|op| op.push_end.is_some()).collect();
+    for op in &pushes {
+        rows.entry(("push".to_owned(), op.pushed_by.clone())).or_insert(0);
+    }
+    let gaps: Vec<_> = profile
+        .idle_while_ready()
+        .into_iter()
+        .filter(|g| g.end - g.start >= super::MIN_IDLE_MARK_NS)
+        .collect();
+    let idle_row = |g: &super::IdleGap| (g.device.to_string(), format!("idle while ready ({:?})", g.lane));
+    for gap in &gaps {
+        rows.entry(idle_row(gap)).or_insert(0);
+    }
     for (k, row) in rows.values_mut().enumerate() {
         *row = k;
     }
@@ -118,6 +134,19 @@ pub(super) fn render(profile: &Profile) -> String {
         let (x0, x1) = (x(s), x(op.done).max(x(s) + 1.0));
         let title = format!("{} #{}: in flight {:.1} µs", op.name, op.seq, (op.done - s) as f64 / 1e3);
         bar(&mut svg, (x0, x1), row, 7.0, &colour_of[op.name.as_str()], " fill-opacity=\"0.45\"", &title);
+    }
+    for op in &pushes {
+        let row = rows[&("push".to_owned(), op.pushed_by.clone())];
+        let e = op.push_end.unwrap_or(op.pushed);
+        let (x0, x1) = (x(op.pushed), x(e).max(x(op.pushed) + 0.5));
+        let title = format!("push of {} #{}: {:.2} µs", op.name, op.seq, (e - op.pushed) as f64 / 1e3);
+        bar(&mut svg, (x0, x1), row, 5.0, "#888888", "", &title);
+    }
+    for gap in &gaps {
+        let row = rows[&idle_row(gap)];
+        let (x0, x1) = (x(gap.start), x(gap.end).max(x(gap.start) + 0.5));
+        let title = format!("an op ready while a worker idled: {:.1} µs", (gap.end - gap.start) as f64 / 1e3);
+        bar(&mut svg, (x0, x1), row, 4.0, "#e03030", " fill-opacity=\"0.8\"", &title);
     }
     axis(&mut svg, span, TOP + rows.len() as f64 * ROW);
     for (k, name) in names.iter().enumerate() {

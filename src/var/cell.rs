@@ -148,6 +148,11 @@ impl<T: Grant + Linked> VarCell<T> {
         self.name.as_deref()
     }
 
+    /// The var's name, shared (a profile keeps it without a copy).
+    pub(crate) fn name_shared(&self) -> Option<&std::sync::Arc<str>> {
+        self.name.as_ref()
+    }
+
     /// The var's label for messages (see `handle::label`).
     pub(crate) fn label(&self) -> String {
         label(self.name(), self.id)

@@ -244,6 +244,11 @@ impl AnyVar {
         self.cell().name()
     }
 
+    /// The name, shared (a profile keeps it without a copy).
+    pub(crate) fn name_shared(&self) -> Option<&Arc<str>> {
+        self.cell().name_shared()
+    }
+
     /// How views of the engine name this var: `` `name` (#id) ``, or `#id`.
     pub fn label(&self) -> String {
         label(self.name(), self.id())
