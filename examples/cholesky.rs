@@ -10,9 +10,9 @@
 //! ```
 //!
 //! Environment: `REPS` (repetitions, default 3; the best counts),
-//! `WORKERS` (CPU workers, default the engine's), `PRIO=1` (priorities for
-//! the diagonal and panel ops), `BATCH=1` (each step's ops pushed as one
-//! `Batch`).
+//! `WORKERS` (CPU workers, default the engine's), `PRIO=1` or `PRIO=0`
+//! (priorities for the diagonal and panel ops; by default on for tiles of
+//! 128 and more), `BATCH=1` (each step's ops pushed as one `Batch`).
 //!
 //! Each line: the engine's best time over the repetitions against the
 //! sequential run's, GFLOP/s (n³/3 flops), the speed-up, and the checks:
@@ -176,10 +176,16 @@ fn go<Rd: Item, Wr: Item, S: Slot>(
 /// dependencies allow at once.
 fn parallel(engine: &Engine, m: &mut [f64], n: usize, b: usize) -> Result<(), Error> {
     let nt = n / b;
-    // PRIO=1: the diagonal and panel ops first (off by default: ops of
-    // another priority than 0 go through the pools' heap, which costs
-    // more than they gain here).
-    let prio = |p: i32| if std::env::var("PRIO").is_ok_and(|v| v == "1") { p } else { 0 };
+    // The diagonal and panel ops first, where they pay: with large tiles
+    // the last steps' critical path sets the end; with small ones the
+    // pools' heap, which ops of another priority than 0 go through, costs
+    // more than it gains. PRIO=1 or PRIO=0 forces either.
+    let on = match std::env::var("PRIO").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => b >= 128,
+    };
+    let prio = |p: i32| if on { p } else { 0 };
     depengine::scope(engine, |s| -> Result<(), Error> {
         let t = s.tiles(m, n, b, b)?;
         // BATCH=1: each step's ops pushed as one batch.
@@ -285,6 +291,14 @@ fn run_size(engine: &Engine, n: usize, b: usize, reps: usize, profile: Option<&s
             taken.as_secs_f64() * 1e3,
             trace as f64 / 1e6,
             written.elapsed().as_secs_f64() * 1e3
+        );
+        let gaps = profile.idle_while_ready();
+        let idle: u64 = gaps.iter().map(|g| g.end - g.start).sum();
+        let long = gaps.iter().filter(|g| g.end - g.start >= 20_000).count();
+        println!(
+            "ready while a worker idled: {:.1} ms in {} stretches, {long} of 20 µs or more",
+            idle as f64 / 1e6,
+            gaps.len()
         );
         println!("{}", profile.aggregate_table());
     }
