@@ -372,8 +372,10 @@ impl Shared {
     /// what became ready. A refused one leaves the pushed-ops count as it
     /// was.
     #[inline]
-    pub(super) fn submit_built(&self, record: TaskRef) -> Result<(), Error> {
-        if record.header().meta.profiled() {
+    pub(super) fn submit_built<J: Job>(&self, record: Arc<OpCell<J>>) -> Result<(), Error> {
+        // Looked at on the record's own type: through `TaskRef`, the header
+        // is a call through the vtable on every push.
+        if crate::op::Task::header(&*record).meta.profiled() {
             return self.submit_profiled(record);
         }
         submit(record, |ready| self.dispatcher.dispatch_pushed(ready)).inspect_err(|_| self.uncount())
