@@ -363,7 +363,20 @@ thread_local! {
     pub(crate) static SPAWNS_REFUSED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// Tests: a thread start refused as the OS would under a memory limit.
+/// Address space a thread's start may need beyond what the OS checks at
+/// the spawn: the standard library maps the thread's signal stack inside
+/// the new thread, and panics (and so aborts the process) when that fails;
+/// glibc reserves a 64 MiB arena at a new thread's first allocation (while
+/// the process has fewer arenas than eight per core), and aborts likewise.
+/// The stack itself (2 MiB by default) is checked at the spawn; counted
+/// here too, with the rest of the 72 MiB for what the thread sets up.
+const START_HEADROOM: usize = 72 << 20;
+
+/// Why a thread must not be started now, if it must not: the OS would
+/// refuse its start (tests), or the address space left cannot hold it
+/// ([`START_HEADROOM`], tried as a reservation that is given back at
+/// once), so that a memory limit refuses the start here, as an error,
+/// instead of aborting the process from inside the new thread.
 #[inline]
 fn spawn_failure(k: usize) -> Option<std::io::Error> {
     #[cfg(all(test, not(depengine_loom)))]
@@ -372,6 +385,12 @@ fn spawn_failure(k: usize) -> Option<std::io::Error> {
         return Some(std::io::Error::from_raw_os_error(11));
     }
     let _ = k;
+    if Vec::<u8>::new().try_reserve_exact(START_HEADROOM).is_err() {
+        return Some(std::io::Error::new(
+            std::io::ErrorKind::OutOfMemory,
+            "too little address space left to start a thread safely",
+        ));
+    }
     None
 }
 
