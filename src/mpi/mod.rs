@@ -9,7 +9,7 @@
 //! `wait_for_all` behave as for any op. No engine worker and no Tokio
 //! thread ever waits in MPI. A collective's op only hands its guards to
 //! the comm thread, so it runs on the thread that makes it ready
-//! ([`Lane::Inline`](crate::Lane::Inline)): no worker is woken for it.
+//! ([`Lane::Inline`]): no worker is woken for it.
 //!
 //! **The rule.** MPI matches collectives by their order, not by name:
 //! every rank must push the same collectives, on vars of the same sizes,

@@ -6,7 +6,7 @@ use crate::engine::reserve::Reservation;
 
 impl Engine {
     /// Waits for room among the ops in flight (see
-    /// [`EngineBuilder::max_in_flight`]) and holds it: the op built from
+    /// [`EngineBuilder::max_in_flight`](crate::EngineBuilder::max_in_flight)) and holds it: the op built from
     /// the reservation is pushed without being refused as full. Cancel
     /// safe: dropping the wait, or the reservation unused, gives the room
     /// back. Immediate on an engine without a bound.
