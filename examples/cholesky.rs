@@ -24,7 +24,10 @@ use std::time::{Duration, Instant};
 
 use depengine::access::Item;
 use depengine::aligned::{self, AlignedVec};
-use depengine::{Batch, BoxError, Engine, Error, OpBuilder, Slot};
+use depengine::engine::Batch;
+use depengine::engine::OpBuilder;
+use depengine::engine::Slot;
+use depengine::{BoxError, Engine, Error};
 
 // ---- the tile kernels: rows of tiles as slices, read and written ----
 

@@ -17,7 +17,10 @@
 
 use std::time::{Duration, Instant};
 
-use depengine::{Device, Engine, Gpu, GpuBuffer, GpuContext, Lane, Var};
+use depengine::gpu::Gpu;
+use depengine::gpu::GpuBuffer;
+use depengine::gpu::GpuContext;
+use depengine::{Device, Engine, Lane, Var};
 
 /// A tiny kernel: increments one float. On the simulated device it takes
 /// `SIM_KERNEL_US` microseconds (environment; default 0: the engine's own

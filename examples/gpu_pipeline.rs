@@ -12,7 +12,11 @@
 
 use std::time::{Duration, Instant};
 
-use depengine::{Device, Engine, Gpu, GpuBuffer, GpuContext, HostBuffer, Lane, Var};
+use depengine::gpu::Gpu;
+use depengine::gpu::GpuBuffer;
+use depengine::gpu::GpuContext;
+use depengine::gpu::HostBuffer;
+use depengine::{Device, Engine, Lane, Var};
 
 const TILES: usize = 16;
 /// Floats per tile on a real GPU.

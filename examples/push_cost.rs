@@ -56,7 +56,7 @@ fn main() -> Result<(), depengine::Error> {
         "in-batch" | "in-batch1" => {
             // The same rounds, each pushed as one `Batch`.
             for _ in 0..rounds * 20 {
-                let mut batch = depengine::Batch::new(&engine);
+                let mut batch = depengine::engine::Batch::new(&engine);
                 for i in 0..1000 {
                     push_in(&engine, &v, mode == "in-batch1", i, &mut batch)?;
                 }
@@ -133,7 +133,7 @@ fn push_in(
     v: &Var<u64>,
     write: bool,
     i: u64,
-    batch: &mut depengine::Batch<'_>,
+    batch: &mut depengine::engine::Batch<'_>,
 ) -> Result<(), depengine::Error> {
     if write {
         engine.op("write").write(v).run_in(batch, move |(), (mut w,)| {

@@ -38,7 +38,9 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Instant;
 
 use depengine::access::{Reading, Writing};
-use depengine::{Engine, EngineKind, PreparedOp, Var};
+use depengine::engine::EngineKind;
+use depengine::engine::PreparedOp;
+use depengine::{Engine, Var};
 
 /// Var index meaning "none".
 const NONE: u32 = u32::MAX;

@@ -89,11 +89,11 @@
 // this list (`tests/architecture.rs` checks it).
 pub mod aligned;
 mod device;
-mod engine;
+pub mod engine;
 mod error;
 mod exec;
 pub mod explain;
-mod gpu;
+pub mod gpu;
 pub mod metrics;
 #[cfg(feature = "mpi")]
 pub mod mpi;
@@ -101,7 +101,7 @@ mod op;
 pub mod profile;
 pub mod scope;
 mod sync;
-mod var;
+pub mod var;
 
 /// The sealed traits that describe what an op declares.
 pub mod access {
@@ -116,17 +116,8 @@ pub mod access {
 struct ReadmeDoctests;
 
 pub use device::{Device, Lane};
-pub use engine::{
-    Acquire, AcquireBuilder, Batch, DEFAULT_SPIN, Engine, EngineBuilder, EngineKind, MAX_CPU_DEVICES,
-    MAX_IN_FLIGHT, MAX_SPIN, MAX_WORKERS, NoSlot, OpBuilder, PreparedOp, Profiler, Reservation, Reserved,
-    ShutdownMode, Slot, WaitForAll,
-};
+pub use engine::{Engine, EngineBuilder, ShutdownMode};
 pub use error::{BoxError, Error, Result};
-pub use gpu::{
-    Gpu, GpuBuffer, GpuContext, GpuElement, HostBuffer, MAX_GPU_DEVICES, SimBuffer, SimGpu, SimRead,
-    SimStream, SimWrite, Stream, Touch,
-};
-pub use metrics::{Histogram, Metrics, PoolMetrics};
 pub use op::handle::{Completion, OpHandle};
 pub use scope::scope;
-pub use var::{AnyVar, ReadGuard, Var, VarDebug, WriteGuard};
+pub use var::{AnyVar, ReadGuard, Var, WriteGuard};

@@ -61,7 +61,7 @@ fn eventually(what: &str, done: impl Fn() -> bool) {
 fn bulk_size_is_configured() {
     assert_eq!(engine(8).bulk_size(), 8);
     assert_eq!(engine(1).bulk_size(), 1);
-    let naive = Engine::builder().kind(depengine::EngineKind::Naive).bulk_size(8).build().unwrap();
+    let naive = Engine::builder().kind(depengine::engine::EngineKind::Naive).bulk_size(8).build().unwrap();
     assert_eq!(naive.bulk_size(), 1, "the naive engine runs every op at its push");
     assert!(Engine::builder().bulk_size(0).build().unwrap_err().is_invalid_argument());
 }

@@ -4,7 +4,8 @@
 
 use std::process::Command;
 
-use depengine::{Engine, EngineKind};
+use depengine::Engine;
+use depengine::engine::EngineKind;
 
 /// Runs the ignored test `child` in a child process with `env` set.
 fn child(test: &str, env: &[(&str, &str)]) -> String {
@@ -114,7 +115,7 @@ fn environment_is_not_read_for_settings_the_code_gave() {
 #[test]
 fn spin_budget_is_a_setting() {
     let out = child("child_with_defaults", &[]);
-    assert!(out.contains(&format!("spin={:?}", depengine::DEFAULT_SPIN)), "{out}");
+    assert!(out.contains(&format!("spin={:?}", depengine::EngineBuilder::DEFAULT_SPIN)), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_SPIN_US", "0")]);
     assert!(out.contains("spin=0ns"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_SPIN_US", "soon")]);

@@ -18,7 +18,8 @@ use std::sync::Once;
 use std::time::Duration;
 
 use common::{Rng, mix};
-use depengine::{Completion, Engine, EngineKind, Error, Lane, OpHandle, Var};
+use depengine::engine::EngineKind;
+use depengine::{Completion, Engine, Error, Lane, OpHandle, Var};
 
 const PLANNED: &str = "planned panic";
 

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::threads_named;
-use depengine::{Engine, EngineKind, Lane, ShutdownMode};
+use depengine::engine::EngineKind;
+use depengine::{Engine, Lane, ShutdownMode};
 
 async fn timed<F: std::future::Future>(f: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(30), f).await.expect("test timed out")

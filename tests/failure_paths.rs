@@ -9,7 +9,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use depengine::{Engine, EngineKind, Lane};
+use depengine::engine::EngineKind;
+use depengine::{Engine, Lane};
 
 /// A guard dropped while its thread unwinds completes its acquire; the op
 /// behind it (an inline op, or any op on the naive engine) does not run
@@ -69,14 +70,15 @@ fn a_body_that_panics_after_dropping_its_token_is_a_panic() {
 fn settings_the_os_would_refuse_are_refused_at_build() {
     let err = Engine::builder().thread_name("bad\0name").build().unwrap_err();
     assert!(err.is_invalid_argument(), "{err}");
-    let err = Engine::builder().cpu_workers(depengine::MAX_WORKERS + 1).build().unwrap_err();
+    let err = Engine::builder().cpu_workers(depengine::EngineBuilder::MAX_WORKERS + 1).build().unwrap_err();
     assert!(err.is_invalid_argument() && err.to_string().contains("cpu_workers"), "{err}");
     let err = Engine::builder().priority_workers(100_000).build().unwrap_err();
     assert!(err.is_invalid_argument(), "{err}");
-    let err = Engine::builder().cpu_devices(depengine::MAX_CPU_DEVICES + 1).build().unwrap_err();
+    let err =
+        Engine::builder().cpu_devices(depengine::EngineBuilder::MAX_CPU_DEVICES + 1).build().unwrap_err();
     assert!(err.is_invalid_argument(), "{err}");
     assert!(
-        Engine::builder().cpu_workers(depengine::MAX_WORKERS).build().is_ok(),
+        Engine::builder().cpu_workers(depengine::EngineBuilder::MAX_WORKERS).build().is_ok(),
         "the bound itself is allowed"
     );
 }

@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::Rng;
-use depengine::{Completion, Engine, EngineKind, Lane, MAX_IN_FLIGHT, MAX_SPIN, MAX_WORKERS, ShutdownMode};
+use depengine::EngineBuilder;
+use depengine::engine::EngineKind;
+use depengine::{Completion, Engine, Lane, ShutdownMode};
 
 /// Threads push every kind of op under a bound of 8, reserve, abort and
 /// drop handles at random; once everything is done, every slot is back.
@@ -206,13 +208,16 @@ fn the_explainer_looks_while_threads_push() {
 fn extreme_settings_give_a_clear_error_or_a_working_engine() {
     let refused = [
         ("cpu_workers(0)", Engine::builder().cpu_workers(0).build()),
-        ("cpu_workers(MAX + 1)", Engine::builder().cpu_workers(MAX_WORKERS + 1).build()),
+        ("cpu_workers(MAX + 1)", Engine::builder().cpu_workers(EngineBuilder::MAX_WORKERS + 1).build()),
         ("priority_workers(0)", Engine::builder().priority_workers(0).build()),
         ("cpu_devices(0)", Engine::builder().cpu_devices(0).build()),
         ("bulk_size(0)", Engine::builder().bulk_size(0).build()),
         ("max_in_flight(0)", Engine::builder().max_in_flight(0).build()),
-        ("max_in_flight(MAX + 1)", Engine::builder().max_in_flight(MAX_IN_FLIGHT + 1).build()),
-        ("spin(MAX + 1 µs)", Engine::builder().spin(MAX_SPIN + Duration::from_micros(1)).build()),
+        ("max_in_flight(MAX + 1)", Engine::builder().max_in_flight(EngineBuilder::MAX_IN_FLIGHT + 1).build()),
+        (
+            "spin(MAX + 1 µs)",
+            Engine::builder().spin(EngineBuilder::MAX_SPIN + Duration::from_micros(1)).build(),
+        ),
         ("watchdog(0)", Engine::builder().watchdog(Duration::ZERO).build()),
         ("watchdog(a year)", Engine::builder().watchdog(Duration::from_secs(365 * 86_400)).build()),
         ("thread_name with NUL", Engine::builder().thread_name("a\0b").build()),
@@ -225,9 +230,9 @@ fn extreme_settings_give_a_clear_error_or_a_working_engine() {
         ("cpu_workers(1)", Engine::builder().cpu_workers(1).build()),
         ("bulk_size(usize::MAX)", Engine::builder().bulk_size(usize::MAX).build()),
         ("max_in_flight(1)", Engine::builder().max_in_flight(1).build()),
-        ("max_in_flight(MAX)", Engine::builder().max_in_flight(MAX_IN_FLIGHT).build()),
+        ("max_in_flight(MAX)", Engine::builder().max_in_flight(EngineBuilder::MAX_IN_FLIGHT).build()),
         ("spin(0)", Engine::builder().spin(Duration::ZERO).build()),
-        ("spin(MAX)", Engine::builder().spin(MAX_SPIN).build()),
+        ("spin(MAX)", Engine::builder().spin(EngineBuilder::MAX_SPIN).build()),
         ("watchdog(1 ns)", Engine::builder().watchdog(Duration::from_nanos(1)).build()),
         ("cpu_devices(64)", Engine::builder().cpu_devices(64).build()),
         ("naive", Engine::builder().kind(EngineKind::Naive).build()),

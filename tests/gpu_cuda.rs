@@ -26,7 +26,10 @@ mod cuda {
     use std::sync::Arc;
 
     use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-    use depengine::{Device, Engine, Gpu, GpuBuffer, HostBuffer, Lane, OpHandle, Var};
+    use depengine::gpu::Gpu;
+    use depengine::gpu::GpuBuffer;
+    use depengine::gpu::HostBuffer;
+    use depengine::{Device, Engine, Lane, OpHandle, Var};
 
     const KERNELS: &str = r#"
 extern "C" __global__ void scale(float* out, const float* in, float k, int n) {

@@ -23,7 +23,10 @@ mod cuda {
     use std::sync::Arc;
 
     use cudarc::driver::{CudaFunction, DevicePtr, LaunchConfig, PushKernelArg};
-    use depengine::{Device, Engine, Error, Gpu, GpuBuffer, HostBuffer, Lane, OpHandle, Var};
+    use depengine::gpu::Gpu;
+    use depengine::gpu::GpuBuffer;
+    use depengine::gpu::HostBuffer;
+    use depengine::{Device, Engine, Error, Lane, OpHandle, Var};
 
     use super::common::{Rng, mix};
 

@@ -15,7 +15,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::{Rng, mix};
-use depengine::{Device, Engine, Error, GpuBuffer, Lane, OpHandle, Var};
+use depengine::gpu::GpuBuffer;
+use depengine::{Device, Engine, Error, Lane, OpHandle, Var};
 
 /// The body's arithmetic: identical in the model, on the CPU, on the GPU.
 fn compute(id: usize, reads: &[u64]) -> u64 {

@@ -7,7 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::threads_named;
-use depengine::{Device, Engine, GpuBuffer, Lane, ShutdownMode};
+use depengine::gpu::GpuBuffer;
+use depengine::{Device, Engine, Lane, ShutdownMode};
 
 fn engine(workers: usize) -> Engine {
     Engine::builder().simulated_gpus(1).gpu_workers(workers).cpu_workers(2).build().unwrap()
@@ -15,7 +16,7 @@ fn engine(workers: usize) -> Engine {
 
 /// Enqueues `out[i] = f(in[i])` on the op's stream, taking `ms`.
 fn map(
-    ctx: &depengine::GpuContext<'_>,
+    ctx: &depengine::gpu::GpuContext<'_>,
     input: &GpuBuffer<f32>,
     out: &mut GpuBuffer<f32>,
     ms: u64,
@@ -253,7 +254,7 @@ fn placements_that_cannot_work_are_refused_clearly() {
     let err = engine.op("real").device(Device::Gpu(1)).try_run_gpu(|(), (), _| Ok(())).unwrap_err();
     assert!(err.is_gpu_unavailable(), "{err}");
     assert!(err.to_string().contains("gpu(1)"), "{err}");
-    let err = engine.gpu(depengine::MAX_GPU_DEVICES).unwrap_err();
+    let err = engine.gpu(depengine::EngineBuilder::MAX_GPU_DEVICES).unwrap_err();
     assert!(err.is_gpu_unavailable(), "{err}");
 }
 
@@ -384,7 +385,8 @@ async fn handles_and_waits_resolve_at_completion_not_at_early_release() {
 
 #[test]
 fn gpu_ops_on_the_naive_engine_complete_through_the_poller_too() {
-    let engine = Engine::builder().kind(depengine::EngineKind::Naive).simulated_gpus(1).build().unwrap();
+    let engine =
+        Engine::builder().kind(depengine::engine::EngineKind::Naive).simulated_gpus(1).build().unwrap();
     let gpu = engine.gpu(0).unwrap();
     let v = engine.var(gpu.sim_buffer(vec![1.0f32; 8]).unwrap());
     let w = engine.var(gpu.sim_buffer(vec![0.0f32; 8]).unwrap());
@@ -440,7 +442,10 @@ fn no_gpu_thread_is_left_behind() {
     }
 }
 
-fn map_in_place(ctx: &depengine::GpuContext<'_>, v: &mut GpuBuffer<f32>) -> Result<(), depengine::BoxError> {
+fn map_in_place(
+    ctx: &depengine::gpu::GpuContext<'_>,
+    v: &mut GpuBuffer<f32>,
+) -> Result<(), depengine::BoxError> {
     let (t, w) = v.sim_mut().unwrap().writer();
     ctx.sim_stream().unwrap().launch("step", Duration::from_millis(1), vec![t], move || {
         w.with(|d| d.iter_mut().for_each(|x| *x += 1.0))

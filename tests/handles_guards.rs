@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::Counted;
-use depengine::{Engine, EngineKind, Var};
+use depengine::engine::EngineKind;
+use depengine::{Engine, Var};
 
 #[test]
 fn op_handle_wakes_once_the_op_has_completed() {
@@ -118,6 +119,6 @@ fn public_types_are_send_sync_static() {
     send_sync::<depengine::WriteGuard<u8>>();
     send::<depengine::OpHandle<String>>();
     send::<depengine::Completion<String>>();
-    send::<depengine::Acquire<depengine::WriteGuard<u8>>>();
-    send::<depengine::WaitForAll>();
+    send::<depengine::engine::Acquire<depengine::WriteGuard<u8>>>();
+    send::<depengine::engine::WaitForAll>();
 }

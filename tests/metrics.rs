@@ -7,12 +7,16 @@ mod common;
 use std::time::Duration;
 
 use common::{hold_worker, timed};
-use depengine::{Device, Engine, Error, Histogram, Lane};
+use depengine::metrics::Histogram;
+use depengine::{Device, Engine, Error, Lane};
 
 /// The metrics once `done` holds of them (at most 10 s): a worker counts an
 /// op's end, and records its run time, when its run returns, which may come
 /// just after the op's completion woke the test.
-async fn settled(engine: &Engine, done: impl Fn(&depengine::Metrics) -> bool) -> depengine::Metrics {
+async fn settled(
+    engine: &Engine,
+    done: impl Fn(&depengine::metrics::Metrics) -> bool,
+) -> depengine::metrics::Metrics {
     let start = std::time::Instant::now();
     loop {
         let m = engine.metrics();

@@ -55,7 +55,7 @@ impl Subscriber for Recorder {
 fn each_op_has_a_span_with_pushed_started_finished() {
     let recorder = Recorder::default();
     let _default = tracing::subscriber::set_default(recorder.clone());
-    let engine = Engine::builder().kind(depengine::EngineKind::Naive).build().unwrap();
+    let engine = Engine::builder().kind(depengine::engine::EngineKind::Naive).build().unwrap();
     let v = engine.var(1u32);
     engine
         .op("traced")

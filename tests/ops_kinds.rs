@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::timed;
-use depengine::{Engine, EngineKind, Var};
+use depengine::engine::EngineKind;
+use depengine::{Engine, Var};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sum_then_get() {

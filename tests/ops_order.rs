@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{hold_worker, timed};
-use depengine::{Engine, EngineKind};
+use depengine::Engine;
+use depengine::engine::EngineKind;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chain_in_push_order_threaded_and_naive() {
@@ -232,7 +233,7 @@ fn detached_ops_keep_push_order_with_the_others() {
 /// its id, against the same ops pushed one by one.
 #[test]
 fn a_batch_orders_its_ops_as_single_pushes_would() {
-    use depengine::Batch;
+    use depengine::engine::Batch;
     for seed in 0..20u64 {
         let run = |batched: bool| {
             let engine = Engine::builder().cpu_workers(2).build().unwrap();
@@ -270,8 +271,9 @@ fn a_batch_orders_its_ops_as_single_pushes_would() {
 /// is refused, as is an op whose declarations are wrong.
 #[test]
 fn a_batch_loses_nothing_and_refuses_what_it_must() {
-    use depengine::Batch;
-    let engine = Engine::new();
+    use depengine::engine::Batch;
+    // With bulk execution on, `run_in` pushes at once: off here.
+    let engine = Engine::builder().bulk_size(1).build().unwrap();
     let other = Engine::new();
     let v = engine.var(0u32);
     {

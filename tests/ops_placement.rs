@@ -156,7 +156,7 @@ fn pushed_while_held(
     engine: &Engine,
     n: usize,
     runtime: Option<&tokio::runtime::Runtime>,
-    op: impl Fn(&Engine) -> depengine::OpBuilder<'_>,
+    op: impl Fn(&Engine) -> depengine::engine::OpBuilder<'_>,
 ) -> usize {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use depengine::{Engine, ShutdownMode};
 
 fn engines() -> [Engine; 2] {
-    [Engine::new(), Engine::builder().kind(depengine::EngineKind::Naive).build().unwrap()]
+    [Engine::new(), Engine::builder().kind(depengine::engine::EngineKind::Naive).build().unwrap()]
 }
 
 #[test]

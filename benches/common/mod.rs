@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use criterion::Criterion;
-use depengine::{Engine, EngineKind};
+use depengine::Engine;
+use depengine::engine::EngineKind;
 
 /// Ops per iteration of the throughput benches.
 pub const OPS: u64 = 1000;

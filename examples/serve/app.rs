@@ -507,10 +507,13 @@ impl Collector for EngineCollector {
 }
 
 /// The per-pool families: gauges, counters and the two distributions.
-fn encode_pools(m: &depengine::Metrics, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+fn encode_pools(
+    m: &depengine::metrics::Metrics,
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
     use prometheus_client::metrics::MetricType;
-    let labels = |p: &depengine::PoolMetrics| [("pool", p.name.clone())];
-    type Get = fn(&depengine::PoolMetrics) -> i64;
+    let labels = |p: &depengine::metrics::PoolMetrics| [("pool", p.name.clone())];
+    type Get = fn(&depengine::metrics::PoolMetrics) -> i64;
     let gauges: [(&str, &str, Get); 3] = [
         ("engine_pool_workers", "Worker threads of a pool", |p| p.workers as i64),
         ("engine_pool_queued", "Ready ops queued on a pool", |p| p.queued as i64),
@@ -536,7 +539,7 @@ fn encode_pools(m: &depengine::Metrics, encoder: &mut DescriptorEncoder) -> Resu
     for p in &m.pools {
         ConstCounter::new(p.busy.as_secs_f64()).encode(family.encode_family(&labels(p))?)?;
     }
-    type Hist = fn(&depengine::PoolMetrics) -> &depengine::Histogram;
+    type Hist = fn(&depengine::metrics::PoolMetrics) -> &depengine::metrics::Histogram;
     let histograms: [(&str, &str, Hist); 2] = [
         ("engine_queue_wait_seconds", "Time ready ops waited for a worker", |p| &p.queue_wait),
         ("engine_run_seconds", "Time workers spent in op bodies", |p| &p.run_time),
@@ -548,7 +551,7 @@ fn encode_pools(m: &depengine::Metrics, encoder: &mut DescriptorEncoder) -> Resu
             // Per-bucket counts: the encoder makes them cumulative.
             let buckets: Vec<(f64, u64)> = (0..depengine::metrics::HISTOGRAM_BUCKETS)
                 .map(|k| {
-                    let upper = depengine::Histogram::bucket_upper_bound(k)
+                    let upper = depengine::metrics::Histogram::bucket_upper_bound(k)
                         .map_or(f64::INFINITY, |d| d.as_secs_f64());
                     (upper, h.counts()[k])
                 })

@@ -25,7 +25,7 @@ use crate::op::TaskRef;
 /// ```
 /// let engine = depengine::Engine::new();
 /// let v = engine.var(0u64);
-/// let mut batch = depengine::Batch::new(&engine);
+/// let mut batch = depengine::engine::Batch::new(&engine);
 /// for _ in 0..100 {
 ///     engine.op("inc").write(&v).run_in(&mut batch, |(), (mut v,)| {
 ///         *v += 1;
@@ -38,7 +38,7 @@ use crate::op::TaskRef;
 /// # Ok::<(), depengine::Error>(())
 /// ```
 ///
-/// [`OpBuilder::run_in`]: crate::OpBuilder::run_in
+/// [`OpBuilder::run_in`]: crate::engine::OpBuilder::run_in
 pub struct Batch<'e> {
     shared: &'e Arc<Shared>,
     records: Vec<TaskRef>,

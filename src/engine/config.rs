@@ -44,24 +44,24 @@ pub(crate) const ENV_PUSHER_RUNS_AT: &str = "DEPENGINE_PUSHER_RUNS_AT";
 /// at one request at a time it saves a third of the CPU per request against
 /// 50 µs, for the same latency, and no workload measured slower
 /// (PERFORMANCE.md, *Idle cost at low load*).
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(10);
+pub(crate) const DEFAULT_SPIN: Duration = Duration::from_micros(10);
 /// The longest such watch a setting may ask for.
-pub const MAX_SPIN: Duration = Duration::from_secs(1);
+pub(crate) const MAX_SPIN: Duration = Duration::from_secs(1);
 
 /// The most worker threads one pool may have, and the most CPU devices: a
 /// setting past these is a mistake (a typo, a unit error) far more often
 /// than a need, and asking the OS for that many threads fails or exhausts
 /// the process.
-pub const MAX_WORKERS: usize = 1024;
-/// The most CPU devices an engine may have (see [`MAX_WORKERS`]).
-pub const MAX_CPU_DEVICES: usize = 1024;
+pub(crate) const MAX_WORKERS: usize = 1024;
+/// The most CPU devices an engine may have (see `MAX_WORKERS`).
+pub(crate) const MAX_CPU_DEVICES: usize = 1024;
 
 /// The longest threshold a watchdog may have: one day. A longer one is a
 /// unit error far more often than a need.
 const MAX_WATCHDOG: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The largest bound on ops in flight (see [`EngineBuilder::max_in_flight`]).
-pub const MAX_IN_FLIGHT: usize = tokio::sync::Semaphore::MAX_PERMITS;
+pub(crate) const MAX_IN_FLIGHT: usize = tokio::sync::Semaphore::MAX_PERMITS;
 
 /// Settled configuration.
 #[derive(Clone, Debug)]
@@ -95,7 +95,8 @@ pub(crate) struct Config {
 ///
 /// ```
 /// # fn main() -> depengine::Result<()> {
-/// use depengine::{Engine, EngineKind};
+/// use depengine::Engine;
+/// use depengine::engine::EngineKind;
 /// let engine = Engine::builder().kind(EngineKind::Threaded).cpu_workers(2).build()?;
 /// # Ok(()) }
 /// ```
@@ -123,6 +124,25 @@ pub struct EngineBuilder {
 }
 
 impl EngineBuilder {
+    /// How long an idle worker watches its queues before it parks, by
+    /// default: at one request at a time it saves a third of the CPU per
+    /// request against 50 µs, for the same latency, and no workload
+    /// measured slower (PERFORMANCE.md, *Idle cost at low load*).
+    pub const DEFAULT_SPIN: Duration = DEFAULT_SPIN;
+    /// The longest watch [`spin`](Self::spin) and
+    /// [`gpu_spin`](Self::gpu_spin) may ask for.
+    pub const MAX_SPIN: Duration = MAX_SPIN;
+    /// The most worker threads one pool may have: a setting past it is a
+    /// mistake (a typo, a unit error) far more often than a need, and
+    /// asking the OS for that many threads fails or exhausts the process.
+    pub const MAX_WORKERS: usize = MAX_WORKERS;
+    /// The most CPU devices an engine may have.
+    pub const MAX_CPU_DEVICES: usize = MAX_CPU_DEVICES;
+    /// The most GPU devices an engine may use.
+    pub const MAX_GPU_DEVICES: usize = crate::gpu::MAX_GPU_DEVICES;
+    /// The largest bound on ops in flight ([`max_in_flight`](Self::max_in_flight)).
+    pub const MAX_IN_FLIGHT: usize = MAX_IN_FLIGHT;
+
     /// How long an idle GPU worker or poller watches for work before it
     /// parks, by default: a GPU op's round trip (launch, the GPU, the event
     /// seen complete, the waiter woken) is some tens of microseconds, and a
@@ -136,7 +156,7 @@ impl EngineBuilder {
     }
 
     /// Worker threads per CPU device for normal ops, at most
-    /// [`MAX_WORKERS`]. Environment: `DEPENGINE_CPU_WORKERS`. Default: the
+    /// [`MAX_WORKERS`](Self::MAX_WORKERS). Environment: `DEPENGINE_CPU_WORKERS`. Default: the
     /// machine's available parallelism.
     pub fn cpu_workers(mut self, n: usize) -> Self {
         self.cpu_workers = Some(n);
@@ -144,7 +164,7 @@ impl EngineBuilder {
     }
 
     /// Worker threads of the shared pool for [`Lane::Prioritized`](crate::Lane)
-    /// ops, at most [`MAX_WORKERS`]. Environment:
+    /// ops, at most [`MAX_WORKERS`](Self::MAX_WORKERS). Environment:
     /// `DEPENGINE_CPU_PRIORITY_WORKERS`. Default: 1.
     pub fn priority_workers(mut self, n: usize) -> Self {
         self.priority_workers = Some(n);
@@ -152,7 +172,7 @@ impl EngineBuilder {
     }
 
     /// Number of CPU devices, `Cpu(0)` to `Cpu(n - 1)`, each with its own
-    /// pool; at most [`MAX_CPU_DEVICES`]. Default: 1.
+    /// pool; at most [`MAX_CPU_DEVICES`](Self::MAX_CPU_DEVICES). Default: 1.
     pub fn cpu_devices(mut self, n: usize) -> Self {
         self.cpu_devices = Some(n);
         self
@@ -186,10 +206,10 @@ impl EngineBuilder {
     }
 
     /// How long an idle worker watches its queues (yielding its core)
-    /// before it parks, at most [`MAX_SPIN`]. Longer keeps a steady stream
+    /// before it parks, at most [`MAX_SPIN`](Self::MAX_SPIN). Longer keeps a steady stream
     /// of ops from paying for wake-ups; shorter costs less CPU while the
     /// engine is mostly idle; zero parks at once. Environment:
-    /// `DEPENGINE_SPIN_US` (microseconds). Default: [`DEFAULT_SPIN`].
+    /// `DEPENGINE_SPIN_US` (microseconds). Default: [`DEFAULT_SPIN`](Self::DEFAULT_SPIN).
     pub fn spin(mut self, spin: Duration) -> Self {
         self.spin = Some(spin);
         self
@@ -244,8 +264,8 @@ impl EngineBuilder {
     /// ever). Only ops of `Cpu(0)`'s normal lane with priority 0 run so,
     /// never inside an op's body, and never on a Tokio runtime's thread
     /// but for ops pushed with
-    /// [`inline_when_idle`](crate::OpBuilder::inline_when_idle). At most
-    /// [`MAX_WORKERS`] × 1,024; 0: a pushing thread never runs its ops.
+    /// [`inline_when_idle`](crate::engine::OpBuilder::inline_when_idle). At most
+    /// [`MAX_WORKERS`](Self::MAX_WORKERS) × 1,024; 0: a pushing thread never runs its ops.
     /// Environment: `DEPENGINE_PUSHER_RUNS_AT`. Default: 256.
     pub fn pusher_runs_at(mut self, queued: usize) -> Self {
         self.pusher_runs_at = Some(queued);
@@ -264,7 +284,7 @@ impl EngineBuilder {
     }
 
     /// Compute workers per GPU device, each owning its own stream, at most
-    /// [`MAX_WORKERS`]. Environment: `DEPENGINE_GPU_WORKERS`. Default: 1.
+    /// [`MAX_WORKERS`](Self::MAX_WORKERS). Environment: `DEPENGINE_GPU_WORKERS`. Default: 1.
     pub fn gpu_workers(mut self, n: usize) -> Self {
         self.gpu_workers = Some(n);
         self
@@ -272,16 +292,16 @@ impl EngineBuilder {
 
     /// Workers per GPU device for each copy lane ([`Lane::CopyToGpu`](crate::Lane),
     /// [`Lane::CopyFromGpu`](crate::Lane)), each owning its own stream, at
-    /// most [`MAX_WORKERS`]. Environment: `DEPENGINE_GPU_COPY_WORKERS`.
+    /// most [`MAX_WORKERS`](Self::MAX_WORKERS). Environment: `DEPENGINE_GPU_COPY_WORKERS`.
     /// Default: 1.
     pub fn gpu_copy_workers(mut self, n: usize) -> Self {
         self.gpu_copy_workers = Some(n);
         self
     }
 
-    /// Simulates GPUs `Gpu(0)` to `Gpu(n - 1)` (see [`SimGpu`](crate::SimGpu))
+    /// Simulates GPUs `Gpu(0)` to `Gpu(n - 1)` (see [`SimGpu`](crate::gpu::sim::SimGpu))
     /// instead of opening them through CUDA; at most
-    /// [`MAX_GPU_DEVICES`](crate::MAX_GPU_DEVICES). Environment:
+    /// [`MAX_GPU_DEVICES`](crate::EngineBuilder::MAX_GPU_DEVICES). Environment:
     /// `DEPENGINE_SIM_GPUS`. Default: 0.
     pub fn simulated_gpus(mut self, n: usize) -> Self {
         self.simulated_gpus = Some(n);
@@ -289,7 +309,7 @@ impl EngineBuilder {
     }
 
     /// How long an idle GPU worker or a GPU's poller watches for work
-    /// before it parks, at most [`MAX_SPIN`]: the GPU's counterpart of
+    /// before it parks, at most [`MAX_SPIN`](Self::MAX_SPIN): the GPU's counterpart of
     /// [`spin`](Self::spin), longer by default, since a GPU op's round trip
     /// outlasts a CPU op's and a GPU has few such threads. Environment:
     /// `DEPENGINE_GPU_SPIN_US` (microseconds). Default: [`DEFAULT_GPU_SPIN`](Self::DEFAULT_GPU_SPIN).
@@ -321,8 +341,8 @@ impl EngineBuilder {
     ///
     /// # Errors
     ///
-    /// A count of zero or past its bound ([`MAX_WORKERS`],
-    /// [`MAX_CPU_DEVICES`]), a thread name with a NUL byte, or an
+    /// A count of zero or past its bound ([`MAX_WORKERS`](Self::MAX_WORKERS),
+    /// [`MAX_CPU_DEVICES`](Self::MAX_CPU_DEVICES)), a thread name with a NUL byte, or an
     /// environment variable read for a setting left unset that does not
     /// parse. Nothing is started: a pool whose threads the OS then refuses
     /// makes the push that needed it fail
@@ -433,7 +453,7 @@ fn env_kind() -> Result<Option<EngineKind>, Error> {
 }
 
 /// A spin budget: the builder's, else environment variable `env` (in
-/// microseconds), else `default`; at most [`MAX_SPIN`].
+/// microseconds), else `default`; at most `MAX_SPIN`.
 fn spin(given: Option<Duration>, env: &str, default: Duration) -> Result<Duration, Error> {
     let spin =
         match given {

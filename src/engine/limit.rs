@@ -71,7 +71,7 @@ impl Limit {
     }
 }
 
-/// What an [`OpBuilder`](crate::OpBuilder) holds of the limit of ops in flight: nothing
+/// What an [`OpBuilder`](crate::engine::OpBuilder) holds of the limit of ops in flight: nothing
 /// ([`NoSlot`]), or the slot of a reservation ([`Reserved`]).
 pub trait Slot: sealed::Sealed {
     /// Hands the slot over to the push (true), if there is one: whatever
@@ -99,7 +99,7 @@ impl Slot for NoSlot {
 }
 
 /// A reserved slot on its way to a push (from
-/// [`Reservation::op`](crate::Reservation::op)):
+/// [`Reservation::op`](crate::engine::Reservation::op)):
 /// handed over when the op is pushed, returned if the builder is dropped.
 #[derive(Debug)]
 pub struct Reserved(pub(crate) Option<OwnedSemaphorePermit>);

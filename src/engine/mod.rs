@@ -30,9 +30,7 @@ pub use acquire::{Acquire, AcquireBuilder};
 pub use api::{Engine, Profiler, ShutdownMode, WaitForAll};
 pub use batch::Batch;
 pub use builder::OpBuilder;
-pub use config::{
-    DEFAULT_SPIN, EngineBuilder, EngineKind, MAX_CPU_DEVICES, MAX_IN_FLIGHT, MAX_SPIN, MAX_WORKERS,
-};
+pub use config::{EngineBuilder, EngineKind};
 pub use limit::{NoSlot, Reserved, Slot};
 pub use prepared::PreparedOp;
 pub use reserve::Reservation;

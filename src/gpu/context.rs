@@ -50,7 +50,7 @@ impl GpuContext<'_> {
     }
 
     /// The simulated stream, on a simulated device.
-    pub fn sim_stream(&self) -> Option<&super::SimStream> {
+    pub fn sim_stream(&self) -> Option<&super::sim::SimStream> {
         self.stream.sim()
     }
 

@@ -16,7 +16,7 @@ mod drain;
 pub(crate) mod event;
 mod fence;
 mod poller;
-pub(crate) mod sim;
+pub mod sim;
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -27,12 +27,11 @@ pub use context::GpuContext;
 pub(crate) use device::GpuDevice;
 pub(crate) use event::Event;
 pub(crate) use fence::{Fences, Held, InFlight};
-pub use sim::{SimBuffer, SimGpu, SimRead, SimStream, SimWrite, Touch};
 
 use crate::device::Lane;
 
 /// Most GPU devices an engine may use.
-pub const MAX_GPU_DEVICES: usize = 64;
+pub(crate) const MAX_GPU_DEVICES: usize = 64;
 
 thread_local! {
     /// The stream of the GPU worker running on this thread, with its

@@ -143,7 +143,7 @@ impl ProfiledOp {
 }
 
 /// The ops a profiler recorded, in the order they completed: the last
-/// ones it keeps (see [`Profiler::keep_last`](crate::Profiler::keep_last)).
+/// ones it keeps (see [`Profiler::keep_last`](crate::engine::Profiler::keep_last)).
 #[derive(Clone, Debug, Default)]
 pub struct Profile {
     ops: Vec<ProfiledOp>,

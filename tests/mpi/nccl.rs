@@ -5,8 +5,11 @@
 //! and fail instead with `DEPENGINE_REQUIRE_GPU=1`. What runs everywhere:
 //! a simulated GPU is refused with a clear error on every rank.
 
+use depengine::gpu::Gpu;
+use depengine::gpu::GpuBuffer;
+use depengine::gpu::HostBuffer;
 use depengine::mpi::{Collectives, GpuCollectives, Reduce};
-use depengine::{Device, Engine, Gpu, GpuBuffer, HostBuffer, Lane, Var};
+use depengine::{Device, Engine, Lane, Var};
 
 pub fn run(engine: &Engine, mpi: &Collectives) {
     a_simulated_gpu_is_refused_on_every_rank(mpi);

@@ -16,7 +16,7 @@ impl Engine {
     /// It records, per op: name, device, lane, the thread its body ran on,
     /// push, ready, start, end and completion times, the vars it read and
     /// wrote, and the ops whose last dependency it released. An op pushed
-    /// with [`OpBuilder::profile`](crate::OpBuilder::profile)`(false)` is
+    /// with [`OpBuilder::profile`](crate::engine::OpBuilder::profile)`(false)` is
     /// never recorded; with `profile(true)`, it is recorded even while the
     /// profiler records only the ops that opt in
     /// ([`Profiler::start_opted_in`]), so one stage of a busy service can be
