@@ -29,7 +29,7 @@ fn fan_out(c: &mut Criterion) {
                         }));
                     }
                 }
-                engine.blocking_wait_for_all().unwrap();
+                engine.wait_for_all().blocking_wait().unwrap();
             });
         });
     }

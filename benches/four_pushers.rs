@@ -39,7 +39,7 @@ fn four_pushers(c: &mut Criterion) {
                         });
                     }
                 });
-                engine.blocking_wait_for_all().unwrap();
+                engine.wait_for_all().blocking_wait().unwrap();
             });
         });
     }

@@ -21,7 +21,7 @@ fn guard_access(c: &mut Criterion) {
                         Ok(())
                     }));
                 }
-                engine.blocking_wait_for_all().unwrap();
+                engine.wait_for_all().blocking_wait().unwrap();
             });
         });
         let reads: Vec<_> = ins.iter().map(|v| v.any()).collect();
@@ -29,13 +29,14 @@ fn guard_access(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("untyped_4r_1w", name), |b| {
             b.iter(|| {
                 for i in 0..common::OPS {
-                    let h = engine.push_sync("untyped", &reads, &writes, move || {
+                    let op = reads.iter().fold(engine.op("untyped"), |op, r| op.read_any(r));
+                    let h = writes.iter().fold(op, |op, w| op.write_any(w)).try_run(move |(), ()| {
                         std::hint::black_box(common::mix(i, i));
                         Ok(())
                     });
                     drop(h);
                 }
-                engine.blocking_wait_for_all().unwrap();
+                engine.wait_for_all().blocking_wait().unwrap();
             });
         });
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();

@@ -15,7 +15,7 @@ fn no_op_push(c: &mut Criterion) {
                 for _ in 0..common::OPS {
                     drop(engine.op("noop").run(|(), ()| Ok(())));
                 }
-                engine.blocking_wait_for_all().unwrap();
+                engine.wait_for_all().blocking_wait().unwrap();
             });
         });
         group.bench_function(BenchmarkId::new("detached", name), |b| {
@@ -23,7 +23,7 @@ fn no_op_push(c: &mut Criterion) {
                 for _ in 0..common::OPS {
                     engine.op("noop").run_detached(|(), ()| Ok(())).unwrap();
                 }
-                engine.blocking_wait_for_all().unwrap();
+                engine.wait_for_all().blocking_wait().unwrap();
             });
         });
     }

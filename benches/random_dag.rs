@@ -61,7 +61,7 @@ fn random_dag(c: &mut Criterion) {
         group.bench_function(BenchmarkId::from_parameter(name), |b| {
             b.iter(|| {
                 push_all(&engine, &vars, &ops);
-                engine.blocking_wait_for_all().unwrap();
+                engine.wait_for_all().blocking_wait().unwrap();
             });
         });
     }

@@ -222,7 +222,7 @@ fn parallel(engine: &Engine, m: &mut [f64], n: usize, b: usize) -> Result<(), Er
                 batch.submit()?;
             }
         }
-        engine.blocking_wait_for_all()
+        engine.wait_for_all().blocking_wait()
     })?
 }
 

@@ -228,7 +228,7 @@ fn push_step(engine: &Engine, mpi: &Collectives, m: &Model, step: usize, comm_af
         }
     }
     if comm_after_backward {
-        engine.blocking_wait_for_all().expect("backward");
+        engine.wait_for_all().blocking_wait().expect("backward");
         for l in (0..LAYERS).rev() {
             drop(mpi.all_reduce(&m.grads[l], Reduce::Sum));
         }
@@ -313,7 +313,7 @@ fn main() {
             push_step(&engine, &mpi, &model, step, comm_after_backward);
             // The loss of the batch: this rank's share, summed over ranks.
             mpi.all_reduce(&model.loss, Reduce::Sum).blocking_wait().expect("the step ran");
-            engine.blocking_wait_for_all().expect("the step ran");
+            engine.wait_for_all().blocking_wait().expect("the step ran");
             step_times.push(start.elapsed().as_secs_f64());
             if profiled {
                 let profile = engine.profiler().stop();

@@ -122,7 +122,7 @@ fn chain(n: usize) {
     for _ in 0..n {
         push_inc(&engine, &tiny, &x, Lane::Normal);
     }
-    engine.blocking_wait_for_all().unwrap();
+    engine.wait_for_all().blocking_wait().unwrap();
     let through_engine = start.elapsed();
     assert_eq!(read_back(&engine, &gpu, &x), (n + 1) as f32, "every increment ran, once");
     println!(
@@ -204,7 +204,7 @@ fn cross(n: usize) {
         for i in 0..n {
             push_inc(&engine, &tiny, &x, if i % 2 == 0 { Lane::Normal } else { Lane::Prioritized });
         }
-        engine.blocking_wait_for_all().unwrap();
+        engine.wait_for_all().blocking_wait().unwrap();
         let took = start.elapsed();
         let how = if early { "early release (stream waits on events)" } else { "release at completion" };
         println!(

@@ -49,7 +49,7 @@ fn main() -> Result<(), depengine::Error> {
                 for i in 0..1000 {
                     push(&engine, &v, mode == "batched1", i)?;
                 }
-                engine.blocking_wait_for_all()?;
+                engine.wait_for_all().blocking_wait()?;
             }
             return Ok(());
         }
@@ -61,7 +61,7 @@ fn main() -> Result<(), depengine::Error> {
                     push_in(&engine, &v, mode == "in-batch1", i, &mut batch)?;
                 }
                 batch.submit()?;
-                engine.blocking_wait_for_all()?;
+                engine.wait_for_all().blocking_wait()?;
             }
             return Ok(());
         }
@@ -91,7 +91,7 @@ fn main() -> Result<(), depengine::Error> {
             }
             novars.push(start.elapsed().as_nanos() as f64 / N as f64);
             let _ = release.send(());
-            engine.blocking_wait_for_all()?;
+            engine.wait_for_all().blocking_wait()?;
         }
         if mode != "novars" {
             let held = futures::executor::block_on(v.write())?;
@@ -101,7 +101,7 @@ fn main() -> Result<(), depengine::Error> {
             }
             onevar.push(start.elapsed().as_nanos() as f64 / N as f64);
             drop(held);
-            engine.blocking_wait_for_all()?;
+            engine.wait_for_all().blocking_wait()?;
         }
     }
     let median = |xs: &mut Vec<f64>| {
@@ -158,13 +158,13 @@ fn wide(engine: &Engine, rounds: usize) -> Result<(), depengine::Error> {
                 Ok(())
             })?;
         }
-        engine.blocking_wait_for_all()?;
+        engine.wait_for_all().blocking_wait()?;
         times.push(start.elapsed());
     }
     times.sort();
     println!(
         "wide: bulk={} median {:.2} ms per 8 pushes of 10,000 vars",
-        engine.bulk_size(),
+        engine.settings().bulk_size,
         times[times.len() / 2].as_secs_f64() * 1e3
     );
     Ok(())
@@ -211,7 +211,7 @@ fn idle(engine: &Engine, threads: usize) -> Result<(), depengine::Error> {
         for _ in 0..N {
             engine.op("noop").run_detached(|(), ()| Ok(()))?;
         }
-        engine.blocking_wait_for_all()?;
+        engine.wait_for_all().blocking_wait()?;
         times.push(start.elapsed().as_nanos() as f64 / N as f64);
     }
     times.sort_by(f64::total_cmp);

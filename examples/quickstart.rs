@@ -63,7 +63,7 @@ async fn run(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let engine = Engine::new();
     println!("depengine quickstart: C = A·B, {n}×{n} f32 in {tiles}×{tiles} tiles of {t}×{t}");
-    println!("engine: {:?}, {} cpu worker(s)", engine.kind(), engine.cpu_workers());
+    println!("engine: {:?}, {} cpu worker(s)", engine.settings().kind, engine.settings().cpu_workers);
 
     let a_init: Vec<Tile> = (0..tiles * tiles).map(|s| tile_value(s, t)).collect();
     let b_init: Vec<Tile> = (0..tiles * tiles).map(|s| tile_value(s + 1000, t)).collect();
@@ -142,7 +142,7 @@ async fn run(
     let checksum = checksum.await?;
     engine.wait_for_all().await?;
     let total = start.elapsed();
-    let pushed_ops = engine.pushed_ops();
+    let pushed_ops = engine.metrics().pushed;
 
     // Check against the sequential result.
     let mut max_err = 0.0f32;

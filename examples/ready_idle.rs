@@ -151,7 +151,7 @@ fn main() {
         engine.profiler().start();
         let start = Instant::now();
         let tasks = push_cholesky(&engine, &grid, spin);
-        engine.blocking_wait_for_all().expect("the graph runs");
+        engine.wait_for_all().blocking_wait().expect("the graph runs");
         let secs = start.elapsed().as_secs_f64();
         let profile = engine.profiler().stop();
         let (total, gaps) = ready_while_idle(&profile, "ri-cpu");

@@ -393,7 +393,7 @@ fn run_engine(
         }
     }
     let pushed = start.elapsed().as_secs_f64();
-    engine.blocking_wait_for_all()?;
+    engine.wait_for_all().blocking_wait()?;
     let secs = start.elapsed().as_secs_f64();
     if std::env::var_os("WORKLOADS_PUSH_TIME").is_some() {
         eprintln!("push {:.1} ns/op", pushed * 1e9 / w.ops.len() as f64);
@@ -567,7 +567,7 @@ fn memory(engine: &Engine, peer: &str, n: usize) -> Result<(), String> {
     let pushed = start.elapsed();
     let after = rss_bytes().ok_or("cannot read /proc/self/statm")?;
     drop(held);
-    engine.blocking_wait_for_all().map_err(|e| e.to_string())?;
+    engine.wait_for_all().blocking_wait().map_err(|e| e.to_string())?;
     println!(
         "summary peer={peer} workload=memory n={n} rss_growth_bytes={} bytes_per_pending_op={:.1} push_ns_per_op={:.1}",
         after.saturating_sub(before),
@@ -650,15 +650,16 @@ fn run() -> Result<(), String> {
         builder = builder.kind(EngineKind::Naive);
     }
     let engine = builder.build().map_err(|e| e.to_string())?;
-    let peer = match (engine.kind(), HANDLES.load(Ordering::Relaxed), PREPARED.load(Ordering::Relaxed)) {
-        (_, true, true) => return Err("--handles and --prepared: one or the other".into()),
-        (EngineKind::Naive, false, false) => "depengine-naive",
-        (EngineKind::Naive, true, _) => "depengine-naive-handles",
-        (EngineKind::Naive, _, true) => "depengine-naive-prepared",
-        (_, false, false) => "depengine",
-        (_, true, _) => "depengine-handles",
-        (_, _, true) => "depengine-prepared",
-    };
+    let peer =
+        match (engine.settings().kind, HANDLES.load(Ordering::Relaxed), PREPARED.load(Ordering::Relaxed)) {
+            (_, true, true) => return Err("--handles and --prepared: one or the other".into()),
+            (EngineKind::Naive, false, false) => "depengine-naive",
+            (EngineKind::Naive, true, _) => "depengine-naive-handles",
+            (EngineKind::Naive, _, true) => "depengine-naive-prepared",
+            (_, false, false) => "depengine",
+            (_, true, _) => "depengine-handles",
+            (_, _, true) => "depengine-prepared",
+        };
     let which = args.first().map_or("all", String::as_str);
     let n = parse(args.get(1), "N")?;
     let p = parse(args.get(2), "P")?;

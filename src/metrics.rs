@@ -147,8 +147,7 @@ pub struct PoolMetrics {
 #[non_exhaustive]
 pub struct Metrics {
     /// Ops pushed: user ops, and the engine's own (each `wait_for_var`,
-    /// acquire, deletion, and bulk segment), as
-    /// [`Engine::pushed_ops`](crate::Engine::pushed_ops) counts them.
+    /// acquire, deletion, and bulk segment).
     pub pushed: u64,
     /// Ops completed, whatever their outcome (counted as `pushed` is).
     pub completed: u64,

@@ -23,19 +23,19 @@ fn resident() -> Option<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_bound_pushes_are_refused_and_slots_come_back() {
     let engine = engine(4);
-    assert_eq!(engine.max_in_flight(), Some(4));
+    assert_eq!(engine.settings().max_in_flight, Some(4));
     let gate = engine.var(());
     let held = gate.write().await.unwrap();
     // Four ops wait behind the held guard: the bound is reached.
     let waiting: Vec<_> = (0..4).map(|_| engine.op("wait").read(&gate).run(|(_g,), ()| Ok(()))).collect();
-    assert_eq!(engine.in_flight(), 4);
+    assert_eq!(engine.metrics().slots_used, 4);
     let err = engine.op("more").try_run(|(), ()| Ok(())).unwrap_err();
     assert!(err.is_full() && err.to_string().contains("limit of 4"), "{err}");
     assert!(engine.op("more").run(|(), ()| Ok(())).await.unwrap_err().is_full());
     assert!(engine.op("more").run_detached(|(), ()| Ok(())).unwrap_err().is_full());
-    let pushed = engine.pushed_ops();
+    let pushed = engine.metrics().pushed;
     assert!(engine.op("more").try_run(|(), ()| Ok(())).is_err());
-    assert_eq!(engine.pushed_ops(), pushed, "a refused push pushes nothing");
+    assert_eq!(engine.metrics().pushed, pushed, "a refused push pushes nothing");
     // Waits and acquires are not counted.
     drop(engine.wait_for_var(&gate));
     drop(held);
@@ -43,7 +43,7 @@ async fn at_the_bound_pushes_are_refused_and_slots_come_back() {
         w.await.unwrap();
     }
     engine.wait_for_all().await.unwrap();
-    assert_eq!(engine.in_flight(), 0);
+    assert_eq!(engine.metrics().slots_used, 0);
     assert!(engine.op("again").run(|(), ()| Ok(())).await.is_ok());
 }
 
@@ -70,7 +70,7 @@ async fn reserve_waits_for_room_and_gives_it_back_when_dropped() {
     .await
     .expect("the reservation was never woken");
     let room = assert_ready!(waiting.poll());
-    assert_eq!(engine.in_flight(), 1, "the reservation holds one slot");
+    assert_eq!(engine.metrics().slots_used, 1, "the reservation holds one slot");
     // Its op cannot be refused as full, even with the other slot taken.
     let other = engine.op("other").read(&gate).run(|(_g,), ()| Ok(()));
     let mine = room.op("mine").run(|(), ()| Ok(7));
@@ -79,7 +79,7 @@ async fn reserve_waits_for_room_and_gives_it_back_when_dropped() {
     // A reservation dropped unused gives its slot back.
     drop(engine.reserve().await);
     engine.wait_for_all().await.unwrap();
-    assert_eq!(engine.in_flight(), 0);
+    assert_eq!(engine.metrics().slots_used, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,20 +111,20 @@ async fn every_way_an_op_leaves_gives_its_slot_back() {
     assert!(failed.await.is_err());
     assert!(skipped.await.unwrap_err().is_skipped());
     let _ = engine.wait_for_all().await;
-    assert_eq!(engine.in_flight(), 0);
-    assert_eq!(no_runtime.in_flight(), 0);
+    assert_eq!(engine.metrics().slots_used, 0);
+    assert_eq!(no_runtime.metrics().slots_used, 0);
     // A cancelling shutdown resolves queued ops: their slots come back too.
     assert!(engine.wait_for_var(&v).await.is_err(), "the failure is taken");
     let held = v.write().await.unwrap();
     let queued: Vec<_> = (0..8).map(|_| engine.op("queued").write(&v).run(|(), (_v,)| Ok(()))).collect();
-    assert_eq!(engine.in_flight(), 8);
+    assert_eq!(engine.metrics().slots_used, 8);
     let shutdown = engine.shutdown(ShutdownMode::Cancel);
     drop(held);
     let _ = shutdown.await;
     for q in queued {
         assert!(q.await.unwrap_err().is_cancelled());
     }
-    assert_eq!(engine.in_flight(), 0);
+    assert_eq!(engine.metrics().slots_used, 0);
 }
 
 #[test]
@@ -148,8 +148,8 @@ fn memory_stays_bounded_under_a_flood_past_the_bound() {
     // 300,000 queued ops would take tens of MiB; refused ones take nothing.
     assert!(growth < 8 << 20, "resident memory grew by {growth} bytes under the flood");
     drop(held);
-    engine.blocking_wait_for_all().unwrap();
-    assert_eq!(engine.in_flight(), 0);
+    engine.wait_for_all().blocking_wait().unwrap();
+    assert_eq!(engine.metrics().slots_used, 0);
 }
 
 /// An op's slot is back before its handle says it completed: a caller
@@ -174,6 +174,6 @@ fn a_completed_op_has_given_its_slot_back() {
                 }
             }
         }
-        assert_eq!(engine.in_flight(), 0, "push {i}: the slot was not back");
+        assert_eq!(engine.metrics().slots_used, 0, "push {i}: the slot was not back");
     }
 }

@@ -59,10 +59,10 @@ fn eventually(what: &str, done: impl Fn() -> bool) {
 
 #[test]
 fn bulk_size_is_configured() {
-    assert_eq!(engine(8).bulk_size(), 8);
-    assert_eq!(engine(1).bulk_size(), 1);
+    assert_eq!(engine(8).settings().bulk_size, 8);
+    assert_eq!(engine(1).settings().bulk_size, 1);
     let naive = Engine::builder().kind(depengine::engine::EngineKind::Naive).bulk_size(8).build().unwrap();
-    assert_eq!(naive.bulk_size(), 1, "the naive engine runs every op at its push");
+    assert_eq!(naive.settings().bulk_size, 1, "the naive engine runs every op at its push");
     assert!(Engine::builder().bulk_size(0).build().unwrap_err().is_invalid_argument());
 }
 
@@ -73,7 +73,7 @@ fn ops_fuse_while_the_workers_are_busy() {
     let engine = engine(8);
     let v = engine.var(Vec::new());
     let release = hold_worker(&engine);
-    let before = engine.pushed_ops();
+    let before = engine.metrics().pushed;
     for i in 0..32u32 {
         engine
             .op("push")
@@ -84,9 +84,9 @@ fn ops_fuse_while_the_workers_are_busy() {
             })
             .unwrap();
     }
-    assert_eq!(engine.pushed_ops() - before, 32 + 4, "32 ops in four full segments");
+    assert_eq!(engine.metrics().pushed - before, 32 + 4, "32 ops in four full segments");
     release.send(()).unwrap();
-    engine.blocking_wait_for_all().unwrap();
+    engine.wait_for_all().blocking_wait().unwrap();
     let values = engine.op("get").read(&v).run(|(v,), ()| Ok(v.clone())).blocking_wait().unwrap();
     assert_eq!(values, (0..32).collect::<Vec<_>>());
     assert_eq!(v.version(), 32, "every fused write counts");
@@ -117,9 +117,9 @@ fn polling_a_handle_pushes_the_open_segment() {
     let engine = engine(16);
     let release = hold_worker(&engine);
     let mut h = engine.op("member").run(|(), ()| Ok(7));
-    let before = engine.pushed_ops();
+    let before = engine.metrics().pushed;
     assert!(futures::FutureExt::now_or_never(&mut h).is_none());
-    assert_eq!(engine.pushed_ops(), before + 1, "the poll pushed the segment");
+    assert_eq!(engine.metrics().pushed, before + 1, "the poll pushed the segment");
     release.send(()).unwrap();
     assert_eq!(h.blocking_wait().unwrap(), 7);
 }
@@ -132,7 +132,7 @@ fn errors_inside_a_segment_follow_the_gate() {
     let engine = engine(16);
     let (x, y, z) = (engine.var(0u32), engine.var(0u32), engine.var(0u32));
     let release = hold_worker(&engine);
-    let before = engine.pushed_ops();
+    let before = engine.metrics().pushed;
     let a = engine.op("a").write(&x).run(|(), _| Err::<(), _>("a failed".into()));
     let b = engine.op("b").read(&x).write(&y).run(|(x,), (mut y,)| {
         *y = *x + 1;
@@ -143,7 +143,7 @@ fn errors_inside_a_segment_follow_the_gate() {
         Ok(())
     });
     let d = engine.op("d").no_skip(true).read(&x).run(|(x,), ()| Ok(*x));
-    assert_eq!(engine.pushed_ops(), before + 4, "the four ops are still in one open segment");
+    assert_eq!(engine.metrics().pushed, before + 4, "the four ops are still in one open segment");
     release.send(()).unwrap();
     assert!(a.blocking_wait().unwrap_err().is_failed());
     let b = b.blocking_wait().unwrap_err();

@@ -40,14 +40,14 @@ fn report(built: depengine::Result<Engine>) {
         Ok(e) => println!(
             "config: kind={:?} workers={} bulk={} spin={:?} gpu_workers={} gpu_copy_workers={} sim_gpus={} \
              max_in_flight={:?} timing={}",
-            e.kind(),
-            e.cpu_workers(),
-            e.bulk_size(),
-            e.spin(),
-            e.gpu_workers(),
-            e.gpu_copy_workers(),
-            e.simulated_gpus(),
-            e.max_in_flight(),
+            e.settings().kind,
+            e.settings().cpu_workers,
+            e.settings().bulk_size,
+            e.settings().spin,
+            e.settings().gpu_workers,
+            e.settings().gpu_copy_workers,
+            e.settings().simulated_gpus,
+            e.settings().max_in_flight,
             e.metrics().timing,
         ),
         Err(e) => println!("config error: {e}"),
@@ -161,7 +161,7 @@ fn gpu_settings_follow_the_same_precedence() {
     let out = child("child_with_defaults", &[("DEPENGINE_SIM_GPUS", "two")]);
     assert!(out.contains("DEPENGINE_SIM_GPUS=\"two\": expected a number of devices"), "{out}");
     let engine = Engine::builder().gpu_workers(2).simulated_gpus(1).build().unwrap();
-    assert_eq!((engine.gpu_workers(), engine.simulated_gpus()), (2, 1));
+    assert_eq!((engine.settings().gpu_workers, engine.settings().simulated_gpus), (2, 1));
     assert!(engine.gpu(0).unwrap().sim().is_some());
 }
 
@@ -175,7 +175,7 @@ fn max_in_flight_is_a_setting() {
     let out = child("child_with_defaults", &[("DEPENGINE_MAX_IN_FLIGHT", "0")]);
     assert!(out.contains("DEPENGINE_MAX_IN_FLIGHT must be at least 1"), "{out}");
     let engine = Engine::builder().max_in_flight(3).build().unwrap();
-    assert_eq!(engine.max_in_flight(), Some(3));
+    assert_eq!(engine.settings().max_in_flight, Some(3));
 }
 
 /// Timing metrics: off by default; builder, else environment.

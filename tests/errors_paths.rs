@@ -77,9 +77,9 @@ fn failure_propagates_through_written_vars_and_names_the_root() {
         assert_eq!(unaffected.blocking_wait().unwrap(), 1);
         assert_eq!(ran.load(Ordering::SeqCst), 1, "skipped bodies never ran");
         // wait_for_all reports the first failure once.
-        let first = engine.blocking_wait_for_all().unwrap_err();
+        let first = engine.wait_for_all().blocking_wait().unwrap_err();
         assert!(first.same_as(&root), "{first}");
-        engine.blocking_wait_for_all().unwrap();
+        engine.wait_for_all().blocking_wait().unwrap();
         // wait_for_var reports the var's error and clears it.
         assert!(engine.blocking_wait_for_var(&c).unwrap_err().same_as(&root));
         engine.blocking_wait_for_var(&c).unwrap();
@@ -204,7 +204,7 @@ fn push_after_close_is_refused() {
     assert!(err.is_shutdown(), "{err}");
     assert!(v.write().blocking_wait().unwrap_err().is_shutdown());
     assert!(engine.wait_for_var(&v).blocking_wait().unwrap_err().is_shutdown());
-    engine.blocking_wait_for_all().unwrap();
+    engine.wait_for_all().blocking_wait().unwrap();
     engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
 }
 
@@ -212,7 +212,7 @@ fn push_after_close_is_refused() {
 async fn blocking_waits_refuse_inside_runtime() {
     let engine = Engine::new();
     let v = engine.var(0u32);
-    let err = engine.blocking_wait_for_all().unwrap_err();
+    let err = engine.wait_for_all().blocking_wait().unwrap_err();
     assert!(err.is_blocking_in_runtime(), "{err}");
     assert!(engine.blocking_wait_for_var(&v).unwrap_err().is_blocking_in_runtime());
     let h = engine.op("x").read(&v).run(|_, ()| Ok(()));
@@ -226,7 +226,7 @@ async fn blocking_waits_refuse_inside_runtime() {
 #[tokio::test(flavor = "current_thread")]
 async fn blocking_wait_refuses_on_current_thread_runtime_too() {
     let engine = Engine::new();
-    assert!(engine.blocking_wait_for_all().unwrap_err().is_blocking_in_runtime());
+    assert!(engine.wait_for_all().blocking_wait().unwrap_err().is_blocking_in_runtime());
 }
 
 #[test]
@@ -375,7 +375,7 @@ fn panicking_destructors_outside_bodies_hang_nothing() {
         drop(held);
         assert!(fail.blocking_wait().is_err());
         assert!(skipped.blocking_wait().unwrap_err().is_skipped());
-        engine.blocking_wait_for_all().unwrap_err();
+        engine.wait_for_all().blocking_wait().unwrap_err();
         engine.blocking_wait_for_var(&v).unwrap_err();
         // Workers are alive and nothing is stuck.
         for _ in 0..10 {
@@ -401,14 +401,14 @@ fn detached_ops_report_failures_through_vars_and_wait_for_all() {
         let skipped = engine.op("after").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap_err();
         assert!(skipped.is_skipped(), "{skipped}");
         assert!(skipped.to_string().contains("no luck"), "{skipped}");
-        let err = engine.blocking_wait_for_all().unwrap_err();
+        let err = engine.wait_for_all().blocking_wait().unwrap_err();
         assert!(err.is_failed() && err.to_string().contains("no luck"), "{err}");
         assert!(engine.blocking_wait_for_var(&v).unwrap_err().is_failed(), "the var carried the failure");
 
         engine.op("panics").write(&w).run_detached(|(), (_w,)| panic!("kaboom")).unwrap();
-        let err = engine.blocking_wait_for_all().unwrap_err();
+        let err = engine.wait_for_all().blocking_wait().unwrap_err();
         assert!(err.is_panic(), "{err}");
-        assert!(engine.blocking_wait_for_all().is_ok(), "reported once");
+        assert!(engine.wait_for_all().blocking_wait().is_ok(), "reported once");
 
         let gone = engine.var(0u32);
         drop(engine.delete_var(&gone));

@@ -57,15 +57,15 @@ fn cancelled_ops_count_against_the_bound_until_they_leave_their_vars() {
             drop(h);
         }
         assert_eq!((accepted, refused), (8, 992), "abort={abort}");
-        assert_eq!(engine.in_flight(), 8, "abort={abort}");
+        assert_eq!(engine.metrics().slots_used, 8, "abort={abort}");
         drop(held);
         engine.blocking_wait_for_var(&v).unwrap();
         // The cancelled reads leave as the var reaches them.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while engine.in_flight() > 0 && std::time::Instant::now() < deadline {
+        while engine.metrics().slots_used > 0 && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        assert_eq!(engine.in_flight(), 0, "abort={abort}");
+        assert_eq!(engine.metrics().slots_used, 0, "abort={abort}");
         assert_eq!(engine.op("after").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap(), 0);
     }
 }

@@ -106,7 +106,7 @@ fn waits_that_would_wait_for_their_own_op_are_refused() {
                 .write(&v)
                 .read(&w)
                 .run(move |(_w,), (_v,)| {
-                    let all = e.blocking_wait_for_all().unwrap_err();
+                    let all = e.wait_for_all().blocking_wait().unwrap_err();
                     let on_var = e.blocking_wait_for_var(&vv).unwrap_err();
                     let on_read_var = e.blocking_wait_for_var(&ww).unwrap_err();
                     let behind = e.op("needs v").read(&vv).run(|(v,), ()| Ok(*v));
@@ -119,9 +119,9 @@ fn waits_that_would_wait_for_their_own_op_are_refused() {
             for err in &errors {
                 assert!(err.is_would_deadlock(), "{kind:?}: {err}");
             }
-            assert!(errors[0].to_string().contains("blocking_wait_for_all"), "{}", errors[0]);
+            assert!(errors[0].to_string().contains("wait_for_all"), "{}", errors[0]);
             assert!(!engine.is_closed(), "{kind:?}: a refused shutdown closed the engine");
-            engine.blocking_wait_for_all().unwrap();
+            engine.wait_for_all().blocking_wait().unwrap();
             assert_eq!(engine.op("after").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap(), 0);
         });
     }
@@ -199,7 +199,7 @@ fn a_panicking_destructor_of_var_data_does_not_escape_through_a_handle() {
             let v = engine.var(PanicsOnDrop);
             let op = engine.op("reads").read(&v).run(|(_v,), ()| Ok(7u32));
             drop(v);
-            engine.blocking_wait_for_all().unwrap();
+            engine.wait_for_all().blocking_wait().unwrap();
             catch_unwind(AssertUnwindSafe(move || drop(op))).expect("a panic escaped the handle's drop");
         }
     }
@@ -235,7 +235,7 @@ fn a_body_that_pushes_its_continuation_does_not_overflow_the_stack() {
             let engine = Engine::builder().kind(kind).cpu_workers(1).build().unwrap();
             let count = Arc::new(AtomicU64::new(0));
             continue_from(engine.clone(), engine.var(0u64), count.clone(), lane, DEPTH);
-            engine.blocking_wait_for_all().unwrap();
+            engine.wait_for_all().blocking_wait().unwrap();
             count.load(Ordering::SeqCst)
         });
         assert_eq!(count, DEPTH, "{kind:?} {lane:?}");
@@ -261,7 +261,7 @@ fn a_write_guard_dropped_in_a_panic_poisons_its_var() {
         let next = engine.op("next").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap_err();
         assert!(next.is_skipped(), "{kind:?}: {next}");
         assert!(next.root().is_panic() && next.root().to_string().contains("write guard"), "{}", next.root());
-        assert!(engine.blocking_wait_for_all().unwrap_err().is_panic(), "{kind:?}");
+        assert!(engine.wait_for_all().blocking_wait().unwrap_err().is_panic(), "{kind:?}");
         assert!(engine.blocking_wait_for_var(&v).unwrap_err().is_panic(), "{kind:?}");
         assert_eq!(engine.op("again").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap(), 99);
         assert_eq!(engine.op("r").read(&r).run(|(r,), ()| Ok(*r)).blocking_wait().unwrap(), 2, "{kind:?}");
@@ -415,7 +415,7 @@ fn abort_and_cancel_on_drop_cancel_ops_that_have_not_started() {
             assert_eq!(running.blocking_wait().unwrap(), 1);
             assert!(aborted.blocking_wait().unwrap_err().is_cancelled(), "bulk={bulk}");
             assert_eq!(kept.blocking_wait().unwrap(), 11, "bulk={bulk}: no error was left on the var");
-            engine.blocking_wait_for_all().unwrap();
+            engine.wait_for_all().blocking_wait().unwrap();
             assert_eq!(ran.load(Ordering::SeqCst), 1, "bulk={bulk}: a cancelled body ran");
         });
     }

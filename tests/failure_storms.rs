@@ -40,12 +40,12 @@ fn storms_of_reservations_aborts_and_every_op_kind_lose_no_slot() {
             })
             .collect();
         pushers.into_iter().for_each(|p| p.join().unwrap());
-        let _ = engine.blocking_wait_for_all();
+        let _ = engine.wait_for_all().blocking_wait();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while engine.in_flight() > 0 && std::time::Instant::now() < deadline {
+        while engine.metrics().slots_used > 0 && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert_eq!(engine.in_flight(), 0, "storm {storm}: a slot was lost");
+        assert_eq!(engine.metrics().slots_used, 0, "storm {storm}: a slot was lost");
         let m = engine.metrics();
         assert_eq!((m.waiting_on_vars, m.cancelled_on_vars, m.slots_used), (0, 0, 0), "storm {storm}: {m:?}");
         let mode = if storm % 2 == 0 { ShutdownMode::Drain } else { ShutdownMode::Cancel };
@@ -138,7 +138,7 @@ fn an_abort_racing_the_start_never_runs_a_body_twice_or_after_it_won() {
         }
         drop(send);
         let aborted = aborter.join().unwrap();
-        engine.blocking_wait_for_all().unwrap();
+        engine.wait_for_all().blocking_wait().unwrap();
         for (i, won) in aborted {
             let ran = runs[i].load(Ordering::Relaxed);
             assert_eq!(ran, u32::from(!won), "op {i}: aborted {won}, ran {ran} times");

@@ -142,7 +142,7 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
         for (i, (x, y)) in input.iter().zip(&out).enumerate() {
             assert_eq!(*y, x * 5.0, "element {i}");
         }
-        engine.blocking_wait_for_all().unwrap();
+        engine.wait_for_all().blocking_wait().unwrap();
         assert!(gpu.completions() >= 5);
         super::cuda_double::assert_clean();
     }
@@ -195,12 +195,12 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
         let a: Buf = engine.var(gpu.buffer(&[1.0f32; 64]).unwrap());
         let b: Buf = engine.var(gpu.buffer(&[0.0f32; 64]).unwrap());
         scale(&engine, &scale_f, &a, &b, 2.0);
-        engine.blocking_wait_for_all().unwrap();
+        engine.wait_for_all().blocking_wait().unwrap();
         let doomed = gpu.buffer(&[0.0f32; 8]).unwrap();
         super::cuda_double::inject("cuMemFreeAsync", 1, false, 0);
         drop(doomed);
         scale(&engine, &scale_f, &b, &a, 2.0);
-        engine.blocking_wait_for_all().expect("an op unrelated to the failed free succeeds");
+        engine.wait_for_all().blocking_wait().expect("an op unrelated to the failed free succeeds");
         // The drop took its error back: nothing is left for the next call.
         assert!(gpu.cuda().unwrap().check_err().is_ok(), "a failed free's error is left parked");
         super::cuda_double::assert_clean();
@@ -275,7 +275,7 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
             let h2d = engine.op("h2d").read(&host).write(&dev).device(Device::Gpu(0)).lane(Lane::CopyToGpu);
             h2d.run_gpu(|(src,), (mut dst,), ctx| Ok(ctx.copy_to_gpu(&src, &mut dst)?));
         }
-        engine.blocking_wait_for_all().unwrap();
+        engine.wait_for_all().blocking_wait().unwrap();
         assert_eq!(
             super::cuda_double::calls("cuStreamWaitEvent") - before,
             0,
@@ -303,7 +303,7 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
             let d2h = engine.op("d2h").read(&dev).write(&host).device(Device::Gpu(0)).lane(Lane::CopyFromGpu);
             d2h.run_gpu(|(src,), (mut dst,), ctx| Ok(ctx.copy_to_host(&src, &mut dst)?));
         }
-        engine.blocking_wait_for_all().unwrap();
+        engine.wait_for_all().blocking_wait().unwrap();
         engine.blocking_shutdown(depengine::ShutdownMode::Drain).unwrap();
         super::cuda_double::set_delay_us(0);
         super::cuda_double::assert_clean();
@@ -341,7 +341,7 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
         })
         .blocking_wait()
         .unwrap();
-        engine.blocking_wait_for_all().unwrap();
+        engine.wait_for_all().blocking_wait().unwrap();
         super::cuda_double::set_delay_us(0);
         let out = engine.var(gpu.host_buffer(&[0.0f32; 1024]).unwrap());
         let d2h = engine.op("d2h").read(&v).write(&out).device(Device::Gpu(0)).lane(Lane::CopyFromGpu);

@@ -319,7 +319,7 @@ extern "C" __global__ void mix_op(unsigned long long* w0, unsigned long long* w1
                     assert_eq!(got.is_err(), model.errs[*v].take().is_some(), "{what}: {got:?}");
                 }
                 Step::WaitAll => {
-                    let got = engine.blocking_wait_for_all();
+                    let got = engine.wait_for_all().blocking_wait();
                     assert_eq!(got.is_err(), std::mem::take(&mut model.failed), "{what}: {got:?}");
                 }
             }

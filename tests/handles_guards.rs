@@ -57,7 +57,7 @@ fn guards_held_past_the_signal_complete_the_op_and_free_it() {
             assert!(std::time::Instant::now() < deadline, "{kind:?}: the record was never freed");
             std::thread::yield_now();
         }
-        engine.blocking_wait_for_all().unwrap();
+        engine.wait_for_all().blocking_wait().unwrap();
         assert_eq!(dropped.load(Ordering::SeqCst), 1, "{kind:?}");
     }
 }
@@ -97,7 +97,7 @@ fn guards_racing_the_body_s_return_complete_each_op_once() {
                 drop(result);
             }
         }
-        engine.blocking_wait_for_all().unwrap();
+        engine.wait_for_all().blocking_wait().unwrap();
         let last = engine.op("last").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap();
         assert_eq!(last, OPS, "{kind:?}");
         drop(tx);

@@ -134,7 +134,7 @@ fn a_size_mismatch_fails_on_every_rank(engine: &Engine, mpi: &Collectives) {
     let after = engine.var(vec![1u64]);
     mpi.all_reduce(&after, Reduce::Sum).blocking_wait().expect("in step after a mismatch");
     assert_eq!(read(&after), vec![mpi.size() as u64]);
-    engine.blocking_wait_for_all().expect_err("wait_for_all reports the failed collective");
+    engine.wait_for_all().blocking_wait().expect_err("wait_for_all reports the failed collective");
 }
 
 fn an_upstream_failure_fails_on_every_rank(engine: &Engine, mpi: &Collectives) {
@@ -153,7 +153,7 @@ fn an_upstream_failure_fails_on_every_rank(engine: &Engine, mpi: &Collectives) {
         other => panic!("not an upstream failure: {other}"),
     }
     let _ = futures::executor::block_on(engine.wait_for_var(&v));
-    engine.blocking_wait_for_all().expect_err("wait_for_all reports the failed collective");
+    engine.wait_for_all().blocking_wait().expect_err("wait_for_all reports the failed collective");
 }
 
 /// A collective whose push is refused on one rank (its var deleted there)
@@ -177,7 +177,7 @@ fn a_collective_refused_on_one_rank_fails_on_every_rank(engine: &Engine, mpi: &C
     let after = engine.var(vec![1u64]);
     mpi.all_reduce(&after, Reduce::Sum).blocking_wait().expect("in step after a refusal");
     assert_eq!(read(&after), vec![mpi.size() as u64]);
-    let _ = engine.blocking_wait_for_all();
+    let _ = engine.wait_for_all().blocking_wait();
 }
 
 /// While rank 1 is late, rank 0's collective holds its var, and the hang
@@ -249,7 +249,7 @@ fn random_programs_match_a_model_of_every_rank(engine: &Engine, mpi: &Collective
                 }
             }
         }
-        engine.blocking_wait_for_all().expect("the program ran");
+        engine.wait_for_all().blocking_wait().expect("the program ran");
         for (k, var) in vars.iter().enumerate() {
             assert_eq!(read(var), model[rank][k], "seed {seed}, var {k}");
         }

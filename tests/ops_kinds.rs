@@ -140,32 +140,33 @@ fn future_op_on_a_runtime_that_is_gone_resolves_with_an_error() {
     assert_eq!(engine.op("later").write(&v).run(|(), (v,)| Ok(*v)).blocking_wait().unwrap(), 0);
 }
 
+/// Untyped tags (MXNet's `NewVariable`, `PushSync`, `PushAsync`): ops that
+/// declare a bare `Var<()>` by its `AnyVar`, sync and async, in push order.
 #[test]
-fn low_level_tags_push_sync_and_push_async() {
+fn low_level_tags_order_sync_and_async_ops() {
     let engine = Engine::new();
-    let tag = engine.new_var().any();
+    let tag = engine.var(()).any();
     let data = Arc::new(std::sync::Mutex::new(Vec::new()));
     for i in 0..50 {
         let data = data.clone();
+        let op = engine.op(if i % 2 == 0 { "sync" } else { "async" }).write_any(&tag);
         if i % 2 == 0 {
-            engine
-                .push_sync("sync", &[], std::slice::from_ref(&tag), move || {
-                    data.lock().unwrap().push(i);
-                    Ok(())
-                })
-                .unwrap();
+            op.try_run(move |(), ()| {
+                data.lock().unwrap().push(i);
+                Ok(())
+            })
+            .unwrap();
         } else {
-            engine
-                .push_async("async", &[], std::slice::from_ref(&tag), move |done| {
-                    std::thread::spawn(move || {
-                        data.lock().unwrap().push(i);
-                        done.succeed(());
-                    });
-                })
-                .unwrap();
+            op.try_run_async(move |(), (), done| {
+                std::thread::spawn(move || {
+                    data.lock().unwrap().push(i);
+                    done.succeed(());
+                });
+            })
+            .unwrap();
         }
     }
-    engine.blocking_wait_for_all().unwrap();
+    engine.wait_for_all().blocking_wait().unwrap();
     assert_eq!(*data.lock().unwrap(), (0..50).collect::<Vec<_>>());
     assert_eq!(tag.version(), 50);
 }

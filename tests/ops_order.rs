@@ -145,7 +145,7 @@ fn ops_queued_by_a_thread_that_exits_run_in_its_order() {
     blocker.blocking_wait().unwrap();
     let (done_tx, done) = std::sync::mpsc::channel();
     let waiter = engine.clone();
-    std::thread::spawn(move || done_tx.send(waiter.blocking_wait_for_all()));
+    std::thread::spawn(move || done_tx.send(waiter.wait_for_all().blocking_wait()));
     done.recv_timeout(Duration::from_secs(10)).expect("the exited thread's ops never ran").unwrap();
     assert_eq!(*order.lock().unwrap(), (0..200).collect::<Vec<_>>());
 }
@@ -190,7 +190,7 @@ fn a_pushing_thread_does_not_starve_ops_queued_by_workers() {
     // Workers take at most 64 ops in a row from one queue while another
     // holds ops.
     assert!(ran_before <= 65, "the worker's op waited for {ran_before} ops queued by the pushing thread");
-    engine.blocking_wait_for_all().unwrap();
+    engine.wait_for_all().blocking_wait().unwrap();
     assert_eq!(all.load(Ordering::SeqCst), 1000);
 }
 
@@ -219,7 +219,7 @@ fn detached_ops_keep_push_order_with_the_others() {
                     .unwrap();
             }
         }
-        engine.blocking_wait_for_all().unwrap();
+        engine.wait_for_all().blocking_wait().unwrap();
         let got = futures::executor::block_on(log.read()).unwrap().clone();
         assert_eq!(got, (0..2_000).collect::<Vec<_>>(), "{kind:?}");
         for (k, h) in handles.into_iter().enumerate() {
@@ -258,7 +258,7 @@ fn a_batch_orders_its_ops_as_single_pushes_would() {
                 }
             }
             batch.submit().unwrap();
-            engine.blocking_wait_for_all().unwrap();
+            engine.wait_for_all().blocking_wait().unwrap();
             vars.iter()
                 .map(|v| engine.op("get").read(v).run(|(v,), ()| Ok(v.clone())).blocking_wait().unwrap())
                 .collect::<Vec<_>>()

@@ -179,7 +179,7 @@ fn pushed_while_held(
     drop(entered);
     release.send(()).unwrap();
     blocker.blocking_wait().unwrap();
-    engine.blocking_wait_for_all().unwrap();
+    engine.wait_for_all().blocking_wait().unwrap();
     assert_eq!(ran.load(Ordering::SeqCst), n, "every op ran once");
     here.load(Ordering::SeqCst)
 }
@@ -229,6 +229,6 @@ fn a_crowded_pushing_thread_runs_its_ops_itself_where_it_may() {
         .unwrap();
     release.send(()).unwrap();
     blocker.blocking_wait().unwrap();
-    crowded.blocking_wait_for_all().unwrap();
+    crowded.wait_for_all().blocking_wait().unwrap();
     assert_eq!(here.load(Ordering::SeqCst), 0, "inside a body");
 }

@@ -404,7 +404,7 @@ fn a_profiler_left_on_keeps_a_bounded_profile() {
             assert!(snapshot.ops().len() <= 100);
         }
     }
-    engine.blocking_wait_for_all().unwrap();
+    engine.wait_for_all().blocking_wait().unwrap();
     let profile = engine.profiler().stop();
     assert_eq!(profile.ops().len(), 100);
     assert_eq!(profile.dropped(), 4_900);

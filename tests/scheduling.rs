@@ -67,7 +67,7 @@ fn a_long_chain_does_not_starve_queued_ops() {
     let other = engine.op("other").run(move |(), ()| Ok(seen.load(Ordering::Relaxed)));
     let at = other.blocking_wait().unwrap();
     assert!(at < LINKS, "the queued op ran only after the whole chain");
-    engine.blocking_wait_for_all().unwrap();
+    engine.wait_for_all().blocking_wait().unwrap();
     assert_eq!(*futures::executor::block_on(chain.read()).unwrap(), LINKS);
 }
 

@@ -151,7 +151,7 @@ async fn clients_that_hang_up_cost_no_run_and_wedge_nothing() {
     // Every request has reached its handler and pushed its op (each holds
     // a slot of the bound; with bulk execution on, some may wait in a
     // segment rather than on a var)…
-    eventually("every request pushed", || engine.in_flight() == 100).await;
+    eventually("every request pushed", || engine.metrics().slots_used == 100).await;
     // …when its client hangs up.
     for h in &hang_ups {
         h.abort();
@@ -166,7 +166,7 @@ async fn clients_that_hang_up_cost_no_run_and_wedge_nothing() {
     eventually("every orphaned op cancelled", || engine.metrics().cancelled == 100).await;
     // Those queued on the shard stay there, cancelled, holding their slots,
     // until the shard reaches them.
-    assert_eq!(engine.in_flight(), 100);
+    assert_eq!(engine.metrics().slots_used, 100);
     assert_eq!(server.app.computed(), 0, "a hung-up request ran its body");
     drop(held);
     let client = client();
@@ -232,7 +232,7 @@ async fn overload_is_answered_503_and_service_comes_back() {
             tokio::spawn(async move { predict(&client, &base, i as f32).await.unwrap() })
         })
         .collect();
-    eventually("the bound reached", || engine.in_flight() == max).await;
+    eventually("the bound reached", || engine.metrics().slots_used == max).await;
     // A flood past the bound: every answer is a 503 with Retry-After, and
     // memory stays bounded.
     let before = resident();
@@ -258,7 +258,7 @@ async fn overload_is_answered_503_and_service_comes_back() {
         let grown = after.saturating_sub(before);
         assert!(grown < 64 << 20, "2,000 refused requests grew resident memory by {grown} bytes");
     }
-    assert_eq!(engine.in_flight(), max);
+    assert_eq!(engine.metrics().slots_used, max);
     let m = engine.metrics();
     assert_eq!((m.max_in_flight, m.slots_used, m.refused_full), (Some(max), max, 2_000));
     drop(held);

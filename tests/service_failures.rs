@@ -27,7 +27,7 @@ fn an_op_that_does_not_poison_fails_alone() {
         assert_eq!(sum.blocking_wait().unwrap(), 3.0);
         assert!(engine.blocking_wait_for_var(&model).is_ok(), "the var carries no error");
         // The failure is still reported once, to whoever waits for all.
-        let err = engine.blocking_wait_for_all().unwrap_err();
+        let err = engine.wait_for_all().blocking_wait().unwrap_err();
         assert!(err.is_failed(), "{err}");
         // A panic while the write guard is held breaks the promise: the
         // guard, dropped in the unwinding, poisons its var all the same.
@@ -43,7 +43,7 @@ fn an_op_that_does_not_poison_fails_alone() {
         // var is usable again (repair it in an op first if need be).
         assert!(engine.blocking_wait_for_var(&model).unwrap_err().is_panic());
         assert!(engine.op("request").read(&model).run(|(m,), ()| Ok(m.len())).blocking_wait().is_ok());
-        let _ = engine.blocking_wait_for_all();
+        let _ = engine.wait_for_all().blocking_wait();
         // By default the failure poisons, as MXNet's does.
         let poisoning = engine
             .op("update")
@@ -93,7 +93,7 @@ fn a_shutdown_reports_only_failures_nobody_was_handed() {
     let engine = Engine::new();
     let v = engine.var(0u32);
     assert!(fail(&engine, &v).blocking_wait().is_err());
-    assert!(engine.blocking_wait_for_all().is_err());
+    assert!(engine.wait_for_all().blocking_wait().is_err());
 }
 
 /// A repair op writes every shard of a model that a failed update left
@@ -158,8 +158,8 @@ fn a_repair_clears_the_errors_in_push_order_under_concurrent_reads() {
             assert!(shard.any().debug_state().error.is_none());
         }
         // The update's failure was reported once; the repair adds none.
-        assert!(engine.blocking_wait_for_all().unwrap_err().is_failed());
-        assert!(engine.blocking_wait_for_all().is_ok());
+        assert!(engine.wait_for_all().blocking_wait().unwrap_err().is_failed());
+        assert!(engine.wait_for_all().blocking_wait().is_ok());
     }
 }
 
@@ -190,6 +190,6 @@ fn a_failed_repair_poisons_and_a_read_var_keeps_its_error() {
         repair.blocking_wait().unwrap();
         let sum = engine.op("sum").read(&a).read(&b).run(|(a, b), ()| Ok(*a + *b));
         assert_eq!(sum.blocking_wait().unwrap(), 2);
-        let _ = engine.blocking_wait_for_all();
+        let _ = engine.wait_for_all().blocking_wait();
     }
 }

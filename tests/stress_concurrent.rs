@@ -68,7 +68,7 @@ fn thread_pusher(engine: Engine, vars: Vec<Var<Vec<OpId>>>, pusher: u32, ops: u3
             engine.blocking_wait_for_var(&vars[rng.below(NVARS)]).unwrap();
         }
         if seq % 331 == 0 {
-            engine.blocking_wait_for_all().unwrap();
+            engine.wait_for_all().blocking_wait().unwrap();
         }
     }
     pushed.into_iter().map(|(p, handle)| (p, handle.blocking_wait().unwrap())).collect()
@@ -183,7 +183,7 @@ fn run_stress(workers: usize, threads: u32, tasks: u32, ops: u32) {
         results.extend(batch);
     }
     assert_eq!(results.len(), ((threads + tasks) * ops) as usize, "every op completed");
-    engine.blocking_wait_for_all().unwrap();
+    engine.wait_for_all().blocking_wait().unwrap();
     let logs: Vec<Vec<OpId>> = vars.iter().map(|v| v.read().blocking_wait().unwrap().clone()).collect();
     check(&logs, &results);
     engine.blocking_shutdown(depengine::ShutdownMode::Drain).unwrap();
@@ -237,7 +237,7 @@ fn opposite_declaration_orders_never_deadlock() {
     for _ in 0..2 {
         rx.recv_timeout(Duration::from_secs(60)).expect("deadlock").unwrap();
     }
-    engine.blocking_wait_for_all().unwrap();
+    engine.wait_for_all().blocking_wait().unwrap();
     let (xs, ys) = (x.read().blocking_wait().unwrap().clone(), y.read().blocking_wait().unwrap().clone());
     assert_eq!(xs.len(), 10_000);
     assert_eq!(xs, ys, "both vars saw the ops in the same order");

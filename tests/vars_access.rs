@@ -119,7 +119,7 @@ fn debug_state_shows_who_waits() {
     assert!(state.write_running);
     assert_eq!(state.queued, [(false, "queued-reader".to_owned())]);
     drop(g);
-    engine.blocking_wait_for_all().unwrap();
+    engine.wait_for_all().blocking_wait().unwrap();
     let state = v.any().debug_state();
     assert!(state.queued.is_empty() && state.running_reads == 0 && state.version == 1);
 }
@@ -136,8 +136,8 @@ fn a_var_s_data_is_dropped_once_with_its_last_handle_of_either_kind() {
     let tag = tags[0].clone();
     // Ops declaring the var both ways hold references of both kinds.
     engine.op("typed").read(&v).run_detached(|(_r,), ()| Ok(())).unwrap();
-    drop(engine.push_sync("untyped", std::slice::from_ref(&tag), &[], || Ok(())).unwrap());
-    engine.blocking_wait_for_all().unwrap();
+    drop(engine.op("untyped").read_any(&tag).try_run(|(), ()| Ok(())).unwrap());
+    engine.wait_for_all().blocking_wait().unwrap();
     drop(v);
     drop(tags);
     assert_eq!(dropped.load(Ordering::SeqCst), 0, "an untyped handle still holds the var");

@@ -79,8 +79,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         "serving {:?} on http://{} (engine workers: {}, max in flight: {:?})",
         config.variant,
         listener.local_addr()?,
-        app.engine().cpu_workers(),
-        app.engine().max_in_flight()
+        app.engine().settings().cpu_workers,
+        app.engine().settings().max_in_flight
     );
     app::serve(app.clone(), listener, stop_signal()).await?;
     eprintln!("stopped cleanly after {} predictions", app.computed());

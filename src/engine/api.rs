@@ -9,17 +9,17 @@ use std::task::{Context, Poll};
 
 use super::acquire::AcquireBuilder;
 use super::builder::OpBuilder;
-use super::config::{Config, EngineBuilder, EngineKind};
+use super::config::{Config, EngineBuilder, Settings};
 use super::explain::Watchdog;
 use super::jobs::{DeleteJob, WaitJob};
 use super::shared::{Body, OpOptions, Role, Shared};
-use crate::error::{BoxError, Error, refuse_in_runtime};
+use crate::error::{Error, refuse_in_runtime};
 use crate::op::DepList;
 use crate::op::access::{AsVar, Decl, var_of};
-use crate::op::handle::{Completion, OpHandle};
+use crate::op::handle::OpHandle;
 use crate::op::job::{current_body_holds, inside_op_of};
 use crate::sync::latch::LatchWait;
-use crate::var::{Access, AnyVar, Owner, Var};
+use crate::var::{Access, Owner, Var};
 
 /// Var ids are unique across engines: they order lock acquisition.
 static NEXT_VAR_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -110,31 +110,27 @@ impl Engine {
         &self.handle.shared
     }
 
-    /// The engine type.
-    pub fn kind(&self) -> EngineKind {
-        self.shared().config.kind
-    }
-
-    /// Worker threads per CPU device.
-    pub fn cpu_workers(&self) -> usize {
-        self.shared().config.topology.cpu_workers
-    }
-
-    /// How long an idle worker watches its queues before it parks (see
-    /// [`EngineBuilder::spin`]).
-    pub fn spin(&self) -> std::time::Duration {
-        self.shared().config.topology.spin
+    /// The engine's settings, as built (each the builder's, else the
+    /// environment's, else the default).
+    pub fn settings(&self) -> Settings {
+        let config = &self.shared().config;
+        let topology = &config.topology;
+        Settings {
+            kind: config.kind,
+            cpu_workers: topology.cpu_workers,
+            spin: topology.spin,
+            bulk_size: self.shared().bulk.size(),
+            max_in_flight: self.shared().limit().map(|limit| limit.max()),
+            gpu_workers: topology.gpu.workers,
+            gpu_copy_workers: topology.gpu.copy_workers,
+            simulated_gpus: topology.gpu.simulated,
+            gpu_spin: topology.gpu.spin,
+        }
     }
 
     /// Whether the engine has stopped taking work.
     pub fn is_closed(&self) -> bool {
         self.shared().tracker.is_closed()
-    }
-
-    /// Ops pushed so far (internal waits and acquires included, and each
-    /// bulk segment as one more op besides its ops).
-    pub fn pushed_ops(&self) -> u64 {
-        self.shared().tracker.with_side(|intake| intake.pushed)
     }
 
     /// A new var owning `value`.
@@ -157,17 +153,6 @@ impl Engine {
         var
     }
 
-    /// A new bare tag, for state kept outside the engine (MXNet's `NewVariable`).
-    pub fn new_var(&self) -> Var<()> {
-        self.var(())
-    }
-
-    /// Most ops fused into one bulk segment (1: bulk execution is off); see
-    /// [`EngineBuilder::bulk_size`].
-    pub fn bulk_size(&self) -> usize {
-        self.shared().bulk.size()
-    }
-
     /// Pushes the open bulk segment now, if there is one, instead of when it
     /// is full or a wait needs it (see [`EngineBuilder::bulk_size`]).
     pub fn flush(&self) {
@@ -182,55 +167,6 @@ impl Engine {
     /// Starts building a multi-var acquire.
     pub fn acquire(&self) -> AcquireBuilder<'_> {
         AcquireBuilder::new(self.shared())
-    }
-
-    /// Pushes a sync op over untyped vars (MXNet's `PushSync`), on `Cpu(0)`.
-    /// For placement and priority use [`op`](Engine::op) with
-    /// [`read_any`](OpBuilder::read_any) / [`write_any`](OpBuilder::write_any).
-    ///
-    /// # Errors
-    ///
-    /// As for [`OpBuilder::try_run`].
-    pub fn push_sync<F>(
-        &self,
-        name: impl Into<Cow<'static, str>>,
-        reads: &[AnyVar],
-        writes: &[AnyVar],
-        body: F,
-    ) -> Result<OpHandle<()>, Error>
-    where
-        F: FnOnce() -> Result<(), BoxError> + Send + 'static,
-    {
-        self.untyped(name, reads, writes).try_run(move |(), ()| body())
-    }
-
-    /// Pushes an async op over untyped vars (MXNet's `PushAsync`): it
-    /// completes when its [`Completion`] is signalled.
-    ///
-    /// # Errors
-    ///
-    /// As for [`OpBuilder::try_run`].
-    pub fn push_async<F>(
-        &self,
-        name: impl Into<Cow<'static, str>>,
-        reads: &[AnyVar],
-        writes: &[AnyVar],
-        body: F,
-    ) -> Result<OpHandle<()>, Error>
-    where
-        F: FnOnce(Completion<()>) + Send + 'static,
-    {
-        self.untyped(name, reads, writes).try_run_async(move |(), (), done| body(done))
-    }
-
-    fn untyped(
-        &self,
-        name: impl Into<Cow<'static, str>>,
-        reads: &[AnyVar],
-        writes: &[AnyVar],
-    ) -> OpBuilder<'_> {
-        let op = reads.iter().fold(self.op(name), OpBuilder::read_any);
-        writes.iter().fold(op, OpBuilder::write_any)
     }
 
     /// Resolves once every write pushed to `var` before this call has
@@ -302,18 +238,6 @@ impl Engine {
             return Err(Error::would_deadlock(WHAT, "the op running this body holds the var"));
         }
         self.wait_for_var(var).blocking_wait()
-    }
-
-    /// Blocking [`wait_for_all`](Engine::wait_for_all), for non-async callers.
-    ///
-    /// # Errors
-    ///
-    /// As for `wait_for_all`, and [`Error::is_blocking_in_runtime`] inside a
-    /// Tokio runtime.
-    pub fn blocking_wait_for_all(&self) -> Result<(), Error> {
-        const WHAT: &str = "Engine::blocking_wait_for_all";
-        refuse_in_runtime(WHAT)?;
-        futures::executor::block_on(self.wait_all(WHAT))
     }
 
     /// Deletes `var` once every op pushed on it so far has completed, and
@@ -418,6 +342,20 @@ pub struct WaitForAll {
     /// The wait, or why it was refused.
     wait: Result<LatchWait, Option<Error>>,
     shared: Arc<Shared>,
+}
+
+impl WaitForAll {
+    /// Blocks the current thread until the wait resolves, for non-async
+    /// callers.
+    ///
+    /// # Errors
+    ///
+    /// As for the future, and [`Error::is_blocking_in_runtime`] inside a
+    /// Tokio runtime.
+    pub fn blocking_wait(self) -> Result<(), Error> {
+        refuse_in_runtime("WaitForAll::blocking_wait")?;
+        futures::executor::block_on(self)
+    }
 }
 
 impl Future for WaitForAll {

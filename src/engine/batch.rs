@@ -33,7 +33,7 @@ use crate::op::TaskRef;
 ///     })?;
 /// }
 /// batch.submit()?;
-/// engine.blocking_wait_for_all()?;
+/// engine.wait_for_all().blocking_wait()?;
 /// assert_eq!(engine.op("get").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait()?, 100);
 /// # Ok::<(), depengine::Error>(())
 /// ```

@@ -237,7 +237,7 @@ impl<'e, Rd, Wr, S: Slot> OpBuilder<'e, Rd, Wr, S> {
     /// });
     /// let served = engine.op("request").read(&model).run(|(m,), ()| Ok(m[0]));
     /// assert_eq!(served.blocking_wait()?, 1.0);
-    /// # let _ = engine.blocking_wait_for_all();
+    /// # let _ = engine.wait_for_all().blocking_wait();
     /// # Ok(()) }
     /// ```
     pub fn repair(mut self, repair: bool) -> Self {
@@ -324,7 +324,7 @@ impl<'e, Rd: Item, Wr: Item, S: Slot> OpBuilder<'e, Rd, Wr, S> {
     ///         Ok(())
     ///     })?;
     /// }
-    /// engine.blocking_wait_for_all()?;
+    /// engine.wait_for_all().blocking_wait()?;
     /// assert_eq!(*futures::executor::block_on(total.read())?, 55);
     /// # Ok(()) }
     /// ```

@@ -63,6 +63,40 @@ const MAX_WATCHDOG: Duration = Duration::from_secs(24 * 60 * 60);
 /// The largest bound on ops in flight (see [`EngineBuilder::max_in_flight`]).
 pub(crate) const MAX_IN_FLIGHT: usize = tokio::sync::Semaphore::MAX_PERMITS;
 
+/// An engine's settings, as built ([`Engine::settings`](crate::Engine::settings)):
+/// each the builder's, else the environment's, else the default.
+///
+/// ```
+/// let engine = depengine::Engine::builder().cpu_workers(3).build()?;
+/// assert_eq!(engine.settings().cpu_workers, 3);
+/// assert_eq!(engine.settings().spin, depengine::EngineBuilder::DEFAULT_SPIN);
+/// # Ok::<(), depengine::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Settings {
+    /// The engine type ([`EngineBuilder::kind`]).
+    pub kind: EngineKind,
+    /// Worker threads per CPU device ([`EngineBuilder::cpu_workers`]).
+    pub cpu_workers: usize,
+    /// How long an idle worker watches its queues ([`EngineBuilder::spin`]).
+    pub spin: Duration,
+    /// Most ops fused into one bulk segment; 1: bulk execution is off
+    /// ([`EngineBuilder::bulk_size`]).
+    pub bulk_size: usize,
+    /// The bound on user ops in flight, if any ([`EngineBuilder::max_in_flight`]).
+    pub max_in_flight: Option<usize>,
+    /// Compute workers per GPU device ([`EngineBuilder::gpu_workers`]).
+    pub gpu_workers: usize,
+    /// Workers per GPU device and copy lane ([`EngineBuilder::gpu_copy_workers`]).
+    pub gpu_copy_workers: usize,
+    /// GPUs `Gpu(0)` to `Gpu(n - 1)` are simulated ([`EngineBuilder::simulated_gpus`]).
+    pub simulated_gpus: usize,
+    /// How long idle GPU workers and pollers watch for work
+    /// ([`EngineBuilder::gpu_spin`]).
+    pub gpu_spin: Duration,
+}
+
 /// Settled configuration.
 #[derive(Clone, Debug)]
 pub(crate) struct Config {

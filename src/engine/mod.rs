@@ -30,7 +30,7 @@ pub use acquire::{Acquire, AcquireBuilder};
 pub use api::{Engine, Profiler, ShutdownMode, WaitForAll};
 pub use batch::Batch;
 pub use builder::OpBuilder;
-pub use config::{EngineBuilder, EngineKind};
+pub use config::{EngineBuilder, EngineKind, Settings};
 pub use limit::{NoSlot, Reserved, Slot};
 pub use prepared::PreparedOp;
 pub use reserve::Reservation;

@@ -36,7 +36,7 @@ use crate::op::{DepList, Exec};
 ///         Ok(())
 ///     })?;
 /// }
-/// engine.blocking_wait_for_all()?;
+/// engine.wait_for_all().blocking_wait()?;
 /// assert_eq!(*futures::executor::block_on(sum.read())?, 90);
 /// # Ok(()) }
 /// ```

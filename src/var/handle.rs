@@ -98,7 +98,7 @@ pub(super) struct VarInner<T> {
 ///
 /// Cloning a `Var` gives another handle to the same var. Create one with
 /// [`Engine::var`](crate::Engine::var); a bare tag for state kept outside
-/// the engine is a `Var<()>` ([`Engine::new_var`](crate::Engine::new_var)).
+/// the engine is a `Var<()>` (`engine.var(())`).
 ///
 /// # Examples
 ///

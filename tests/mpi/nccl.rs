@@ -17,7 +17,7 @@ pub fn run(engine: &Engine, mpi: &Collectives) {
     let nccl = GpuCollectives::new(mpi, &gpu).expect("NCCL sets up");
     all_reduce_and_broadcast_match_a_local_computation(engine, &gpu, &nccl);
     all_gather_and_reduce_scatter_match(engine, &gpu, &nccl);
-    engine.blocking_wait_for_all().expect("every GPU collective completed");
+    engine.wait_for_all().blocking_wait().expect("every GPU collective completed");
     an_upstream_failure_still_takes_part(engine, &gpu, &nccl);
     println!("nccl: rank {} of {}: every check passed", nccl.rank(), nccl.size());
 }
@@ -107,6 +107,6 @@ fn an_upstream_failure_still_takes_part(engine: &Engine, gpu: &Gpu, nccl: &GpuCo
     }
     let result = nccl.all_reduce(&var, Reduce::Sum).blocking_wait();
     assert_eq!(result.is_err(), nccl.rank() == 0, "{result:?}");
-    let waited = engine.blocking_wait_for_all();
+    let waited = engine.wait_for_all().blocking_wait();
     assert_eq!(waited.is_err(), nccl.rank() == 0, "{waited:?}");
 }

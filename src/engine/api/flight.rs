@@ -32,15 +32,4 @@ impl Engine {
     pub async fn reserve(&self) -> Reservation<'_> {
         Reservation::new(self.shared()).await
     }
-
-    /// The bound on user ops in flight, if the engine has one.
-    pub fn max_in_flight(&self) -> Option<usize> {
-        self.shared().limit().map(|limit| limit.max())
-    }
-
-    /// User ops in flight now (pushed or reserved, not yet completed),
-    /// on an engine with a bound (0 without one).
-    pub fn in_flight(&self) -> usize {
-        self.shared().limit().map_or(0, |limit| limit.max() - limit.free())
-    }
 }

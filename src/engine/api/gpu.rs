@@ -16,21 +16,4 @@ impl Engine {
     pub fn gpu(&self, ordinal: usize) -> Result<Gpu, Error> {
         self.shared().dispatcher.gpu(ordinal)
     }
-
-    /// Compute workers per GPU device (see [`EngineBuilder::gpu_workers`](crate::EngineBuilder::gpu_workers)).
-    pub fn gpu_workers(&self) -> usize {
-        self.shared().config.topology.gpu.workers
-    }
-
-    /// Workers per GPU device and copy lane (see
-    /// [`EngineBuilder::gpu_copy_workers`](crate::EngineBuilder::gpu_copy_workers)).
-    pub fn gpu_copy_workers(&self) -> usize {
-        self.shared().config.topology.gpu.copy_workers
-    }
-
-    /// GPUs `Gpu(0)` to `Gpu(n - 1)` are simulated (see
-    /// [`EngineBuilder::simulated_gpus`](crate::EngineBuilder::simulated_gpus)).
-    pub fn simulated_gpus(&self) -> usize {
-        self.shared().config.topology.gpu.simulated
-    }
 }

@@ -49,7 +49,7 @@ impl Engine {
         // Completions are read before pushes: an op is pushed before it
         // completes, so the difference never goes below zero.
         let completed = shared.counts.completed.get();
-        let pushed = self.pushed_ops();
+        let pushed = shared.tracker.with_side(|intake| intake.pushed);
         Metrics {
             pushed,
             completed,
@@ -59,8 +59,8 @@ impl Engine {
             in_flight: pushed.saturating_sub(completed),
             waiting_on_vars,
             cancelled_on_vars,
-            max_in_flight: self.max_in_flight(),
-            slots_used: self.in_flight(),
+            max_in_flight: shared.limit().map(|limit| limit.max()),
+            slots_used: shared.limit().map_or(0, |limit| limit.max() - limit.free()),
             refused_full: shared.limit().map_or(0, |limit| limit.refused()),
             timing: shared.config.topology.timing,
             pools,

@@ -62,7 +62,7 @@ fn a_pool_that_cannot_start_fails_the_push_and_leaves_the_var_alone() {
     let state = v.any().debug_state();
     assert!(!state.write_running && state.queued.is_empty() && state.version == 0, "{state:?}");
     assert_eq!(threads_left("nostart-cpu0"), 0, "started workers were not stopped");
-    engine.blocking_wait_for_all().unwrap();
+    engine.wait_for_all().blocking_wait().unwrap();
     // A push after the back-off starts the pool and runs.
     std::thread::sleep(std::time::Duration::from_millis(60));
     let after = engine.op("after").write(&v).run(|(), (mut v,)| {
@@ -147,7 +147,7 @@ fn push_builds_its_op_in_a_shell_of_its_type() {
     for i in 0..100 {
         drop(add(i));
     }
-    engine.blocking_wait_for_all().unwrap();
+    engine.wait_for_all().blocking_wait().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while shared.shells() == 0 {
         assert!(std::time::Instant::now() < deadline, "no shell buried");
@@ -185,7 +185,7 @@ fn shells_hold_nothing_their_ops_used() {
         }));
     }
     drop(var);
-    engine.blocking_wait_for_all().unwrap();
+    engine.wait_for_all().blocking_wait().unwrap();
     // The worker buries its shells when it runs out of work.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while shared.shells() == 0 || Arc::strong_count(&data) > 1 || Arc::strong_count(&result) > 1 {
