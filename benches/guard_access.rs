@@ -30,10 +30,14 @@ fn guard_access(c: &mut Criterion) {
             b.iter(|| {
                 for i in 0..common::OPS {
                     let op = reads.iter().fold(engine.op("untyped"), |op, r| op.read_any(r));
-                    let h = writes.iter().fold(op, |op, w| op.write_any(w)).try_run(move |(), ()| {
-                        std::hint::black_box(common::mix(i, i));
-                        Ok(())
-                    });
+                    let h = writes
+                        .iter()
+                        .fold(op, |op, w| op.write_any(w))
+                        .run(move |(), ()| {
+                            std::hint::black_box(common::mix(i, i));
+                            Ok(())
+                        })
+                        .pushed();
                     drop(h);
                 }
                 engine.wait_for_all().blocking_wait().unwrap();

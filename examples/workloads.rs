@@ -251,7 +251,7 @@ fn push(
     macro_rules! submit {
         ($builder:expr, $body:expr) => {
             if HANDLES.load(Ordering::Relaxed) {
-                drop($builder.try_run($body)?);
+                drop($builder.run($body).pushed()?);
                 Ok(())
             } else {
                 $builder.run_detached($body)

@@ -244,7 +244,7 @@ impl Error {
     /// let v = engine.var(0u32);
     /// let held = v.write().blocking_wait()?;
     /// let first = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
-    /// let refused = engine.op("request").read(&v).try_run(|(v,), ()| Ok(*v)).unwrap_err();
+    /// let refused = engine.op("request").read(&v).run(|(v,), ()| Ok(*v)).pushed().unwrap_err();
     /// assert_eq!(refused.http_status(), 503);
     /// assert_eq!(refused.retry_after(), Some(std::time::Duration::from_secs(1)));
     /// // For the client: no engine internals.

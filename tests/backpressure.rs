@@ -29,12 +29,12 @@ async fn at_the_bound_pushes_are_refused_and_slots_come_back() {
     // Four ops wait behind the held guard: the bound is reached.
     let waiting: Vec<_> = (0..4).map(|_| engine.op("wait").read(&gate).run(|(_g,), ()| Ok(()))).collect();
     assert_eq!(engine.metrics().slots_used, 4);
-    let err = engine.op("more").try_run(|(), ()| Ok(())).unwrap_err();
+    let err = engine.op("more").run(|(), ()| Ok(())).pushed().unwrap_err();
     assert!(err.is_full() && err.to_string().contains("limit of 4"), "{err}");
     assert!(engine.op("more").run(|(), ()| Ok(())).await.unwrap_err().is_full());
     assert!(engine.op("more").run_detached(|(), ()| Ok(())).unwrap_err().is_full());
     let pushed = engine.metrics().pushed;
-    assert!(engine.op("more").try_run(|(), ()| Ok(())).is_err());
+    assert!(engine.op("more").run(|(), ()| Ok(())).pushed().is_err());
     assert_eq!(engine.metrics().pushed, pushed, "a refused push pushes nothing");
     // Waits and acquires are not counted.
     drop(engine.wait_for_var(&gate));
@@ -69,7 +69,7 @@ async fn reserve_waits_for_room_and_gives_it_back_when_dropped() {
     })
     .await
     .expect("the reservation was never woken");
-    let room = assert_ready!(waiting.poll());
+    let mut room = assert_ready!(waiting.poll());
     assert_eq!(engine.metrics().slots_used, 1, "the reservation holds one slot");
     // Its op cannot be refused as full, even with the other slot taken.
     let other = engine.op("other").read(&gate).run(|(_g,), ()| Ok(()));
@@ -89,13 +89,13 @@ async fn every_way_an_op_leaves_gives_its_slot_back() {
     // Refused after taking its slot: a deleted var.
     let doomed = engine.var(0u32);
     engine.delete_var(&doomed).await.unwrap();
-    assert!(engine.op("late").write(&doomed).try_run(|(), (_d,)| Ok(())).unwrap_err().is_var_deleted());
+    assert!(engine.op("late").write(&doomed).run(|(), (_d,)| Ok(())).pushed().unwrap_err().is_var_deleted());
     // Refused before it was built, with a reserved slot: no runtime for a
     // future op (an engine built outside one, with no runtime given).
     let no_runtime =
         std::thread::spawn(|| Engine::builder().max_in_flight(1).build().unwrap()).join().unwrap();
-    let reserved = no_runtime.reserve().await;
-    let refused = reserved.op("future").try_spawn(|(), ()| async { Ok(()) });
+    let mut reserved = no_runtime.reserve().await;
+    let refused = reserved.op("future").spawn(|(), ()| async { Ok(()) }).pushed();
     assert!(refused.unwrap_err().is_no_runtime());
     // A reserved builder dropped unpushed gives its slot back too.
     drop(no_runtime.reserve().await.op("unused"));
@@ -176,4 +176,29 @@ fn a_completed_op_has_given_its_slot_back() {
         }
         assert_eq!(engine.metrics().slots_used, 0, "push {i}: the slot was not back");
     }
+}
+
+/// A reservation owns its hold on the engine: it moves into a spawned task,
+/// and the op built there uses its room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_moves_into_a_task() {
+    let engine = Engine::builder().max_in_flight(1).build().unwrap();
+    let v = engine.var(0u32);
+    let mut room = engine.reserve().await;
+    assert_eq!(engine.metrics().slots_used, 1);
+    let task = tokio::spawn({
+        let v = v.clone();
+        async move {
+            room.op("in a task")
+                .write(&v)
+                .run(|(), (mut v,)| {
+                    *v += 1;
+                    Ok(())
+                })
+                .await
+        }
+    });
+    task.await.unwrap().unwrap();
+    assert_eq!(*v.read().await.unwrap(), 1);
+    assert_eq!(engine.metrics().slots_used, 0);
 }

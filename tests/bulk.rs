@@ -226,7 +226,7 @@ fn a_deleted_var_refuses_ops_that_would_join_a_segment() {
         Ok(())
     });
     let deleted = engine.delete_var(&v);
-    let err = engine.op("after").write(&v).try_run(|(), _| Ok(())).unwrap_err();
+    let err = engine.op("after").write(&v).run(|(), _| Ok(())).pushed().unwrap_err();
     assert!(err.is_var_deleted(), "{err}");
     release.send(()).unwrap();
     before.blocking_wait().unwrap();
@@ -239,7 +239,7 @@ fn a_deleted_var_refuses_ops_that_would_join_a_segment() {
 fn a_bad_placement_is_refused_at_push() {
     let engine = engine(16);
     let refused = |engine: &Engine| {
-        let err = engine.op("c").device(depengine::Device::Cpu(3)).try_run(|(), ()| Ok(())).unwrap_err();
+        let err = engine.op("c").device(depengine::Device::Cpu(3)).run(|(), ()| Ok(())).pushed().unwrap_err();
         assert!(err.is_invalid_argument() && err.to_string().contains("cpu(3)"), "{err}");
     };
     refused(&engine);

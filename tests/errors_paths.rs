@@ -169,7 +169,7 @@ fn deleted_var_is_refused_at_push() {
     let other = engine.var(0u32);
     let data = engine.delete_var(&v).blocking_wait().unwrap();
     assert_eq!(data, 5);
-    let err = engine.op("use").read(&v).write(&other).try_run(|_, _| Ok(())).unwrap_err();
+    let err = engine.op("use").read(&v).write(&other).run(|_, _| Ok(())).pushed().unwrap_err();
     assert!(err.is_var_deleted(), "{err}");
     assert!(v.read().blocking_wait().unwrap_err().is_var_deleted());
     assert!(engine.wait_for_var(&v).blocking_wait().unwrap_err().is_var_deleted());
@@ -200,7 +200,7 @@ fn push_after_close_is_refused() {
     let v = engine.var(0u32);
     engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
     assert!(engine.is_closed());
-    let err = engine.op("late").write(&v).try_run(|_, _| Ok(())).unwrap_err();
+    let err = engine.op("late").write(&v).run(|_, _| Ok(())).pushed().unwrap_err();
     assert!(err.is_shutdown(), "{err}");
     assert!(v.write().blocking_wait().unwrap_err().is_shutdown());
     assert!(engine.wait_for_var(&v).blocking_wait().unwrap_err().is_shutdown());

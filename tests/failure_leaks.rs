@@ -129,10 +129,15 @@ fn child_pushes_to_a_huge_pool() {
     let v = engine.var(0u64);
     let (mut ran, mut refused) = (0, 0);
     for _ in 0..100 {
-        match engine.op("w").write(&v).try_run(|(), (mut v,)| {
-            *v += 1;
-            Ok(())
-        }) {
+        match engine
+            .op("w")
+            .write(&v)
+            .run(|(), (mut v,)| {
+                *v += 1;
+                Ok(())
+            })
+            .pushed()
+        {
             Ok(_) => ran += 1,
             Err(err) => {
                 assert!(err.is_pool_unavailable(), "{err}");

@@ -82,7 +82,7 @@ fn storm_step(engine: &Engine, vars: &[depengine::Var<u64>], rt: &tokio::runtime
             }
         }),
         4 => {
-            let room = rt.block_on(engine.reserve());
+            let mut room = rt.block_on(engine.reserve());
             room.op("reserved").write(w).run(|(), (mut w,)| {
                 *w += 1;
                 Ok(*w)

@@ -152,7 +152,7 @@ async fn a_sticky_fault_fails_the_pending_ops_and_refuses_later_pushes() {
     assert!(err.to_string().contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{err}");
     let err = after.await.unwrap_err();
     assert!(err.is_gpu() || err.is_skipped(), "{err}");
-    let refused = engine.op("later").write(&b).device(Device::Gpu(0)).try_run_gpu(|(), (_b,), _| Ok(()));
+    let refused = engine.op("later").write(&b).device(Device::Gpu(0)).run_gpu(|(), (_b,), _| Ok(())).pushed();
     let err = refused.unwrap_err();
     assert!(err.is_gpu() && err.to_string().contains("sticky"), "{err}");
     assert!(gpu.fault().is_some());
@@ -234,7 +234,7 @@ fn a_panic_in_the_pollers_query_is_a_device_fault_not_a_hang() {
     let err = results[0].as_ref().unwrap_err();
     assert!(err.is_gpu() && err.to_string().contains("panicked"), "{err}");
     assert!(gpu.fault().is_some_and(|f| f.contains("lacks cuEventQuery")), "{:?}", gpu.fault());
-    let refused = engine.op("later").write(&a).device(Device::Gpu(0)).try_run_gpu(|(), (_a,), _| Ok(()));
+    let refused = engine.op("later").write(&a).device(Device::Gpu(0)).run_gpu(|(), (_a,), _| Ok(())).pushed();
     assert!(refused.unwrap_err().is_gpu());
     engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
 }
@@ -243,15 +243,16 @@ fn a_panic_in_the_pollers_query_is_a_device_fault_not_a_hang() {
 fn placements_that_cannot_work_are_refused_clearly() {
     let engine = engine(1);
     let v = engine.var(0u32);
-    let err = engine.op("cpu body").device(Device::Gpu(0)).try_run(|(), ()| Ok(())).unwrap_err();
+    let err = engine.op("cpu body").device(Device::Gpu(0)).run(|(), ()| Ok(())).pushed().unwrap_err();
     assert!(err.is_invalid_argument() && err.to_string().contains("run_gpu"), "{err}");
-    let err = engine.op("gpu body").read(&v).try_run_gpu(|(_v,), (), _| Ok(())).unwrap_err();
+    let err = engine.op("gpu body").read(&v).run_gpu(|(_v,), (), _| Ok(())).pushed().unwrap_err();
     assert!(err.is_invalid_argument(), "{err}");
-    let err = engine.op("inline").device(Device::Gpu(0)).lane(Lane::Inline).try_run_gpu(|(), (), _| Ok(()));
+    let err =
+        engine.op("inline").device(Device::Gpu(0)).lane(Lane::Inline).run_gpu(|(), (), _| Ok(())).pushed();
     assert!(err.unwrap_err().is_invalid_argument());
     // Gpu(1) is not simulated: without a CUDA device it is unavailable, and
     // the error says why.
-    let err = engine.op("real").device(Device::Gpu(1)).try_run_gpu(|(), (), _| Ok(())).unwrap_err();
+    let err = engine.op("real").device(Device::Gpu(1)).run_gpu(|(), (), _| Ok(())).pushed().unwrap_err();
     assert!(err.is_gpu_unavailable(), "{err}");
     assert!(err.to_string().contains("gpu(1)"), "{err}");
     let err = engine.gpu(depengine::EngineBuilder::MAX_GPU_DEVICES).unwrap_err();

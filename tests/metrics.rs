@@ -191,7 +191,8 @@ async fn a_failing_push_is_not_counted() {
     timed(async {
         let engine = engine(false);
         let v = engine.var(0u64);
-        let err: Error = engine.op("twice").write(&v).write(&v).try_run(|(), (_a, _b)| Ok(())).unwrap_err();
+        let err: Error =
+            engine.op("twice").write(&v).write(&v).run(|(), (_a, _b)| Ok(())).pushed().unwrap_err();
         assert!(err.is_invalid_argument());
         engine.wait_for_all().await.unwrap();
         let m = engine.metrics();

@@ -109,7 +109,7 @@ async fn future_op_runs_on_runtime_in_order() {
 fn future_op_without_runtime_is_refused() {
     let engine = Engine::new();
     let v = engine.var(0);
-    let err = engine.op("f").write(&v).try_spawn(|(), (_v,)| async { Ok(()) }).unwrap_err();
+    let err = engine.op("f").write(&v).spawn(|(), (_v,)| async { Ok(()) }).pushed().unwrap_err();
     assert!(err.is_no_runtime(), "{err}");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let engine = Engine::builder().runtime(rt.handle().clone()).build().unwrap();
@@ -151,18 +151,20 @@ fn low_level_tags_order_sync_and_async_ops() {
         let data = data.clone();
         let op = engine.op(if i % 2 == 0 { "sync" } else { "async" }).write_any(&tag);
         if i % 2 == 0 {
-            op.try_run(move |(), ()| {
+            op.run(move |(), ()| {
                 data.lock().unwrap().push(i);
                 Ok(())
             })
+            .pushed()
             .unwrap();
         } else {
-            op.try_run_async(move |(), (), done| {
+            op.run_async(move |(), (), done| {
                 std::thread::spawn(move || {
                     data.lock().unwrap().push(i);
                     done.succeed(());
                 });
             })
+            .pushed()
             .unwrap();
         }
     }
@@ -217,7 +219,7 @@ fn prepared_ops_push_in_order_and_refuse_as_pushes_do() {
     let expected: Vec<u64> = (0..100u64).map(|i| (1 + (i + 5) / 10) * 1000 + i).collect();
     assert_eq!(log, expected);
     // Its var is deleted: each push says so.
-    let err = step.try_run(|_, _| Ok(0)).unwrap_err();
+    let err = step.run(|_, _| Ok(0)).pushed().unwrap_err();
     assert!(err.is_var_deleted(), "{err}");
     let only_x = engine.op("read").read(&x).prepare().unwrap();
     engine.blocking_shutdown(depengine::ShutdownMode::Drain).unwrap();
@@ -228,7 +230,7 @@ fn prepared_ops_push_in_order_and_refuse_as_pushes_do() {
     let held = v.write().blocking_wait().unwrap();
     let read = bounded.op("read").read(&v).prepare().unwrap();
     let first = read.run(|(v,), ()| Ok(*v));
-    assert!(read.try_run(|(v,), ()| Ok(*v)).unwrap_err().is_full());
+    assert!(read.run(|(v,), ()| Ok(*v)).pushed().unwrap_err().is_full());
     drop(held);
     assert_eq!(first.blocking_wait().unwrap(), 0);
     // What any push refuses, preparing refuses.

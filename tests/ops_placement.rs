@@ -38,15 +38,15 @@ fn workers_are_named_per_device_and_lane() {
 fn placement_is_checked_at_push() {
     let engine = Engine::new();
     // A CPU body on a GPU: GPU ops are pushed with run_gpu.
-    let err = engine.op("g").device(Device::Gpu(0)).try_run(|(), ()| Ok(())).unwrap_err();
+    let err = engine.op("g").device(Device::Gpu(0)).run(|(), ()| Ok(())).pushed().unwrap_err();
     assert!(err.is_invalid_argument() && err.to_string().contains("run_gpu"), "{err}");
-    let err = engine.op("c").device(Device::Cpu(3)).try_run(|(), ()| Ok(())).unwrap_err();
+    let err = engine.op("c").device(Device::Cpu(3)).run(|(), ()| Ok(())).pushed().unwrap_err();
     assert!(err.is_invalid_argument() && err.to_string().contains("cpu(3)"), "{err}");
-    let err = engine.op("l").lane(Lane::CopyToGpu).try_run(|(), ()| Ok(())).unwrap_err();
+    let err = engine.op("l").lane(Lane::CopyToGpu).run(|(), ()| Ok(())).pushed().unwrap_err();
     assert!(err.is_invalid_argument(), "{err}");
     let other = Engine::new();
     let foreign = other.var(0);
-    let err = engine.op("x").read(&foreign).try_run(|_, ()| Ok(())).unwrap_err();
+    let err = engine.op("x").read(&foreign).run(|_, ()| Ok(())).pushed().unwrap_err();
     assert!(err.is_invalid_argument() && err.to_string().contains("another engine"), "{err}");
 }
 
@@ -65,7 +65,7 @@ fn duplicate_declarations_are_merged_or_refused() {
     h.blocking_wait().unwrap();
     assert_eq!(x.version(), 1);
     // Typed read and write of one var, or two typed writes: refused.
-    let err = engine.op("bad").read(&x).write(&x).try_run(|_, _| Ok(())).unwrap_err();
+    let err = engine.op("bad").read(&x).write(&x).run(|_, _| Ok(())).pushed().unwrap_err();
     assert!(err.is_invalid_argument(), "{err}");
     assert!(err.to_string().contains("more than once"), "{err}");
     let err = engine.op("bad2").write(&x).write(&x).run(|_, _| Ok(())).blocking_wait().unwrap_err();

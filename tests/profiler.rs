@@ -236,7 +236,7 @@ fn var_names_show_in_debug_and_errors() {
     assert_eq!(v.any().debug_state().name.as_deref(), Some("weights"));
     let unnamed = engine.var(0u8);
     assert_eq!(unnamed.label(), format!("#{}", unnamed.id()));
-    let err = engine.op("twice").write(&v).write(&v).try_run(|(), (_a, _b)| Ok(())).unwrap_err();
+    let err = engine.op("twice").write(&v).write(&v).run(|(), (_a, _b)| Ok(())).pushed().unwrap_err();
     assert!(err.to_string().contains("`weights`"), "{err}");
 }
 

@@ -300,18 +300,20 @@ fn a_storm_of_pushes_with_a_shutdown_in_the_middle() {
                         // Some ops are aborted at once, some dropped with a
                         // handle that cancels them, racing the workers.
                         let action = rng.below(8);
-                        let pushed =
-                            engine.op("storm").write_all(&picked).cancel_on_drop(action == 2).try_run(
-                                move |(), (mut vs,)| {
-                                    let _keep = &counted;
-                                    body_runs.fetch_add(1, Ordering::SeqCst);
-                                    for (v, &k) in vs.iter_mut().zip(&ids) {
-                                        **v += 1;
-                                        writes[k].fetch_add(1, Ordering::SeqCst);
-                                    }
-                                    Ok(())
-                                },
-                            );
+                        let pushed = engine
+                            .op("storm")
+                            .write_all(&picked)
+                            .cancel_on_drop(action == 2)
+                            .run(move |(), (mut vs,)| {
+                                let _keep = &counted;
+                                body_runs.fetch_add(1, Ordering::SeqCst);
+                                for (v, &k) in vs.iter_mut().zip(&ids) {
+                                    **v += 1;
+                                    writes[k].fetch_add(1, Ordering::SeqCst);
+                                }
+                                Ok(())
+                            })
+                            .pushed();
                         match pushed {
                             Ok(handle) => {
                                 ops.push((runs, mine.len() as u64));

@@ -136,7 +136,7 @@ fn a_var_s_data_is_dropped_once_with_its_last_handle_of_either_kind() {
     let tag = tags[0].clone();
     // Ops declaring the var both ways hold references of both kinds.
     engine.op("typed").read(&v).run_detached(|(_r,), ()| Ok(())).unwrap();
-    drop(engine.op("untyped").read_any(&tag).try_run(|(), ()| Ok(())).unwrap());
+    drop(engine.op("untyped").read_any(&tag).run(|(), ()| Ok(())).pushed().unwrap());
     engine.wait_for_all().blocking_wait().unwrap();
     drop(v);
     drop(tags);

@@ -323,11 +323,11 @@ async fn predict(State(app): State<App>, Query(q): Query<PredictQuery>) -> Respo
             // While the workers sleep, it runs here instead: no hand-off.
             let op = app.0.engine.op("predict").read_all(shards).cancel_on_drop(true);
             let op = op.inline_when_idle(app.0.variant == Variant::Engine);
-            let handle = match op.try_run(move |(shards,), ()| Ok(compute(&mut shards.iter().map(|g| &**g))))
-            {
-                Ok(handle) => handle,
-                Err(err) => return error_response(&err),
-            };
+            let handle =
+                match op.run(move |(shards,), ()| Ok(compute(&mut shards.iter().map(|g| &**g)))).pushed() {
+                    Ok(handle) => handle,
+                    Err(err) => return error_response(&err),
+                };
             match tokio::time::timeout(app.0.request_timeout, handle).await {
                 Ok(Ok(prediction)) => Json(prediction).into_response(),
                 Ok(Err(err)) => error_response(&err),
@@ -354,14 +354,17 @@ async fn update(State(app): State<App>) -> Response {
             let version = app.0.version.fetch_add(1, Ordering::Relaxed) + 1;
             let work = app.0.update_work;
             let op = app.0.engine.op("update").write_all(shards).poison(false);
-            let handle = match op.try_run(move |(), (mut shards,)| {
-                std::thread::sleep(work);
-                let fresh: Vec<Shard> = (0..shards.len()).map(|i| Shard::new(version, i)).collect();
-                for (guard, shard) in shards.iter_mut().zip(fresh) {
-                    **guard = shard;
-                }
-                Ok(version)
-            }) {
+            let handle = match op
+                .run(move |(), (mut shards,)| {
+                    std::thread::sleep(work);
+                    let fresh: Vec<Shard> = (0..shards.len()).map(|i| Shard::new(version, i)).collect();
+                    for (guard, shard) in shards.iter_mut().zip(fresh) {
+                        **guard = shard;
+                    }
+                    Ok(version)
+                })
+                .pushed()
+            {
                 Ok(handle) => handle,
                 Err(err) => return error_response(&err),
             };

@@ -183,7 +183,7 @@ impl Engine {
         decls.push(Decl { var: var.any(), access: Access::Read, typed: false });
         let opts = OpOptions::internal("wait_for_var");
         let pushed = self.shared().push(opts, Role::WaitForVar, decls, WaitJob, Body::Hands);
-        pushed.map_or_else(OpHandle::refused, OpHandle::pushed)
+        pushed.map_or_else(OpHandle::refused, OpHandle::of_slot)
     }
 
     /// Resolves once every op pushed before this call has completed (later
@@ -250,7 +250,7 @@ impl Engine {
         let job = DeleteJob { var: var.clone() };
         let pushed =
             self.shared().push(OpOptions::internal("delete_var"), Role::Delete, decls, job, Body::Hands);
-        pushed.map_or_else(OpHandle::refused, OpHandle::pushed)
+        pushed.map_or_else(OpHandle::refused, OpHandle::of_slot)
     }
 
     /// Stops taking work and waits until every pushed op has completed (or,

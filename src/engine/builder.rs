@@ -275,23 +275,10 @@ impl<'e, Rd: Item, Wr: Item, S: Slot> OpBuilder<'e, Rd, Wr, S> {
     /// Pushes the op with a body run to completion on a worker of its lane.
     ///
     /// A refused push (closed engine, deleted var, invalid arguments)
-    /// returns a handle that resolves at once to that error; use
-    /// [`try_run`](Self::try_run) to get it here instead.
+    /// returns a handle that resolves at once to that error;
+    /// [`OpHandle::pushed`] gives it here instead. So do the other ways
+    /// to push.
     pub fn run<R, F>(self, body: F) -> OpHandle<R>
-    where
-        F: FnOnce(Rd::Guard, Wr::Guard) -> Result<R, BoxError> + Send + 'static,
-        R: Send + 'static,
-    {
-        self.try_run(body).unwrap_or_else(OpHandle::refused)
-    }
-
-    /// Like [`run`](Self::run), returning a refused push as an error.
-    ///
-    /// # Errors
-    ///
-    /// The engine is closed, a var was deleted or belongs to another engine,
-    /// a var is declared twice with a write, or the device or lane is invalid.
-    pub fn try_run<R, F>(self, body: F) -> Result<OpHandle<R>, Error>
     where
         F: FnOnce(Rd::Guard, Wr::Guard) -> Result<R, BoxError> + Send + 'static,
         R: Send + 'static,
@@ -310,7 +297,7 @@ impl<'e, Rd: Item, Wr: Item, S: Slot> OpBuilder<'e, Rd, Wr, S> {
     ///
     /// # Errors
     ///
-    /// A refused push, as for [`try_run`](Self::try_run).
+    /// A refused push (see [`OpHandle::pushed`]).
     ///
     /// # Examples
     ///
@@ -373,19 +360,6 @@ impl<'e, Rd: Item, Wr: Item, S: Slot> OpBuilder<'e, Rd, Wr, S> {
         F: FnOnce(Rd::Guard, Wr::Guard, Completion<R>) + Send + 'static,
         R: Send + 'static,
     {
-        self.try_run_async(body).unwrap_or_else(OpHandle::refused)
-    }
-
-    /// Like [`run_async`](Self::run_async), returning a refused push as an error.
-    ///
-    /// # Errors
-    ///
-    /// As for [`try_run`](Self::try_run).
-    pub fn try_run_async<R, F>(self, body: F) -> Result<OpHandle<R>, Error>
-    where
-        F: FnOnce(Rd::Guard, Wr::Guard, Completion<R>) + Send + 'static,
-        R: Send + 'static,
-    {
         let output = PhantomData;
         self.push(|reads, writes, _| Ok(AsyncJob { reads, writes, body, output }), Body::Async)
     }
@@ -393,22 +367,9 @@ impl<'e, Rd: Item, Wr: Item, S: Slot> OpBuilder<'e, Rd, Wr, S> {
     /// Pushes a future op: once its vars are free, `body` is called with the
     /// guards and the future it returns runs on the engine's Tokio runtime.
     /// The op completes when the future resolves and the guards are dropped.
+    /// An engine without a Tokio runtime refuses it
+    /// ([`Error::is_no_runtime`]).
     pub fn spawn<R, F, Fut>(self, body: F) -> OpHandle<R>
-    where
-        F: FnOnce(Rd::Guard, Wr::Guard) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<R, BoxError>> + Send + 'static,
-        R: Send + 'static,
-    {
-        self.try_spawn(body).unwrap_or_else(OpHandle::refused)
-    }
-
-    /// Like [`spawn`](Self::spawn), returning a refused push as an error.
-    ///
-    /// # Errors
-    ///
-    /// As for [`try_run`](Self::try_run), and [`Error::is_no_runtime`] when
-    /// the engine has no Tokio runtime.
-    pub fn try_spawn<R, F, Fut>(self, body: F) -> Result<OpHandle<R>, Error>
     where
         F: FnOnce(Rd::Guard, Wr::Guard) -> Fut + Send + 'static,
         Fut: Future<Output = Result<R, BoxError>> + Send + 'static,
@@ -423,11 +384,12 @@ impl<'e, Rd: Item, Wr: Item, S: Slot> OpBuilder<'e, Rd, Wr, S> {
         )
     }
 
+    /// Pushes the op with the job `make` makes; a refusal is the handle's.
     fn push<J: Job>(
         self,
         make: impl FnOnce(Rd, Wr, &Shared) -> Result<J, Error>,
         body: Body,
-    ) -> Result<OpHandle<J::Output>, Error> {
+    ) -> OpHandle<J::Output> {
         let (shared, opts, decls, reads, writes) = self.declared();
         let job = match make(reads, writes, shared) {
             Ok(job) => job,
@@ -435,11 +397,10 @@ impl<'e, Rd: Item, Wr: Item, S: Slot> OpBuilder<'e, Rd, Wr, S> {
                 if opts.has(OpOptions::RESERVED) {
                     shared.give_slot();
                 }
-                return Err(err);
+                return OpHandle::refused(err);
             }
         };
-        let slot = shared.push_job(opts, decls, job, body)?;
-        Ok(OpHandle::pushed(slot))
+        shared.push_job(opts, decls, job, body).map_or_else(OpHandle::refused, OpHandle::of_slot)
     }
 
     /// The builder's parts, with every declaration collected.

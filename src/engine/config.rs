@@ -251,7 +251,7 @@ impl EngineBuilder {
 
     /// The most user ops in flight (pushed and not yet completed) at once:
     /// backpressure for a service. At the bound a push is refused with
-    /// [`Error::is_full`] (a `run` handle resolves to it; `try_run` returns
+    /// [`Error::is_full`] (a `run` handle resolves to it; `pushed()` returns
     /// it), and [`Engine::reserve`](crate::Engine::reserve) waits for room
     /// instead. Waits, acquires and deletions are not counted. An op
     /// cancelled before its vars let it through (aborted, or its

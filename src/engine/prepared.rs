@@ -55,8 +55,8 @@ impl<Rd: Item, Wr: Item> OpBuilder<'_, Rd, Wr, NoSlot> {
     ///
     /// # Errors
     ///
-    /// As for [`try_run`](Self::try_run), but for a closed engine or a
-    /// deleted var, which each push reports.
+    /// The refusals of a push ([`OpHandle::pushed`]), but for a closed
+    /// engine or a deleted var, which each push reports.
     pub fn prepare(self) -> Result<PreparedOp<Rd, Wr>, Error> {
         let (shared, opts, deps, reads, writes) = self.declared();
         let (exec, deps) = shared.prepare(&opts, deps)?;
@@ -72,22 +72,12 @@ impl<Rd: Item, Wr: Item> PreparedOp<Rd, Wr> {
         F: FnOnce(Rd::Guard, Wr::Guard) -> Result<R, BoxError> + Send + 'static,
         R: Send + 'static,
     {
-        self.try_run(body).unwrap_or_else(OpHandle::refused)
-    }
-
-    /// Like [`run`](Self::run), returning a refused push as an error.
-    ///
-    /// # Errors
-    ///
-    /// The engine is closed, a var was deleted, or the engine holds its
-    /// limit of ops in flight.
-    pub fn try_run<R, F>(&self, body: F) -> Result<OpHandle<R>, Error>
-    where
-        F: FnOnce(Rd::Guard, Wr::Guard) -> Result<R, BoxError> + Send + 'static,
-        R: Send + 'static,
-    {
-        let record = self.push(body, false)?;
-        Ok(OpHandle::pushed(record.expect("a record for the handle of an op pushed with one")))
+        match self.push(body, false) {
+            Ok(record) => {
+                OpHandle::of_slot(record.expect("a record for the handle of an op pushed with one"))
+            }
+            Err(err) => OpHandle::refused(err),
+        }
     }
 
     /// Pushes the op with `body` and no handle (see
@@ -95,7 +85,8 @@ impl<Rd: Item, Wr: Item> PreparedOp<Rd, Wr> {
     ///
     /// # Errors
     ///
-    /// As for [`try_run`](Self::try_run).
+    /// A refused push: the engine is closed, a var was deleted, or the
+    /// engine holds its limit of ops in flight.
     pub fn run_detached<F>(&self, body: F) -> Result<(), Error>
     where
         F: FnOnce(Rd::Guard, Wr::Guard) -> Result<(), BoxError> + Send + 'static,

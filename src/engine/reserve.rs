@@ -11,32 +11,35 @@ use super::shared::Shared;
 
 /// Room for one op, held until that op is pushed (then the op holds it
 /// until it completes) or until this is dropped (then it goes back). From
-/// [`Engine::reserve`](crate::Engine::reserve).
+/// [`Engine::reserve`](crate::Engine::reserve). It owns its hold on the
+/// engine, so it can move into a spawned task (as tokio's
+/// `OwnedSemaphorePermit` does).
 #[must_use = "a reservation holds a slot until it is used or dropped"]
-pub struct Reservation<'e> {
-    shared: &'e Arc<Shared>,
+pub struct Reservation {
+    shared: Arc<Shared>,
     permit: Option<OwnedSemaphorePermit>,
 }
 
-impl std::fmt::Debug for Reservation<'_> {
+impl std::fmt::Debug for Reservation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reservation").field("holds_a_slot", &self.permit.is_some()).finish()
     }
 }
 
-impl<'e> Reservation<'e> {
-    pub(super) async fn new(shared: &'e Arc<Shared>) -> Reservation<'e> {
+impl Reservation {
+    pub(super) async fn new(shared: &Arc<Shared>) -> Reservation {
         let permit = match shared.limit() {
             Some(limit) => Some(limit.wait().await),
             None => None,
         };
-        Self { shared, permit }
+        Self { shared: shared.clone(), permit }
     }
 
     /// Starts building the op that uses this room: its push takes no slot
     /// of its own, and cannot be refused as full. A builder dropped
-    /// unpushed gives the room back.
-    pub fn op(self, name: impl Into<std::borrow::Cow<'static, str>>) -> OpBuilder<'e, (), (), Reserved> {
-        OpBuilder::reserved(self.shared, name.into(), Reserved(self.permit))
+    /// unpushed gives the room back. The room serves one op: an op built
+    /// from a reservation already used takes a slot as any op does.
+    pub fn op(&mut self, name: impl Into<std::borrow::Cow<'static, str>>) -> OpBuilder<'_, (), (), Reserved> {
+        OpBuilder::reserved(&self.shared, name.into(), Reserved(self.permit.take()))
     }
 }

@@ -70,12 +70,39 @@ impl<R: Send + 'static> OpHandle<R> {
         }
     }
 
-    pub(crate) fn pushed(slot: SlotRef<R>) -> Self {
+    pub(crate) fn of_slot(slot: SlotRef<R>) -> Self {
         Self { inner: Inner::Pushed(slot) }
     }
 
     pub(crate) fn refused(err: Error) -> Self {
         Self { inner: Inner::Refused(Some(err)) }
+    }
+
+    /// The handle, if its push went through; else the error it was
+    /// refused with (a closed engine, a deleted var or one of another
+    /// engine, a var declared twice with a write, an invalid device or
+    /// lane, a full engine): `engine.op(..).run(body).pushed()?` stops at
+    /// a refusal where the handle alone would resolve to it later.
+    ///
+    /// # Errors
+    ///
+    /// The refusal.
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0u32);
+    /// let twice = engine.op("bad").write(&v).write(&v).run(|(), _| Ok(()));
+    /// assert!(twice.pushed().unwrap_err().is_invalid_argument());
+    /// ```
+    pub fn pushed(mut self) -> Result<Self, Error> {
+        match &mut self.inner {
+            Inner::Refused(err) => match err.take() {
+                Some(err) => Err(err),
+                // Its error was read already, by a poll.
+                None => Ok(self),
+            },
+            _ => Ok(self),
+        }
     }
 
     /// Whether the op has completed (or its push was refused).

@@ -163,6 +163,20 @@ impl<T: Send + Sync + 'static> Var<T> {
         self.any().version()
     }
 
+    /// A snapshot of the var's gate, for debugging (see
+    /// [`AnyVar::debug_state`]).
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("counter", 0u32);
+    /// let state = v.debug_state();
+    /// assert_eq!((state.version, state.queued.len()), (0, 0));
+    /// assert_eq!(state.name.as_deref(), Some("counter"));
+    /// ```
+    pub fn debug_state(&self) -> VarDebug {
+        self.any().debug_state()
+    }
+
     /// The name given at creation ([`Engine::var_named`](crate::Engine::var_named)), if any.
     pub fn name(&self) -> Option<&str> {
         self.inner.core.cell.name()

@@ -20,7 +20,7 @@ impl Engine {
     /// let v = engine.var(0u64);
     /// for _ in 0..1000 {
     ///     // Never refused: each push first waits for one of the 64 slots.
-    ///     let room = engine.reserve().await;
+    ///     let mut room = engine.reserve().await;
     ///     room.op("add").write(&v).run(|(), (mut v,)| {
     ///         *v += 1;
     ///         Ok(())
@@ -29,7 +29,7 @@ impl Engine {
     /// assert_eq!(*v.read().await?, 1000);
     /// # Ok(()) }
     /// ```
-    pub async fn reserve(&self) -> Reservation<'_> {
+    pub async fn reserve(&self) -> Reservation {
         Reservation::new(self.shared()).await
     }
 }

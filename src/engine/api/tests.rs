@@ -45,10 +45,14 @@ fn a_pool_that_cannot_start_fails_the_push_and_leaves_the_var_alone() {
     let v = engine.var(1u32);
     crate::exec::FAIL_SPAWN_AT.with(|at| at.set(Some(2)));
     let push = || {
-        engine.op("first").write(&v).try_run(|(), (mut v,)| {
-            *v += 1;
-            Ok(())
-        })
+        engine
+            .op("first")
+            .write(&v)
+            .run(|(), (mut v,)| {
+                *v += 1;
+                Ok(())
+            })
+            .pushed()
     };
     let err = push();
     for _ in 0..100 {

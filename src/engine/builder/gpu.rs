@@ -1,4 +1,4 @@
-//! GPU ops: `run_gpu` and `try_run_gpu` of the op builder.
+//! GPU ops: `run_gpu` of the op builder.
 
 use super::{Body, OpBuilder, Slot};
 use crate::device::Device;
@@ -17,6 +17,11 @@ impl<Rd: Item, Wr: Item, S: Slot> OpBuilder<'_, Rd, Wr, S> {
     /// and the device's poller completes the op when the event completes:
     /// the handle, `wait_for_var` and CPU ops that use its vars see the
     /// work done. No thread waits on the GPU meanwhile.
+    ///
+    /// Besides the refusals of any push ([`OpHandle::pushed`]): a device
+    /// that is not a GPU or the inline lane ([`Error::is_invalid_argument`]),
+    /// a GPU that cannot be used ([`Error::is_gpu_unavailable`], naming what
+    /// is missing), a GPU with a sticky fault ([`Error::is_gpu`]).
     ///
     /// # Examples
     ///
@@ -40,22 +45,6 @@ impl<Rd: Item, Wr: Item, S: Slot> OpBuilder<'_, Rd, Wr, S> {
     /// # Ok(()) }
     /// ```
     pub fn run_gpu<R, F>(self, body: F) -> OpHandle<R>
-    where
-        F: FnOnce(Rd::Guard, Wr::Guard, &GpuContext<'_>) -> Result<R, BoxError> + Send + 'static,
-        R: Send + 'static,
-    {
-        self.try_run_gpu(body).unwrap_or_else(OpHandle::refused)
-    }
-
-    /// Like [`run_gpu`](Self::run_gpu), returning a refused push as an error.
-    ///
-    /// # Errors
-    ///
-    /// As for [`try_run`](Self::try_run); a device that is not a GPU or the
-    /// inline lane ([`Error::is_invalid_argument`]); a GPU that cannot be
-    /// used ([`Error::is_gpu_unavailable`], naming what is missing); a GPU
-    /// with a sticky fault ([`Error::is_gpu`]).
-    pub fn try_run_gpu<R, F>(self, body: F) -> Result<OpHandle<R>, Error>
     where
         F: FnOnce(Rd::Guard, Wr::Guard, &GpuContext<'_>) -> Result<R, BoxError> + Send + 'static,
         R: Send + 'static,
