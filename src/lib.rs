@@ -118,6 +118,6 @@ struct ReadmeDoctests;
 pub use device::{Device, Lane};
 pub use engine::{Engine, EngineBuilder, ShutdownMode};
 pub use error::{BoxError, Error, Result};
-pub use op::handle::{Completion, OpHandle};
+pub use op::op_handle::{Completion, OpHandle};
 pub use scope::scope;
 pub use var::{AnyVar, ReadGuard, Var, WriteGuard};

@@ -8,16 +8,16 @@ use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 
 use super::acquire::AcquireBuilder;
-use super::builder::OpBuilder;
-use super::config::{Config, EngineBuilder, Settings};
-use super::explain::Watchdog;
+use super::engine_builder::{Config, EngineBuilder, Settings};
 use super::jobs::{DeleteJob, WaitJob};
+use super::op_builder::OpBuilder;
 use super::shared::{Body, OpOptions, Role, Shared};
+use super::watchdog::Watchdog;
 use crate::error::{Error, refuse_in_runtime};
 use crate::op::DepList;
 use crate::op::access::{AsVar, Decl, var_of};
-use crate::op::handle::OpHandle;
 use crate::op::job::{current_body_holds, inside_op_of};
+use crate::op::op_handle::OpHandle;
 use crate::sync::latch::LatchWait;
 use crate::var::{Access, Owner, Var};
 
@@ -376,11 +376,11 @@ impl fmt::Debug for WaitForAll {
     }
 }
 
-mod explain;
-mod flight;
-mod gpu;
-mod metrics;
+mod devices;
+mod pending;
 mod profiler;
+mod room;
+mod snapshot;
 pub use profiler::Profiler;
 #[cfg(all(test, not(depengine_loom)))]
 mod tests;

@@ -1,6 +1,6 @@
 //! The engine: the public handle and its waits (`api.rs`), the builders of
-//! ops and acquires (`builder.rs`, `acquire.rs`), configuration
-//! (`config.rs`), what the builders hand a push (`options.rs`), the
+//! ops and acquires (`op_builder.rs`, `acquire.rs`), configuration
+//! (`engine_builder.rs`), what the builders hand a push (`options.rs`), the
 //! bookkeeping every push and completion goes through (`shared.rs`), the
 //! bodies of the engine's own ops (`jobs.rs`), the bound on ops in flight
 //! and its reservations (`limit.rs`, `reserve.rs`), prepared ops
@@ -12,25 +12,25 @@
 mod acquire;
 mod api;
 mod batch;
-mod builder;
 mod bulk;
-mod config;
 mod counts;
-mod explain;
+mod engine_builder;
 mod jobs;
 mod limit;
+mod op_builder;
 mod options;
 mod prepared;
-mod profiler;
 mod queues;
+mod recorder;
 mod reserve;
 mod shared;
+mod watchdog;
 
 pub use acquire::{Acquire, AcquireBuilder};
 pub use api::{Engine, Profiler, ShutdownMode, WaitForAll};
 pub use batch::Batch;
-pub use builder::OpBuilder;
-pub use config::{EngineBuilder, EngineKind, Settings};
+pub use engine_builder::{EngineBuilder, EngineKind, Settings};
 pub use limit::{NoSlot, Reserved, Slot};
+pub use op_builder::OpBuilder;
 pub use prepared::PreparedOp;
 pub use reserve::Reservation;

@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use super::builder::OpBuilder;
 use super::limit::NoSlot;
+use super::op_builder::OpBuilder;
 use super::shared::{OpOptions, Shared};
 use crate::error::{BoxError, Error};
 use crate::op::access::Item;
-use crate::op::handle::OpHandle;
 use crate::op::job::SyncJob;
+use crate::op::op_handle::OpHandle;
 use crate::op::{DepList, Exec};
 
 /// An op declared once and pushed many times: its vars (sorted and
@@ -94,7 +94,7 @@ impl<Rd: Item, Wr: Item> PreparedOp<Rd, Wr> {
         self.push(body, true).map(drop)
     }
 
-    fn push<R, F>(&self, body: F, detached: bool) -> Result<Option<crate::op::cell::SlotRef<R>>, Error>
+    fn push<R, F>(&self, body: F, detached: bool) -> Result<Option<crate::op::op_cell::SlotRef<R>>, Error>
     where
         F: FnOnce(Rd::Guard, Wr::Guard) -> Result<R, BoxError> + Send + 'static,
         R: Send + 'static,

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::builder::OpBuilder;
 use super::limit::Reserved;
+use super::op_builder::OpBuilder;
 use super::shared::Shared;
 
 /// Room for one op, held until that op is pushed (then the op holds it

@@ -6,19 +6,19 @@
 use std::sync::Arc;
 
 use super::bulk::Bulk;
-use super::config::{Config, EngineKind};
 use super::counts::Counts;
-use super::explain::Watchdog;
+use super::engine_builder::{Config, EngineKind};
 use super::limit::Limit;
 use super::options::bit_set;
 pub(super) use super::options::{Body, OpOptions, Role};
-use super::profiler::Recorder;
 use super::queues::Queues;
+use super::recorder::Recorder;
+use super::watchdog::Watchdog;
 use crate::error::{Error, Kind};
 use crate::exec::{Dispatcher, Runs};
 use crate::op::access::normalize;
-use crate::op::cell::{OpCell, SlotRef};
 use crate::op::job::Job;
+use crate::op::op_cell::{OpCell, SlotRef};
 use crate::op::recycle::{self, Graveyard, Shell};
 use crate::op::{
     DepList, Exec, Flags, HandleKind, Help, Host, Meta, PackedDevice, ReadyList, TaskRef, submit,
@@ -71,7 +71,7 @@ pub(crate) struct Shared {
     /// Ops resolved early and still queued on their vars (see
     /// `Host::op_lingers`): the pools run until they are gone.
     lingering: CountLatch,
-    /// The watchdog, if the engine has one (see `explain.rs`).
+    /// The watchdog, if the engine has one (see `watchdog.rs`).
     watchdog: std::sync::OnceLock<Watchdog>,
     /// Keeps the explainer's clock while vars note when they let ops
     /// through (`sync/coarse.rs`).

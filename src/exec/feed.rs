@@ -27,7 +27,7 @@
 //! **Retirement.** The ring belongs to the pool's feed list and to the
 //! workers' copies of it, not to its owner, which reaches it through a raw
 //! pointer: so a feed whose thread stopped pushing can leave the list
-//! (`feeds.rs` retires it) and its memory goes with the last copy, while
+//! (`feed_list.rs` retires it) and its memory goes with the last copy, while
 //! its thread lives on. The owner and a retiring worker meet in a
 //! handshake on the owner's [`Flags`]: the owner marks itself as pushing,
 //! issues the light half of an asymmetric barrier pair, and looks at
@@ -101,7 +101,7 @@ pub(crate) struct Flags {
 /// feed list and the workers' copies of it.
 pub(crate) struct FeedShared<T> {
     flags: Arc<Flags>,
-    /// The head at the last sweep (see `feeds.rs`): unchanged over a sweep,
+    /// The head at the last sweep (see `feed_list.rs`): unchanged over a sweep,
     /// with the ring empty, the feed is idle.
     pub(crate) swept_head: AtomicUsize,
     /// The next op to take; claimed by a CAS.

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use super::gpu::{GpuSettings, Gpus};
+use super::gpu_pools::{GpuSettings, Gpus};
 use super::lazy::Lazy;
 use super::pool::{Held, Pool};
-use super::thread;
+use super::this_thread;
 use crate::device::{Device, Lane};
 use crate::error::Error;
 use crate::gpu::{Gpu, GpuLane};
@@ -305,7 +305,7 @@ impl Dispatcher {
                 }
             }
         }
-        thread::run_here(task, now);
+        this_thread::run_here(task, now);
     }
 
     /// Runs the ops one completion made ready: the first pool op may go to

@@ -23,7 +23,7 @@
 //!   the workers hold). Workers queue on a shared lock-free FIFO, the
 //!   *injector*. A worker takes from the feeds and the injector in turn, at
 //!   most `SOURCE_STREAK` ops from one while another holds ops, so none
-//!   starves; FIFO order holds among the ops one thread queued (`feeds.rs`);
+//!   starves; FIFO order holds among the ops one thread queued (`feed_list.rs`);
 //! * **no lock to submit**: a submit takes a lock only to wake a parked
 //!   worker (see `park.rs`), or once per thread to set up its feed.
 //!
@@ -39,11 +39,11 @@ use std::time::Duration;
 use crossbeam_deque::{Injector, Steal};
 
 use super::feed::FeedShared;
-use super::feeds::{FeedView, Feeds};
+use super::feed_list::{FeedView, Feeds};
 use super::heap::Heap;
 use super::park::Parking;
 use super::stats::{PoolStats, Sums};
-use super::thread;
+use super::this_thread;
 use super::worker::Worker;
 use crate::op::TaskRef;
 use crate::op::job::in_user_body;
@@ -161,7 +161,7 @@ impl Pool {
                         if let Some(init) = init {
                             init(k);
                         }
-                        thread::become_worker(&shared);
+                        this_thread::become_worker(&shared);
                         let worker = Worker::new(&shared, k);
                         let _ = up.send(());
                         drop(up);
@@ -203,15 +203,15 @@ impl Pool {
     #[inline]
     pub(crate) fn offer(&self, task: TaskRef) -> Option<TaskRef> {
         let shared = &self.shared;
-        if thread::works_for(shared.id) || task.header().meta.priority != 0 {
+        if this_thread::works_for(shared.id) || task.header().meta.priority != 0 {
             self.submit(task);
             return None;
         }
         self.stamp(&task);
-        match thread::offer_to_own_feed(shared, task) {
-            thread::Offered::Queued => {}
-            thread::Offered::Crowded(task) => return Some(task),
-            thread::Offered::Refused(task) => shared.enqueue(task),
+        match this_thread::offer_to_own_feed(shared, task) {
+            this_thread::Offered::Queued => {}
+            this_thread::Offered::Crowded(task) => return Some(task),
+            this_thread::Offered::Refused(task) => shared.enqueue(task),
         }
         self.shared.parking.notify(1);
         None
@@ -233,10 +233,10 @@ impl Pool {
     /// where the workers queue.
     fn queue(&self, task: TaskRef) {
         let shared = &self.shared;
-        let task = if !thread::works_for(shared.id) && task.header().meta.priority == 0 {
+        let task = if !this_thread::works_for(shared.id) && task.header().meta.priority == 0 {
             // Not during this thread's exit (its feeds are gone), nor from
             // within the feed list's own upkeep.
-            thread::queue_on_own_feed(shared, task)
+            this_thread::queue_on_own_feed(shared, task)
         } else {
             Some(task)
         };
@@ -250,13 +250,13 @@ impl Pool {
     /// and nothing more urgent is queued. Otherwise queues it.
     pub(crate) fn submit_successor(&self, task: TaskRef) {
         let shared = &self.shared;
-        let keep = thread::works_for(shared.id)
+        let keep = this_thread::works_for(shared.id)
             && !in_user_body()
             && task.header().meta.priority >= 0
             && shared.urgent.load(Ordering::Relaxed) == 0;
         // The slot keeps the first successor; later ones are queued.
         self.stamp(&task);
-        let queued = if keep { thread::keep_next(task) } else { Some(task) };
+        let queued = if keep { this_thread::keep_next(task) } else { Some(task) };
         if let Some(task) = queued {
             self.queue(task);
             self.shared.parking.notify(1);

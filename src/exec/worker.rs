@@ -7,10 +7,10 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::feeds::{FeedView, SWEEP_EVERY};
+use super::feed_list::{FeedView, SWEEP_EVERY};
 use super::pool::PoolShared;
 use super::stats::WorkerStats;
-use super::thread;
+use super::this_thread;
 use crate::op::TaskRef;
 use crate::op::recycle::Returns;
 
@@ -24,7 +24,7 @@ const NEXT_STREAK: u32 = 64;
 const TAKE_MORE: usize = 7;
 
 /// How many times a worker finds nothing to do between two looks for idle
-/// feeds to retire (see `feeds.rs`).
+/// feeds to retire (see `feed_list.rs`).
 const SWEEP_IDLES: u32 = 256;
 
 /// What a worker does next.
@@ -84,7 +84,7 @@ impl<'a> Worker<'a> {
     }
 
     fn next(&mut self) -> Next {
-        let Some(task) = thread::take_next() else {
+        let Some(task) = this_thread::take_next() else {
             self.streak = 0;
             if !self.taken.is_empty() {
                 let task = self.pool.pop_urgent().or_else(|| self.taken.pop_front());
@@ -125,7 +125,7 @@ impl<'a> Worker<'a> {
         } else {
             // On the worker's reference: if it is the last one, the record
             // is reused below.
-            thread::run_first(|| thread::run(&task));
+            this_thread::run_first(|| this_thread::run(&task));
         }
         self.mine.end();
         self.returns.give(task);
@@ -137,7 +137,7 @@ impl<'a> Worker<'a> {
     fn run_timed(&self, task: &TaskRef) {
         let stats = &self.pool.stats;
         let start = stats.starting(self.k, task.header().ready_at());
-        thread::run_first(|| thread::run(task));
+        this_thread::run_first(|| this_thread::run(task));
         stats.ran(self.k, start);
     }
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::device::GpuDevice;
+use super::gpu_device::GpuDevice;
 use super::sim::{SimBuffer, SimGpu};
 use crate::error::Error;
 

@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use super::backend::Stream;
-use super::device::GpuDevice;
+use super::gpu_device::GpuDevice;
 use super::poller::Done;
 
 impl GpuDevice {

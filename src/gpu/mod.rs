@@ -11,10 +11,10 @@ mod buffer;
 mod context;
 #[cfg(feature = "cuda")]
 mod cuda;
-mod device;
 mod drain;
 pub(crate) mod event;
 mod fence;
+mod gpu_device;
 mod poller;
 pub mod sim;
 
@@ -24,9 +24,9 @@ use std::sync::Arc;
 pub use backend::Stream;
 pub use buffer::{Gpu, GpuBuffer, GpuElement, HostBuffer};
 pub use context::GpuContext;
-pub(crate) use device::GpuDevice;
 pub(crate) use event::Event;
 pub(crate) use fence::{Fences, Held, InFlight};
+pub(crate) use gpu_device::GpuDevice;
 
 use crate::device::Lane;
 

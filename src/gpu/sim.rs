@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use super::blocking;
 
 mod clock;
+mod gpu_thread;
 mod memory;
-mod thread;
 
 use clock::{History, join};
 pub(crate) use memory::Mem;
@@ -153,7 +153,7 @@ impl SimGpu {
             Arc::new(Self { id, state: Mutex::default(), cv: Condvar::new(), thread: Mutex::new(None) });
         let weak = Arc::downgrade(&gpu);
         let thread =
-            std::thread::Builder::new().name(format!("{name}-sim")).spawn(move || thread::run(&weak))?;
+            std::thread::Builder::new().name(format!("{name}-sim")).spawn(move || gpu_thread::run(&weak))?;
         *lock(&gpu.thread) = Some(thread);
         Ok(gpu)
     }

@@ -17,7 +17,7 @@ use mpi::topology::SimpleCommunicator;
 use super::raw::{self, Buffers, Request};
 use super::sig::Signature;
 use super::{CollectiveError, Element, Reduce, mpi_count};
-use crate::op::handle::Completion;
+use crate::op::op_handle::Completion;
 use crate::var::{ReadGuard, WriteGuard};
 
 /// A collective as the comm thread sees it, whatever its element type.

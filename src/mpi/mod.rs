@@ -31,12 +31,12 @@
 //!
 //! `README.md` beside this file has the protocol and its argument.
 
+mod comm_thread;
 mod flight;
 #[cfg(feature = "nccl")]
 mod nccl;
 mod raw;
 mod sig;
-mod thread;
 
 use std::fmt;
 use std::sync::Mutex;
@@ -45,11 +45,11 @@ use std::sync::mpsc::Sender;
 use crate::device::Lane;
 use crate::engine::{Engine, OpBuilder};
 use crate::error::Error;
-use crate::op::handle::OpHandle;
+use crate::op::op_handle::OpHandle;
 use crate::var::{ReadGuard, Var, WriteGuard};
+use comm_thread::Msg;
 use flight::{Flight, Typed, What};
 use sig::Signature;
-use thread::Msg;
 
 #[cfg(feature = "nccl")]
 pub use nccl::{GpuCollectiveElement, GpuCollectives};
@@ -231,7 +231,7 @@ impl Collectives {
     ///
     /// MPI was initialised already in this process, or could not be.
     pub fn new(engine: &Engine) -> Result<Self, Error> {
-        let (tx, thread, rank, size) = thread::start()?;
+        let (tx, thread, rank, size) = comm_thread::start()?;
         Ok(Self { engine: engine.clone(), order: Mutex::new((0, tx)), rank, size, thread: Some(thread) })
     }
 

@@ -41,7 +41,7 @@ use crate::device::{Device, Lane};
 use crate::engine::{Engine, OpBuilder};
 use crate::error::{BoxError, Error};
 use crate::gpu::{Gpu, GpuBuffer, GpuContext, GpuElement};
-use crate::op::handle::OpHandle;
+use crate::op::op_handle::OpHandle;
 use crate::var::Var;
 
 /// What a GPU collective's buffers may hold: the element types of the MPI

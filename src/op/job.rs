@@ -18,8 +18,8 @@ use std::sync::Arc;
 use futures::FutureExt;
 
 use super::access::{Item, OpToken};
-use super::cell::{OpSlot, SlotRef};
-use super::handle::Completion;
+use super::op_cell::{OpSlot, SlotRef};
+use super::op_handle::Completion;
 use super::record::{Header, TaskRef};
 use crate::error::{BoxError, Error, Kind, panic_message};
 use crate::var::Access;

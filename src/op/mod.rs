@@ -4,25 +4,25 @@
 //!
 //! * `record.rs`: the erased header every var queue holds ([`Header`],
 //!   [`Task`]), and where the body runs ([`Exec`]);
-//! * `cell.rs`, `job.rs`, `slot.rs`: the typed record, its body and its
+//! * `op_cell.rs`, `job.rs`, `slot.rs`: the typed record, its body and its
 //!   result slot;
 //! * `life.rs`: submit, completion, and the guards' [`LiveRef`];
 //! * `errors.rs`: how errors pass through an op;
 //! * `recycle.rs`: records reused for later pushes;
 //! * `nest.rs`: ops run by a parent op (bulk execution's hook);
 //! * `profile.rs`: what an op records while the profiler is on;
-//! * `handle.rs`: what the pusher holds; `access.rs`: what an op declares;
+//! * `op_handle.rs`: what the pusher holds; `access.rs`: what an op declares;
 //! * `host.rs`: the one way up, to the engine that pushed the op.
 
 pub(crate) mod access;
-pub(crate) mod cell;
 mod errors;
-pub(crate) mod gpu;
-pub(crate) mod handle;
+pub(crate) mod gpu_job;
 mod host;
 pub(crate) mod job;
 mod life;
 mod nest;
+pub(crate) mod op_cell;
+pub(crate) mod op_handle;
 pub(crate) mod profile;
 mod record;
 pub(crate) mod recycle;

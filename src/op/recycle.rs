@@ -30,9 +30,9 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use super::cell::OpCell;
 use super::host::Host;
 use super::job::Job;
+use super::op_cell::OpCell;
 use super::record::{DepList, Header, Meta, Task, TaskRef, extras, prefetch};
 use crate::error::panic_message;
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};

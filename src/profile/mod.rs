@@ -8,10 +8,10 @@
 mod aggregate;
 mod chrome;
 mod idle;
-mod record;
+mod op_record;
 mod svg;
 
-pub(crate) use record::{Dep, OpRecord};
+pub(crate) use op_record::{Dep, OpRecord};
 
 pub use aggregate::Aggregate;
 

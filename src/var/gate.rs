@@ -2,7 +2,7 @@
 //! atomics, wakers and threads.
 //!
 //! A [`Gate`] is a plain struct mutated under its var's lock (see
-//! `cell.rs`). Every method returns the ops it let through; the caller
+//! `var_cell.rs`). Every method returns the ops it let through; the caller
 //! dispatches them after dropping the lock. The design and a proof sketch of
 //! its properties are in `README.md` beside this file.
 

@@ -8,9 +8,9 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
 
-use super::cell::{Grant, VarCell, label};
 use super::data::DataCell;
 use super::gate::Access;
+use super::var_cell::{Grant, VarCell, label};
 use crate::op::TaskRef;
 
 /// The engine a var belongs to, opaque at this layer: the engine layer

@@ -3,7 +3,7 @@
 //! protocol and its proof sketch.
 //!
 //! * `gate.rs`: the pure state machine of SPEC §1;
-//! * `cell.rs`: its lock, the multi-var append, error slots; `inbox.rs`:
+//! * `var_cell.rs`: its lock, the multi-var append, error slots; `inbox.rs`:
 //!   one-var pushes without the lock;
 //! * `data.rs`: the data and its borrow check; `guard.rs`: the guards;
 //! * `handle.rs`: [`Var`] and [`AnyVar`].
@@ -13,15 +13,15 @@
 //! (`op::LiveRef`). That is the one cycle of the crate, inherent to what a
 //! var and an op are: records hold vars, guards hold records.
 
-mod cell;
 mod data;
 mod gate;
 mod guard;
 mod handle;
 pub(crate) mod inbox;
+mod var_cell;
 
-pub(crate) use cell::{Grant, VarCell, append_all};
 pub(crate) use gate::Access;
 pub use guard::{ReadGuard, WriteGuard};
 pub use handle::{AnyVar, Var, VarDebug};
 pub(crate) use handle::{Owner, Queue};
+pub(crate) use var_cell::{Grant, VarCell, append_all};

@@ -1,4 +1,4 @@
-//! The profiler, as the engine's handle shows it (`engine/profiler.rs`
+//! The profiler, as the engine's handle shows it (`engine/recorder.rs`
 //! records; `crate::profile` renders).
 
 use super::Engine;

@@ -20,7 +20,7 @@ use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use super::feeds::{FeedView, OwnFeed};
+use super::feed_list::{FeedView, OwnFeed};
 use super::pool::PoolShared;
 use crate::error::panic_message;
 use crate::op::{Help, TaskRef};

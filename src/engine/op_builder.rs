@@ -11,8 +11,8 @@ use crate::device::{Device, Lane};
 use crate::error::{BoxError, Error, Kind};
 use crate::op::DepList;
 use crate::op::access::{Append, AsVar, Decl, Decls, Item, Reading, Writing, var_of};
-use crate::op::handle::{Completion, OpHandle};
 use crate::op::job::{AsyncJob, FutureJob, Job, SyncJob};
+use crate::op::op_handle::{Completion, OpHandle};
 use crate::var::{Access, AnyVar, Var};
 
 /// Builds an op: what it reads and writes, where it runs, then its body.
@@ -424,4 +424,4 @@ impl<Rd, Wr, S> std::fmt::Debug for OpBuilder<'_, Rd, Wr, S> {
     }
 }
 
-mod gpu;
+mod run_gpu;

@@ -1,5 +1,5 @@
 //! The hang explainer, as the engine's handle shows it
-//! (`engine/explain.rs` looks; `crate::explain` renders).
+//! (`engine/watchdog.rs` looks; `crate::explain` renders).
 
 use super::Engine;
 use crate::explain::Pending;
@@ -39,6 +39,6 @@ impl Engine {
     /// # Ok(()) }
     /// ```
     pub fn debug_pending(&self) -> Pending {
-        super::super::explain::pending(self.shared())
+        super::super::watchdog::pending(self.shared())
     }
 }

@@ -5,9 +5,9 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use super::access::{Item, OpToken};
-use super::cell::SlotRef;
 use super::job::{Job, Running, in_body, op_result};
 use super::life::release_vars_early;
+use super::op_cell::SlotRef;
 use super::record::TaskRef;
 use crate::error::{BoxError, Error};
 use crate::gpu::{Event, GpuContext, GpuLane, InFlight, Stream};

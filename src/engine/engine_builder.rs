@@ -4,7 +4,7 @@
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use super::profiler::{DEFAULT_KEEP, ENV_PROFILE_KEEP};
+use super::recorder::{DEFAULT_KEEP, ENV_PROFILE_KEEP};
 
 use super::Engine;
 use crate::error::Error;

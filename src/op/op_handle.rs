@@ -8,9 +8,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use super::cell::SlotRef;
 use super::host::Help;
 use super::job::{token_left_by_own_body, waits_for_current_body};
+use super::op_cell::SlotRef;
 use super::record::Header;
 use super::record::{HandleKind, TaskRef};
 use crate::error::{BoxError, Error, Kind, panic_message, refuse_in_runtime};

@@ -5,8 +5,8 @@ use crate::device::Device;
 use crate::error::{BoxError, Error};
 use crate::gpu::GpuContext;
 use crate::op::access::Item;
-use crate::op::gpu::GpuJob;
-use crate::op::handle::OpHandle;
+use crate::op::gpu_job::GpuJob;
+use crate::op::op_handle::OpHandle;
 
 impl<Rd: Item, Wr: Item, S: Slot> OpBuilder<'_, Rd, Wr, S> {
     /// Pushes a GPU op, to be placed on a GPU with

@@ -5,7 +5,7 @@
 //! Off, it costs a push one relaxed load (`mode`); an op it does not
 //! record carries nothing more. On, each recorded op allocates its
 //! profile and, at completion, hands a compact record over under one lock
-//! (`profile/record.rs`: shared names, vars inline); the records become
+//! (`profile/op_record.rs`: shared names, vars inline); the records become
 //! the profile's ops only when a profile is taken.
 
 use std::collections::VecDeque;
@@ -22,7 +22,7 @@ use crate::sync::{Mutex, lock};
 /// engine after the first to a path of its own, see [`Recorder::autosave`]).
 pub(crate) const ENV_PROFILE: &str = "DEPENGINE_PROFILE";
 /// The environment variable that sets how many ops a profile keeps (read
-/// with the engine's other settings, `config.rs`).
+/// with the engine's other settings, `engine_builder.rs`).
 pub(crate) const ENV_PROFILE_KEEP: &str = "DEPENGINE_PROFILE_KEEP";
 
 /// How many completed ops a profiler keeps by default: the last ones, so

@@ -290,7 +290,7 @@ impl Drop for OwnFeed {
 
 #[cfg(all(test, not(depengine_loom)))]
 mod tests {
-    use super::super::thread::feeds_alive;
+    use super::super::this_thread::feeds_alive;
     use super::*;
     use crate::{Engine, ShutdownMode};
 
