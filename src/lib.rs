@@ -85,23 +85,30 @@
 #![deny(unreachable_pub)]
 #![warn(missing_docs, missing_debug_implementations)]
 
-// The layers, lowest first; a module imports only from those above it in
-// this list (`tests/architecture.rs` checks it).
+// The layers, lowest first (`tests/architecture.rs` keeps them so: a
+// module imports only from the layers before its own).
+// 0: the error, devices and lanes, aligned memory.
 pub mod aligned;
 mod device;
-pub mod engine;
 mod error;
-mod exec;
+// 1: primitives, and what the engine reports.
 pub mod explain;
-pub mod gpu;
 pub mod metrics;
+pub mod profile;
+mod sync;
+// 2: GPU devices; vars.
+pub mod gpu;
+pub mod var;
+// 3: op records.
+mod op;
+// 4: pools, workers, placement.
+mod exec;
+// 5: the engine.
+pub mod engine;
+// 6: what is built on the engine.
 #[cfg(feature = "mpi")]
 pub mod mpi;
-mod op;
-pub mod profile;
 pub mod scope;
-mod sync;
-pub mod var;
 
 /// The sealed traits that describe what an op declares.
 pub mod access {

@@ -1,7 +1,7 @@
 //! The crate's structure, checked over `src/` (in the spirit of ArchUnit
 //! and import-linter):
 //!
-//! * **layers point one way**: a module imports only from the layers below
+//! * **layers point one way**: every module has a layer, and imports only from the layers below
 //!   its own (`LAYERS`), but for the one cycle inherent to vars and ops
 //!   (`INHERENT`: var queues hold op records, guards hold their op);
 //! * **`unsafe` only where it is named**: only the files of `UNSAFE_FILES`
@@ -18,6 +18,8 @@ const LAYERS: &[(&str, u32)] = &[
     ("error", 0),
     ("device", 0),
     ("metrics", 1),
+    ("profile", 1),
+    ("explain", 1),
     ("sync", 1),
     ("gpu", 2),
     ("var", 2),
@@ -281,6 +283,20 @@ fn source_files() -> Vec<(String, String)> {
             (f, text)
         })
         .collect()
+}
+
+/// Every module of the crate has its place in the layers.
+#[test]
+fn every_module_has_a_layer() {
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(src()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().trim_end_matches(".rs").to_owned();
+        if name != "lib" && rank(&name).is_none() {
+            missing.push(name);
+        }
+    }
+    assert!(missing.is_empty(), "modules with no place in LAYERS: {missing:?}");
 }
 
 #[test]
