@@ -1,5 +1,5 @@
 //! The engine's bookkeeping, shared by every handle, var and op record of
-//! one engine: what pushes count (epochs, pushed ops, shells), the first
+//! one engine: what pushes count (epochs, pushed ops, spare records), the first
 //! failure since the last `wait_for_all`, the shutdown mode, and the push
 //! path itself (check, build, submit, dispatch).
 
@@ -19,7 +19,7 @@ use crate::exec::{Dispatcher, Runs};
 use crate::op::access::normalize;
 use crate::op::job::Job;
 use crate::op::op_cell::{OpCell, SlotRef};
-use crate::op::recycle::{self, Graveyard, Shell};
+use crate::op::recycle::{self, Spare, SpareRecords};
 use crate::op::{
     DepList, Exec, Flags, HandleKind, Help, Host, Meta, PackedDevice, ReadyList, TaskRef, submit,
 };
@@ -41,8 +41,8 @@ const KEPT_FAILURES: usize = 16;
 pub(super) struct Intake {
     /// Ops pushed so far.
     pub(super) pushed: u64,
-    /// Shells ready for pushes to rebuild (see `op::recycle`).
-    pub(super) shells: Vec<Shell>,
+    /// Spare records ready for pushes to rebuild (see `op::recycle`).
+    pub(super) spares: Vec<Spare>,
 }
 
 pub(crate) struct Shared {
@@ -56,8 +56,8 @@ pub(crate) struct Shared {
     /// handed to the user already.
     failures: Mutex<Vec<Error>>,
     cancelling: AtomicBool,
-    /// Shells of op records, freed by pushes.
-    graves: Padded<Graveyard>,
+    /// Spare records of op records, freed by pushes.
+    graves: Padded<SpareRecords>,
     pub(super) bulk: Bulk,
     /// The engine's vars, weakly: where a cancelling shutdown finds the ops
     /// queued on them.
@@ -94,7 +94,7 @@ impl Host for Shared {
         }
     }
 
-    fn graveyard(&self) -> &Graveyard {
+    fn spare_records(&self) -> &SpareRecords {
         &self.graves
     }
 
@@ -155,7 +155,7 @@ impl Shared {
                 runtime,
                 failures: Mutex::new(Vec::new()),
                 cancelling: AtomicBool::new(false),
-                graves: Padded(Graveyard::new()),
+                graves: Padded(SpareRecords::new()),
                 bulk,
                 queues: Queues::default(),
                 counts: Counts::default(),
@@ -299,10 +299,10 @@ impl Shared {
         // The open segment is pushed, and no op joins another, before the
         // engine stops taking work.
         let latch = self.bulk.closing(|| self.tracker.rotate(true));
-        // No push takes a shell once the tracker is closed.
-        let shells = self.tracker.with_side(|intake| std::mem::take(&mut intake.shells));
+        // No push takes a spare record once the tracker is closed.
+        let spares = self.tracker.with_side(|intake| std::mem::take(&mut intake.spares));
         self.graves.close();
-        drop(shells);
+        drop(spares);
         if cancel {
             self.cancel_queued();
         }
@@ -453,20 +453,20 @@ impl Shared {
         job: J,
         (detached, counted): (bool, bool),
     ) -> Result<Arc<OpCell<J>>, Error> {
-        // The op's count in its epoch, and a shell to build its record in,
+        // The op's count in its epoch, and a spare record to build its record in,
         // or to free just before allocating it: then it is what this
         // thread's allocator hands out.
-        let (epoch, (shell, extra)) = self
+        let (epoch, (spare, extra)) = self
             .tracker
             .enter(|intake| {
                 intake.pushed += 1;
-                self.graves.take(&mut intake.shells)
+                self.graves.take(&mut intake.spares)
             })
             .inspect_err(|_| self.refund(counted))?;
         drop(extra);
         let profiled = self.recorder.wants(&opts);
         let meta = meta(opts, role, exec, detached, counted, profiled);
-        Ok(recycle::build(shell, self, meta, deps, job, epoch))
+        Ok(recycle::build(spare, self, meta, deps, job, epoch))
     }
 
     /// Settles a prepared op (see `prepared.rs`): its placement (its pool

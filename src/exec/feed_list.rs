@@ -55,13 +55,13 @@ impl Default for Feeds {
 pub(super) struct FeedView {
     version: usize,
     pub(super) feeds: Vec<Arc<FeedShared<TaskRef>>>,
-    pub(super) turns: Turns,
+    pub(super) turns: SourceTurn,
 }
 
 /// Which queue a worker looks at first: sources take turns, at most
 /// [`SOURCE_STREAK`] ops in a row from one while another holds ops.
 #[derive(Default)]
-pub(super) struct Turns {
+pub(super) struct SourceTurn {
     /// The source the last op came from…
     turn: usize,
     /// …and how many ops in a row came from it.
@@ -76,7 +76,7 @@ impl FeedView {
     }
 }
 
-impl Turns {
+impl SourceTurn {
     /// Takes an op from one of `sources` sources (`take(k, room)`: an op
     /// from source `k` and how many more it took with it, at most `room`;
     /// or none). The look starts at the source the last op came from
@@ -297,7 +297,7 @@ mod tests {
     /// Takes `ops` ops from sources that always (or never) hold ops, as
     /// `has_ops` says: the source of each op taken, and how many looks at
     /// a source that took.
-    fn takes(turns: &mut Turns, has_ops: &[bool], ops: usize) -> (Vec<usize>, usize) {
+    fn takes(turns: &mut SourceTurn, has_ops: &[bool], ops: usize) -> (Vec<usize>, usize) {
         let mut taken = Vec::new();
         let mut looks = 0;
         for _ in 0..ops {
@@ -314,7 +314,7 @@ mod tests {
     #[test]
     fn sources_take_turns_while_all_hold_ops() {
         let streak = SOURCE_STREAK as usize;
-        let (taken, _) = takes(&mut Turns::default(), &[true, true, true], 6 * streak);
+        let (taken, _) = takes(&mut SourceTurn::default(), &[true, true, true], 6 * streak);
         let runs: Vec<(usize, usize)> =
             taken.chunk_by(|a, b| a == b).map(|run| (run[0], run.len())).collect();
         assert_eq!(runs, [(0, streak), (1, streak), (2, streak), (0, streak), (1, streak), (2, streak)]);
@@ -324,7 +324,7 @@ mod tests {
     /// room allows) still give each source SOURCE_STREAK ops in a row.
     #[test]
     fn ops_taken_along_count_in_the_streak() {
-        let mut turns = Turns::default();
+        let mut turns = SourceTurn::default();
         let mut taken = Vec::new();
         while taken.len() < 6 * SOURCE_STREAK as usize {
             let mut more = 0;
@@ -345,11 +345,11 @@ mod tests {
     #[test]
     fn a_streak_starts_over_when_the_others_are_empty() {
         let ops = 10 * SOURCE_STREAK as usize;
-        let (taken, looks) = takes(&mut Turns::default(), &[true, false], ops);
+        let (taken, looks) = takes(&mut SourceTurn::default(), &[true, false], ops);
         assert!(taken.iter().all(|&k| k == 0));
         assert_eq!(looks - ops, ops / SOURCE_STREAK as usize - 1, "looks at the empty source");
         // A source list that shrank leaves no turn past its end.
-        let mut turns = Turns { turn: 5, streak: 3 };
+        let mut turns = SourceTurn { turn: 5, streak: 3 };
         assert_eq!(takes(&mut turns, &[false, true], 1).0, [1]);
     }
 

@@ -10,7 +10,7 @@ use super::lazy::Lazy;
 use super::pool::{Pool, ThreadInit};
 use crate::device::{Device, Lane};
 use crate::error::Error;
-use crate::gpu::{self, Fences, Gpu, GpuDevice, GpuLane, Held as Fenced, MAX_GPU_DEVICES};
+use crate::gpu::{self, FenceWait as Fenced, Fences, Gpu, GpuDevice, GpuLane, MAX_GPU_DEVICES};
 use crate::op::TaskRef;
 
 /// The lanes of a GPU device, in the order of `GpuPools::lanes`.

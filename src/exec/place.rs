@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::gpu_pools::{GpuSettings, Gpus};
 use super::lazy::Lazy;
-use super::pool::{Held, Pool};
+use super::pool::{HeldBack, Pool};
 use super::this_thread;
 use crate::device::{Device, Lane};
 use crate::error::Error;
@@ -76,11 +76,11 @@ pub(crate) struct Dispatcher {
     /// The GPU devices, opened on first use.
     gpu: Gpus,
     /// What the engine holds back, for idle CPU workers to push.
-    held: Option<Arc<dyn Held>>,
+    held: Option<Arc<dyn HeldBack>>,
 }
 
 impl Dispatcher {
-    pub(crate) fn new(topology: Topology, held: Option<Arc<dyn Held>>) -> Self {
+    pub(crate) fn new(topology: Topology, held: Option<Arc<dyn HeldBack>>) -> Self {
         let cpu = (0..topology.cpu_devices).map(|_| Lazy::default()).collect();
         let gpu = Gpus::new(topology.gpu.clone(), topology.thread_name.clone(), topology.timing);
         Self { topology, cpu, priority: Lazy::default(), gpu, held }

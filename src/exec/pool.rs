@@ -53,7 +53,7 @@ static NEXT_POOL_ID: AtomicUsize = AtomicUsize::new(1);
 /// Ops an engine holds back from its pools, which idle workers ask it to
 /// push before they park. The one hook of bulk execution in this layer
 /// (`engine::bulk`: the open segment); see `README.md`, *Parking*.
-pub(crate) trait Held: Send + Sync {
+pub(crate) trait HeldBack: Send + Sync {
     /// Whether ops are held back. Read by a worker announced as parking,
     /// after a full fence (see [`Pool::all_parked`]).
     fn any(&self) -> bool;
@@ -88,7 +88,7 @@ pub(super) struct PoolShared {
     pub(super) parking: Parking,
     pub(super) stopping: AtomicBool,
     workers: usize,
-    pub(super) held: Option<Arc<dyn Held>>,
+    pub(super) held: Option<Arc<dyn HeldBack>>,
     /// How long an idle worker watches the queues before it parks.
     pub(super) spin: Duration,
     /// What the workers count for metrics.
@@ -122,7 +122,7 @@ impl Pool {
     pub(crate) fn start(
         name: &str,
         workers: usize,
-        held: Option<Arc<dyn Held>>,
+        held: Option<Arc<dyn HeldBack>>,
         (spin, timing, crowded_at): (Duration, bool, usize),
         init: Option<ThreadInit>,
     ) -> std::io::Result<Self> {
@@ -310,7 +310,7 @@ impl Pool {
 
     /// Whether every worker is parked or about to park, so that none will
     /// look at the engine's held-back ops unless woken. The caller makes
-    /// them visible to [`Held::any`] first, then issues a full fence: then
+    /// them visible to [`HeldBack::any`] first, then issues a full fence: then
     /// either this sees every worker parking, or the last one to park sees
     /// the ops (the handshake of `park.rs`).
     pub(crate) fn all_parked(&self) -> bool {

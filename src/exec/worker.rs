@@ -143,7 +143,7 @@ impl<'a> Worker<'a> {
 
     /// Nothing queued: gives back the records it holds, then waits.
     fn idle(&mut self) -> Next {
-        self.returns.bury();
+        self.returns.keep_spares();
         // A look at the clock is not free: a sweep is considered once per
         // `SWEEP_IDLES` idle turns (and when parking for long).
         self.idles = self.idles.wrapping_add(1);

@@ -47,7 +47,7 @@ pub(crate) struct Fences {
 }
 
 /// What holds an op back: nothing, GPU work to wait for, or a device fault.
-pub(crate) enum Held {
+pub(crate) enum FenceWait {
     Free,
     /// Events of device `.0` to wait for (its poller waits; once they
     /// complete, the op is looked at again, and waits for another device's
@@ -79,7 +79,7 @@ impl Fences {
     /// that and the GPU reads since. `on`: the op's own device and stream,
     /// if it is a GPU op (its own device's work is left to the GPU: see
     /// [`gpu_waits`](Self::gpu_waits)).
-    pub(crate) fn held(&self, deps: impl Iterator<Item = (u64, bool)>, on: Option<usize>) -> Held {
+    pub(crate) fn held(&self, deps: impl Iterator<Item = (u64, bool)>, on: Option<usize>) -> FenceWait {
         let map = self.lock();
         let mut wait: Option<(usize, Vec<Event>)> = None;
         for (id, writes) in deps {
@@ -89,7 +89,7 @@ impl Fences {
                     continue;
                 }
                 if let Some(fault) = f.fault.get() {
-                    return Held::Fault(f.device, fault.clone());
+                    return FenceWait::Fault(f.device, fault.clone());
                 }
                 // One device's events at a time: its poller queries them
                 // with its own context current. Once they completed, the
@@ -101,7 +101,7 @@ impl Fences {
                 }
             }
         }
-        wait.map_or(Held::Free, |(device, events)| Held::Wait(device, events))
+        wait.map_or(FenceWait::Free, |(device, events)| FenceWait::Wait(device, events))
     }
 
     /// The events a GPU op on `device`'s stream `stream` makes its stream

@@ -25,7 +25,7 @@ pub use backend::Stream;
 pub use buffer::{Gpu, GpuBuffer, GpuElement, HostBuffer};
 pub use context::GpuContext;
 pub(crate) use event::Event;
-pub(crate) use fence::{Fences, Held, InFlight};
+pub(crate) use fence::{FenceWait, Fences, InFlight};
 pub(crate) use gpu_device::GpuDevice;
 
 use crate::device::Lane;

@@ -18,23 +18,23 @@ use crate::sync::lock;
 #[derive(Default)]
 pub(crate) struct OpErrors {
     seen: Option<Error>,
-    rare: Option<Box<Rare>>,
+    rare: Option<Box<ErrorDetail>>,
 }
 
 impl OpErrors {
-    pub(super) fn rare(&mut self) -> &mut Rare {
+    pub(super) fn rare(&mut self) -> &mut ErrorDetail {
         self.rare.get_or_insert_with(Box::default)
     }
 
     /// Whether it holds anything beyond the flag-guarded errors.
-    pub(super) fn has_rare(&self) -> bool {
+    pub(super) fn has_detail(&self) -> bool {
         self.rare.is_some()
     }
 }
 
 /// The rarely used part of an op's error state.
 #[derive(Default)]
-pub(crate) struct Rare {
+pub(crate) struct ErrorDetail {
     /// The error the op passes on to the vars it writes.
     carry: Option<Error>,
     /// Each var's error when the op was let through on it.
@@ -123,7 +123,7 @@ impl Header {
     /// The error this op leaves on var `var` (one it writes): what it
     /// passes on, else the poison of a write guard dropped in a panic.
     pub(crate) fn leaves_on(&self, var: u64) -> Option<Error> {
-        self.carries().and_then(|carries| carries.on(var).cloned())
+        self.left_on_vars().and_then(|left_on_vars| left_on_vars.on(var).cloned())
     }
 
     /// Sets the error each var it writes is left with, var by var, instead
@@ -151,18 +151,18 @@ impl Header {
     }
 
     #[inline]
-    pub(super) fn carries(&self) -> Option<Box<Carries>> {
+    pub(super) fn left_on_vars(&self) -> Option<Box<LeftOnVars>> {
         if !self.has_errors.load(Ordering::Acquire) {
             return None;
         }
-        self.carries_locked()
+        self.left_on_vars_locked()
     }
 
     #[cold]
-    fn carries_locked(&self) -> Option<Box<Carries>> {
+    fn left_on_vars_locked(&self) -> Option<Box<LeftOnVars>> {
         let errors = lock(&self.errors);
         let rare = errors.rare.as_ref()?;
-        Some(Box::new(Carries {
+        Some(Box::new(LeftOnVars {
             carry: rare.carry.clone(),
             each: rare.carry_on.clone(),
             poisoned: rare.poisoned.clone(),
@@ -189,13 +189,13 @@ impl Header {
 }
 
 /// The errors a completing op leaves on its vars.
-pub(super) struct Carries {
+pub(super) struct LeftOnVars {
     carry: Option<Error>,
     each: Vec<(u64, Error)>,
     poisoned: Vec<(u64, Error)>,
 }
 
-impl Carries {
+impl LeftOnVars {
     /// The error var `id` is left with.
     pub(super) fn on(&self, id: u64) -> Option<&Error> {
         let own = if self.each.is_empty() {

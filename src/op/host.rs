@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use super::TaskRef;
-use super::recycle::Graveyard;
+use super::recycle::SpareRecords;
 use crate::error::Error;
 use crate::profile::OpRecord;
 use crate::sync::small::SmallList;
@@ -32,7 +32,7 @@ pub(crate) trait Host: Send + Sync + 'static {
     fn note_error(&self, err: &Error);
 
     /// Where records of finished ops wait to be rebuilt by pushes.
-    fn graveyard(&self) -> &Graveyard;
+    fn spare_records(&self) -> &SpareRecords;
 
     /// A nested op's handle is waited on: its parent may still be held
     /// back by the engine, which is to push it now (see `nest.rs`).

@@ -9,7 +9,7 @@ use crate::sync::atomic::Ordering;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::errors::Carries;
+use super::errors::LeftOnVars;
 use super::host::ReadyList;
 use super::record::{Header, Task, TaskRef, prefetch};
 use crate::error::Error;
@@ -135,7 +135,7 @@ fn release(task: &TaskRef, late: bool) {
 /// error to its vars: it releases them at completion, with the error.
 pub(crate) fn release_vars_early(task: &TaskRef) -> bool {
     let header = task.header();
-    if header.meta.nested() || header.carries().is_some() {
+    if header.meta.nested() || header.left_on_vars().is_some() {
         return false;
     }
     header.vars_gone.store(true, Ordering::Relaxed);
@@ -144,15 +144,15 @@ pub(crate) fn release_vars_early(task: &TaskRef) -> bool {
 }
 
 /// Completes the op on each of its vars in turn (one lock at a time),
-/// leaving on each what `carries` says, and dispatches the ops that became
+/// leaving on each what `left_on_vars` says, and dispatches the ops that became
 /// ready: let through on a var here, and on every other var already.
 #[inline(always)]
-fn complete_vars(task: &TaskRef, carries: Option<&Carries>) {
+fn complete_vars(task: &TaskRef, left_on_vars: Option<&LeftOnVars>) {
     let header = task.header();
     let who = task.held();
     let mut ready = ReadyList::new();
     for dep in header.deps.iter() {
-        let carry = carries.and_then(|c| c.on(dep.var.id()));
+        let carry = left_on_vars.and_then(|c| c.on(dep.var.id()));
         dep.var.cell().complete(who, dep.access, carry, &mut |op: TaskRef| {
             if op.header().pending.release(1) {
                 ready.push(op);
@@ -192,14 +192,14 @@ fn finalize(task: &TaskRef, after_guards: bool) {
         finalize_nested(header, after_guards);
         return;
     }
-    let carries = header.carries();
+    let left_on_vars = header.left_on_vars();
     // A GPU op whose vars went early (`release_vars_early`) has them no more.
     if !header.deps.is_empty() && !header.vars_gone.load(Ordering::Relaxed) {
-        complete_vars(task, carries.as_deref());
+        complete_vars(task, left_on_vars.as_deref());
     }
-    let ok = match carries {
+    let ok = match left_on_vars {
         None => true,
-        Some(carries) => carries.is_ok(),
+        Some(left_on_vars) => left_on_vars.is_ok(),
     };
     // Most ops have no span: the event is logged without a closure then.
     match header.span() {
@@ -288,14 +288,14 @@ impl std::fmt::Debug for LiveRef {
 /// What a var keeps of an op that holds it (see `var::cell`'s
 /// `VarState::holders`): the record's address, without a reference.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct HeldOp(NonNull<dyn Task>);
+pub(crate) struct OpHolder(NonNull<dyn Task>);
 
-// SAFETY: a `HeldOp` is an address; it is turned back into a reference only
+// SAFETY: a `OpHolder` is an address; it is turned back into a reference only
 // by `Grant::from_held`, whose caller guarantees the record is alive, and a
 // `TaskRef` may move between threads.
-unsafe impl Send for HeldOp {}
+unsafe impl Send for OpHolder {}
 
-impl PartialEq for HeldOp {
+impl PartialEq for OpHolder {
     fn eq(&self, other: &Self) -> bool {
         std::ptr::addr_eq(self.0.as_ptr(), other.0.as_ptr())
     }
@@ -316,14 +316,14 @@ impl Grant for TaskRef {
         &self.header().meta.name
     }
 
-    type Held = HeldOp;
+    type Holder = OpHolder;
 
     #[inline]
-    fn held(&self) -> HeldOp {
-        HeldOp(NonNull::new(Arc::as_ptr(self).cast_mut()).expect("an Arc's pointer is not null"))
+    fn held(&self) -> OpHolder {
+        OpHolder(NonNull::new(Arc::as_ptr(self).cast_mut()).expect("an Arc's pointer is not null"))
     }
 
-    unsafe fn from_held(held: HeldOp) -> Self {
+    unsafe fn from_held(held: OpHolder) -> Self {
         let record = held.0.as_ptr().cast_const();
         // SAFETY: the caller guarantees the record is alive, so its count
         // is at least one; `record` came from `Arc::as_ptr` of a `TaskRef`

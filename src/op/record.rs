@@ -355,7 +355,7 @@ pub(crate) trait Task: std::any::Any + Send + Sync {
     fn publish(&self);
 
     /// Drops everything the record holds that anyone could observe (var
-    /// references, the result, the span, errors), leaving a shell whose
+    /// references, the result, the span, errors), leaving a spare record whose
     /// drop only frees memory. Called by the holder of the last reference
     /// (see `recycle.rs`).
     fn strip(&mut self);

@@ -1,7 +1,7 @@
 //! Record reuse: giving op records back to the threads that push them.
 //! Everything about it is in this file, and the rest of the engine reaches
-//! it at two points: a push takes a shell when it builds its record
-//! ([`Graveyard::take`], then [`build`]), and a worker gives a record back
+//! it at two points: a push takes a spare record when it builds its record
+//! ([`Spare records::take`], then [`build`]), and a worker gives a record back
 //! after the op ran ([`Returns::give`]).
 //!
 //! Allocators serve a thread fastest from memory it freed itself. An op
@@ -13,15 +13,15 @@
 //!
 //! Instead, a worker holding the last reference to an op it ran strips the
 //! record of everything anyone could observe (var references, result, span,
-//! errors), exactly when it would have dropped it, and buries the empty
-//! shell here, in batches. Each push takes one: it rebuilds its own op in
-//! the shell if the shell's op type is its own (no allocator call at all:
+//! errors), exactly when it would have dropped it, and keeps the empty
+//! spare record here, in batches. Each push takes one: it rebuilds its own op in
+//! the spare record if the spare record's op type is its own (no allocator call at all:
 //! the common case of a loop pushing one kind of op), else frees it just
 //! before it allocates, so records cycle through the pusher's own allocator
 //! cache. Pushes take from a list of their own (kept under the lock a push
-//! takes anyway, the epoch tracker's), refilled with every buried shell at
-//! once, and prefetch the shell they rebuild (and the next one): its lines
-//! were written last by a worker. Shells still hold a reference
+//! takes anyway, the epoch tracker's), refilled with every kept spare record at
+//! once, and prefetch the spare record they rebuild (and the next one): its lines
+//! were written last by a worker. Spare records still hold a reference
 //! to their engine: closing the engine frees them all and turns later
 //! burials into plain drops.
 
@@ -40,80 +40,80 @@ use crate::sync::countdown::Countdown;
 use crate::sync::epoch::EpochRef;
 use crate::sync::{Mutex, lock, small};
 
-/// Shells a worker collects before burying them at once.
+/// Spare records a worker collects before burying them at once.
 const BATCH: usize = 32;
 
-/// Shells kept at most; beyond, workers free their batches themselves.
-const MAX_SHELLS: usize = 1024;
+/// Spare records kept at most; beyond, workers free their batches themselves.
+const MAX_SPARES: usize = 1024;
 
-pub(crate) struct Graveyard {
-    /// Where workers bury their batches.
-    buried: Mutex<Buried>,
-    /// `buried.list.len()`, readable without the lock.
+pub(crate) struct SpareRecords {
+    /// Where workers keep their batches.
+    kept: Mutex<KeptSpares>,
+    /// `kept.list.len()`, readable without the lock.
     len: AtomicUsize,
 }
 
 #[derive(Default)]
-struct Buried {
-    list: Vec<Shell>,
+struct KeptSpares {
+    list: Vec<Spare>,
     closed: bool,
 }
 
-impl Graveyard {
+impl SpareRecords {
     pub(crate) fn new() -> Self {
-        Self { buried: Mutex::new(Buried::default()), len: AtomicUsize::new(0) }
+        Self { kept: Mutex::new(KeptSpares::default()), len: AtomicUsize::new(0) }
     }
 
-    /// Takes a worker's batch of shells (leaving `batch` empty); frees them
-    /// on this thread instead if the graveyard is full or closed.
-    pub(crate) fn bury(&self, batch: &mut Vec<Shell>) {
+    /// Takes a worker's batch of spare records (leaving `batch` empty); frees them
+    /// on this thread instead if the spare records is full or closed.
+    pub(crate) fn keep_spares(&self, batch: &mut Vec<Spare>) {
         let refused = {
-            let mut buried = lock(&self.buried);
-            if buried.closed || buried.list.len() + batch.len() > MAX_SHELLS {
+            let mut kept = lock(&self.kept);
+            if kept.closed || kept.list.len() + batch.len() > MAX_SPARES {
                 std::mem::take(batch)
             } else {
-                buried.list.append(batch);
-                self.len.store(buried.list.len(), Ordering::Relaxed);
+                kept.list.append(batch);
+                self.len.store(kept.list.len(), Ordering::Relaxed);
                 Vec::new()
             }
         };
         drop(refused);
     }
 
-    /// Takes one shell; frees it on this thread instead if the graveyard is
+    /// Takes one spare record; frees it on this thread instead if the spare records is
     /// full or closed.
-    pub(crate) fn bury_one(&self, shell: Shell) {
+    pub(crate) fn keep_one(&self, shell: Spare) {
         let refused = {
-            let mut buried = lock(&self.buried);
-            if buried.closed || buried.list.len() >= MAX_SHELLS {
+            let mut kept = lock(&self.kept);
+            if kept.closed || kept.list.len() >= MAX_SPARES {
                 Some(shell)
             } else {
-                buried.list.push(shell);
-                self.len.store(buried.list.len(), Ordering::Relaxed);
+                kept.list.push(shell);
+                self.len.store(kept.list.len(), Ordering::Relaxed);
                 None
             }
         };
         drop(refused);
     }
 
-    /// Takes a shell from `ready`, the pushes' list, for a push to reuse (or
-    /// free, if its op type differs), refilling `ready` with every buried
-    /// shell when it is empty. Also returns one more shell, to be freed by
+    /// Takes a spare record from `ready`, the pushes' list, for a push to reuse (or
+    /// free, if its op type differs), refilling `ready` with every kept
+    /// spare record when it is empty. Also returns one more spare record, to be freed by
     /// the caller (outside its lock), while more than half of
-    /// [`MAX_SHELLS`] wait, so that the graveyard drains when it fills
+    /// [`MAX_SPARES`] wait, so that the spare records drains when it fills
     /// faster than pushes take (never in a steady stream of pushes).
-    pub(crate) fn take(&self, ready: &mut Vec<Shell>) -> (Option<Shell>, Option<Shell>) {
+    pub(crate) fn take(&self, ready: &mut Vec<Spare>) -> (Option<Spare>, Option<Spare>) {
         let refilled = ready.is_empty();
         if refilled {
             if self.len.load(Ordering::Relaxed) == 0 {
                 return (None, None);
             }
-            let mut buried = lock(&self.buried);
-            std::mem::swap(ready, &mut buried.list);
+            let mut kept = lock(&self.kept);
+            std::mem::swap(ready, &mut kept.list);
             self.len.store(0, Ordering::Relaxed);
         }
         let shell = ready.pop();
-        // This shell's lines were asked for by the push before, unless the
+        // This spare record's lines were asked for by the push before, unless the
         // list was just refilled; the next push's, all at once, ahead.
         if let (true, Some(shell)) = (refilled, &shell) {
             shell.prefetch();
@@ -121,54 +121,54 @@ impl Graveyard {
         if let Some(next) = ready.last() {
             next.prefetch();
         }
-        let extra = if ready.len() > MAX_SHELLS / 2 { ready.pop() } else { None };
+        let extra = if ready.len() > MAX_SPARES / 2 { ready.pop() } else { None };
         (shell, extra)
     }
 
-    /// Frees every buried shell and refuses later burials: shells hold
-    /// references to the engine that owns this graveyard. (The pushes'
+    /// Frees every kept spare record and refuses later burials: spare records hold
+    /// references to the engine that owns this spare records. (The pushes'
     /// list is freed by its owner.)
     pub(crate) fn close(&self) {
-        let buried = {
-            let mut buried = lock(&self.buried);
-            buried.closed = true;
+        let kept = {
+            let mut kept = lock(&self.kept);
+            kept.closed = true;
             self.len.store(0, Ordering::Relaxed);
-            std::mem::take(&mut buried.list)
+            std::mem::take(&mut kept.list)
         };
-        drop(buried);
+        drop(kept);
     }
 
-    /// Buried shells.
+    /// KeptSpares spare records.
     #[cfg(all(test, not(depengine_loom)))]
     pub(crate) fn len(&self) -> usize {
-        lock(&self.buried).list.len()
+        lock(&self.kept).list.len()
     }
 
-    /// Where the shells' records are, `ready`'s (the pushes' list) and the
-    /// buried ones; the last is the one a push takes next.
+    /// Where the spare records' records are, `ready`'s (the pushes' list) and the
+    /// kept ones; the last is the one a push takes next.
     #[cfg(all(test, not(depengine_loom)))]
-    pub(crate) fn addresses(&self, ready: &[Shell]) -> Vec<*const ()> {
-        let buried = lock(&self.buried);
-        let (rest, next) = if ready.is_empty() { (ready, &*buried.list) } else { (&*buried.list, ready) };
-        rest.iter().chain(next).map(Shell::addr).collect()
+    pub(crate) fn addresses(&self, ready: &[Spare]) -> Vec<*const ()> {
+        let kept = lock(&self.kept);
+        let (rest, next) = if ready.is_empty() { (ready, &*kept.list) } else { (&*kept.list, ready) };
+        rest.iter().chain(next).map(Spare::addr).collect()
     }
 }
 
-/// Builds a record for a new op of the engine `host`: in `shell` (a
+/// Builds a record for a new op of the engine `host`: in `spare record` (a
 /// stripped record of that engine nobody else holds) if that is a record of
-/// this type, else freshly allocated, after `shell` is freed (so that the
+/// this type, else freshly allocated, after `spare record` is freed (so that the
 /// allocator hands out what this thread just freed).
 #[inline(always)]
 pub(crate) fn build<J: Job, H: Host>(
-    shell: Option<Shell>,
+    shell: Option<Spare>,
     host: &Arc<H>,
     meta: Meta,
     deps: DepList,
     job: J,
     epoch: EpochRef,
 ) -> Arc<OpCell<J>> {
-    // A shell of another type is freed here, before `OpCell::new` allocates.
-    let Some(mut record) = shell.and_then(Shell::downcast::<OpCell<J>>) else {
+    // A spare record of another type is freed here, before `OpCell::new` allocates.
+    let Some(mut record) = shell.and_then(Spare::downcast::<OpCell<J>>) else {
         return OpCell::new(host, meta, deps, job, epoch);
     };
     let place = record.get_mut();
@@ -184,20 +184,20 @@ pub(crate) fn build<J: Job, H: Host>(
 
 #[cfg(all(test, not(depengine_loom)))]
 thread_local! {
-    /// Ops this thread built in a shell.
+    /// Ops this thread built in a spare record.
     pub(crate) static REBUILT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Gives back the record of an op this thread ran inline (a thread that is
-/// not a worker, which gathers shells in [`Returns`]): strips it and buries
-/// its shell in its engine's graveyard at once if `task` is its last
-/// reference (a thread that may push no more must not keep shells, which
+/// not a worker, which gathers spare records in [`Returns`]): strips it and keeps
+/// its spare record in its engine's spare records at once if `task` is its last
+/// reference (a thread that may push no more must not keep spare records, which
 /// hold their engine); else drops the reference.
 pub(crate) fn give_back(task: TaskRef) {
-    match Shell::strip(task) {
+    match Spare::strip(task) {
         Ok(shell) => {
             let host = shell.header().host.clone();
-            host.graveyard().bury_one(shell);
+            host.spare_records().keep_one(shell);
         }
         Err((record, stripping)) => let_go(record, stripping),
     }
@@ -220,46 +220,46 @@ fn let_go(record: TaskRef, stripping: Option<Box<dyn std::any::Any + Send>>) {
     }
 }
 
-/// A worker's shells on their way back to the pushing threads: filled after
-/// each op it runs, buried in their engine's graveyard [`BATCH`] at a time,
+/// A worker's spare records on their way back to the pushing threads: filled after
+/// each op it runs, kept in their engine's spare records [`BATCH`] at a time,
 /// and whenever the worker runs out of work.
 pub(crate) struct Returns {
-    shells: Vec<Shell>,
+    spares: Vec<Spare>,
 }
 
 impl Returns {
     pub(crate) fn new() -> Self {
-        Self { shells: Vec::with_capacity(BATCH) }
+        Self { spares: Vec::with_capacity(BATCH) }
     }
 
     /// Gives back the record of an op this thread ran: strips it and keeps
-    /// its shell if `task` is its last reference; else drops the reference.
+    /// its spare record if `task` is its last reference; else drops the reference.
     /// Dropping what the record holds may run a user destructor (a result
     /// nobody took): contained like the op itself. Inlined into the
     /// worker's loop, where it runs after every op.
     #[inline(always)]
     pub(crate) fn give(&mut self, task: TaskRef) {
-        match Shell::strip(task) {
+        match Spare::strip(task) {
             Ok(shell) => {
                 debug_assert!(
-                    self.shells.first().is_none_or(|s| Arc::ptr_eq(&s.header().host, &shell.header().host)),
+                    self.spares.first().is_none_or(|s| Arc::ptr_eq(&s.header().host, &shell.header().host)),
                     "shells of one engine"
                 );
-                self.shells.push(shell);
-                if self.shells.len() >= BATCH {
-                    self.bury();
+                self.spares.push(shell);
+                if self.spares.len() >= BATCH {
+                    self.keep_spares();
                 }
             }
             Err((record, stripping)) => let_go(record, stripping),
         }
     }
 
-    /// Buries the shells it holds in their engine's graveyard.
+    /// Keeps the spare records it holds in their engine's spare records.
     #[cold]
-    pub(crate) fn bury(&mut self) {
-        if let Some(first) = self.shells.first() {
+    pub(crate) fn keep_spares(&mut self) {
+        if let Some(first) = self.spares.first() {
             let host = first.header().host.clone();
-            host.graveyard().bury(&mut self.shells);
+            host.spare_records().keep_spares(&mut self.spares);
         }
     }
 }
@@ -267,10 +267,10 @@ impl Returns {
 /// A stripped op record that nothing else references: a push rebuilds it
 /// in place without looking at its reference counts again. Not `Clone`, and
 /// it lends out no `TaskRef`, so it stays the only reference to its record.
-pub(crate) struct Shell(TaskRef);
+pub(crate) struct Spare(TaskRef);
 
-impl Shell {
-    /// Strips `task` and makes it a shell if it is the only reference to
+impl Spare {
+    /// Strips `task` and makes it a spare record if it is the only reference to
     /// its record; else hands it back. Stripping drops what the record
     /// held, which may run user code (a result nobody took): a panic there
     /// is caught and handed back with the record, for the caller to drop
@@ -301,7 +301,7 @@ impl Shell {
         prefetch(&self.0);
     }
 
-    /// The record as a `T`, to be rebuilt in place; `None` (the shell
+    /// The record as a `T`, to be rebuilt in place; `None` (the spare record
     /// freed) if it is of another type.
     fn downcast<T: Task>(self) -> Option<Unique<T>> {
         let any: Arc<dyn std::any::Any + Send + Sync> = self.0;
@@ -309,12 +309,12 @@ impl Shell {
     }
 }
 
-/// The only reference to a record (made from a [`Shell`]).
+/// The only reference to a record (made from a [`Spare`]).
 struct Unique<T>(Arc<T>);
 
 impl<T> Unique<T> {
     fn get_mut(&mut self) -> &mut T {
-        // SAFETY: this is the only reference to the record (`Shell`'s
+        // SAFETY: this is the only reference to the record (`Spare`'s
         // invariant: `Arc::get_mut` succeeded when it was made, and no
         // reference was made from it since), so nothing else reads or
         // writes it while the borrow lasts; `Arc::as_ptr` derives the
@@ -358,7 +358,7 @@ impl Header {
         // Errors are stored only with `has_errors` set; a nested op's
         // handoff state without it.
         let errors = self.errors.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if self.has_errors.load(Ordering::Relaxed) || errors.has_rare() {
+        if self.has_errors.load(Ordering::Relaxed) || errors.has_detail() {
             *errors = Default::default();
         }
     }

@@ -32,9 +32,9 @@ pub(crate) trait Grant: Sized {
 
     /// What a var keeps of an op that holds it (let through, not yet
     /// completed there): the op's address, without a reference.
-    type Held: Copy + PartialEq + Send + std::fmt::Debug;
+    type Holder: Copy + PartialEq + Send + std::fmt::Debug;
 
-    fn held(&self) -> Self::Held;
+    fn held(&self) -> Self::Holder;
 
     /// A new reference to the op `held` is of.
     ///
@@ -42,7 +42,7 @@ pub(crate) trait Grant: Sized {
     ///
     /// The op is alive: it holds a var, whose lock the caller holds, and
     /// has not completed on it (see [`VarState::holders`]).
-    unsafe fn from_held(held: Self::Held) -> Self;
+    unsafe fn from_held(held: Self::Holder) -> Self;
 }
 
 /// A var's label: its name and id, or its id alone.
@@ -68,7 +68,7 @@ pub(crate) struct VarState<T: Grant> {
     /// lock, and its record lives at least that long: the thread completing
     /// it holds a reference until `complete` returns.
     /// Each with the coarse clock's reading when it was let through.
-    holders: SmallList<(T::Held, u64), 2>,
+    holders: SmallList<(T::Holder, u64), 2>,
     /// The most holders it names: [`NAMED_HOLDERS`], or 0 on an engine
     /// that keeps no holders (`EngineBuilder::track_holders(false)`).
     named: u8,
@@ -80,7 +80,7 @@ const NAMED_HOLDERS: u8 = 4;
 impl<T: Grant> VarState<T> {
     /// `op` was let through.
     #[inline]
-    fn hold(holders: &mut SmallList<(T::Held, u64), 2>, named: u8, op: &T) {
+    fn hold(holders: &mut SmallList<(T::Holder, u64), 2>, named: u8, op: &T) {
         if holders.len() < usize::from(named) {
             holders.push((op.held(), crate::sync::coarse::now_ms()));
         }
@@ -256,7 +256,7 @@ impl<T: Grant + Linked> VarCell<T> {
     #[inline(always)]
     pub(crate) fn complete(
         &self,
-        who: T::Held,
+        who: T::Holder,
         access: Access,
         carry: Option<&Error>,
         ready: &mut impl FnMut(T),
@@ -408,18 +408,18 @@ mod tests {
 
     /// A token that records the error it saw and whether it clears errors.
     #[derive(Clone)]
-    struct Tok {
+    struct Token {
         name: &'static str,
         /// Its access when pushed alone (through the inbox).
         access: Access,
-        link: Arc<Link<Tok>>,
+        link: Arc<Link<Token>>,
         clears: bool,
         seen: Arc<StdMutex<Option<Error>>>,
         /// Times it was announced next in line.
         announced: Arc<std::sync::atomic::AtomicUsize>,
     }
 
-    impl Tok {
+    impl Token {
         fn new(name: &'static str, clears: bool) -> Self {
             let access = Access::Read;
             Self {
@@ -443,7 +443,7 @@ mod tests {
         }
     }
 
-    impl Grant for Tok {
+    impl Grant for Token {
         fn on_grant(&self, _var: u64, error: &mut Option<Error>) {
             let e = if self.clears { error.take() } else { error.clone() };
             *self.seen.lock().unwrap() = e;
@@ -457,7 +457,7 @@ mod tests {
             self.name
         }
 
-        type Held = usize;
+        type Holder = usize;
 
         fn held(&self) -> usize {
             Arc::as_ptr(&self.seen) as usize
@@ -468,7 +468,7 @@ mod tests {
         }
     }
 
-    impl Linked for Tok {
+    impl Linked for Token {
         fn link(&self) -> &Link<Self> {
             &self.link
         }
@@ -477,17 +477,17 @@ mod tests {
         }
     }
 
-    fn names(ready: &[Tok]) -> Vec<&'static str> {
+    fn names(ready: &[Token]) -> Vec<&'static str> {
         ready.iter().map(|t| t.name).collect()
     }
 
     #[test]
     fn write_error_is_seen_by_successors_until_a_wait_clears_it() {
         let cell = VarCell::new(1, None);
-        let w = Tok::new("w", false);
-        let r1 = Tok::new("r1", false);
-        let wait = Tok::new("wait", true);
-        let r2 = Tok::new("r2", false);
+        let w = Token::new("w", false);
+        let r1 = Token::new("r1", false);
+        let wait = Token::new("wait", true);
+        let r2 = Token::new("r2", false);
         for t in [&w, &r1, &wait, &r2] {
             let access = if t.name == "w" { Access::Write } else { Access::Read };
             append_all([(&cell, access)].into_iter(), t, &mut |_| ()).unwrap();
@@ -507,12 +507,12 @@ mod tests {
     #[test]
     fn completion_announces_the_next_in_line() {
         let cell = VarCell::new(1, None);
-        let toks = ["w1", "w2", "r1", "r2", "w3"].map(|name| Tok::new(name, false));
+        let toks = ["w1", "w2", "r1", "r2", "w3"].map(|name| Token::new(name, false));
         for t in &toks {
             let access = if t.name.starts_with('w') { Access::Write } else { Access::Read };
             append_all([(&cell, access)].into_iter(), t, &mut |_| ()).unwrap();
         }
-        let counts = || toks.iter().map(Tok::announced).collect::<Vec<_>>();
+        let counts = || toks.iter().map(Token::announced).collect::<Vec<_>>();
         let mut ready = Vec::new();
         cell.complete(0, Access::Write, None, &mut |op| ready.push(op));
         assert_eq!(names(&ready), ["w2"]);
@@ -529,7 +529,7 @@ mod tests {
     }
 
     /// Pushes `t` alone on `cell`; true if it was let through at once.
-    fn push_one(cell: &VarCell<Tok>, t: &Tok, ready: &mut Vec<Tok>) -> bool {
+    fn push_one(cell: &VarCell<Token>, t: &Token, ready: &mut Vec<Token>) -> bool {
         // SAFETY: `cell` outlives the call.
         let granted = unsafe { VarCell::append_one(cell, t.access, t.clone(), &mut |op| ready.push(op)) };
         granted.unwrap().is_some()
@@ -542,8 +542,8 @@ mod tests {
     fn ops_left_in_the_inbox_keep_their_order() {
         let cell = VarCell::new(1, None);
         let mut ready = Vec::new();
-        assert!(push_one(&cell, &Tok::new("w1", false).writing(), &mut ready));
-        let queued = [Tok::new("r1", false), Tok::new("r2", false), Tok::new("w2", false).writing()];
+        assert!(push_one(&cell, &Token::new("w1", false).writing(), &mut ready));
+        let queued = [Token::new("r1", false), Token::new("r2", false), Token::new("w2", false).writing()];
         for t in &queued {
             assert!(!push_one(&cell, t, &mut ready), "{} is queued behind the write", t.name);
         }
@@ -555,9 +555,9 @@ mod tests {
         assert_eq!(names(&ready), ["r1", "r2", "w2"]);
         cell.complete(0, Access::Write, None, &mut |op| ready.push(op));
         assert!(cell.lock().gate.is_idle());
-        assert!(push_one(&cell, &Tok::new("r3", false), &mut ready), "an idle var lets a read through");
-        assert!(push_one(&cell, &Tok::new("r4", false), &mut ready), "and reads alongside it");
-        assert!(!push_one(&cell, &Tok::new("w3", false).writing(), &mut ready), "a write waits for them");
+        assert!(push_one(&cell, &Token::new("r3", false), &mut ready), "an idle var lets a read through");
+        assert!(push_one(&cell, &Token::new("r4", false), &mut ready), "and reads alongside it");
+        assert!(!push_one(&cell, &Token::new("w3", false).writing(), &mut ready), "a write waits for them");
         assert_eq!(cell.lock().gate.queued().count(), 1);
     }
 
@@ -568,17 +568,17 @@ mod tests {
     fn appends_under_the_lock_come_after_the_inbox() {
         let (a, b) = (VarCell::new(1, None), VarCell::new(2, None));
         let mut ready = Vec::new();
-        assert!(push_one(&a, &Tok::new("w1", false).writing(), &mut ready));
-        assert!(!push_one(&a, &Tok::new("r1", false), &mut ready));
-        let both = Tok::new("both", false);
+        assert!(push_one(&a, &Token::new("w1", false).writing(), &mut ready));
+        assert!(!push_one(&a, &Token::new("r1", false), &mut ready));
+        let both = Token::new("both", false);
         let granted =
             append_all([(&a, Access::Write), (&b, Access::Read)].into_iter(), &both, &mut |_| ()).unwrap();
         assert_eq!(granted, 1, "b only");
-        assert!(!push_one(&a, &Tok::new("r2", false), &mut ready));
-        assert!(!a.append_delete(Tok::new("del", false), &mut |op| ready.push(op)).unwrap());
+        assert!(!push_one(&a, &Token::new("r2", false), &mut ready));
+        assert!(!a.append_delete(Token::new("del", false), &mut |op| ready.push(op)).unwrap());
         let queued: Vec<_> = a.lock().gate.queued().map(|(_, t)| t.name).collect();
         assert_eq!(queued, ["r1", "both", "r2", "del"]);
-        let late = Tok::new("late", false);
+        let late = Token::new("late", false);
         // SAFETY: `a` outlives the call.
         let refused = unsafe { VarCell::append_one(&a, Access::Read, late, &mut |_| ()) };
         assert!(refused.is_err_and(|e| e.is_var_deleted()), "a sealed inbox refuses");
@@ -586,7 +586,7 @@ mod tests {
             a.complete(0, access, None, &mut |op| ready.push(op));
         }
         assert_eq!(names(&ready), ["r1", "both", "r2", "del"]);
-        let late = Tok::new("late", false);
+        let late = Token::new("late", false);
         // SAFETY: as above.
         let refused = unsafe { VarCell::append_one(&a, Access::Read, late, &mut |_| ()) };
         assert!(refused.is_err_and(|e| e.is_var_deleted()), "an idle deleted var refuses under the lock");
@@ -596,25 +596,25 @@ mod tests {
     fn append_all_is_all_or_nothing_on_deleted_var() {
         let a = VarCell::new(1, None);
         let b = VarCell::new(2, None);
-        assert!(a.append_delete(Tok::new("del", false), &mut |_| ()).unwrap());
-        let t = Tok::new("t", false);
+        assert!(a.append_delete(Token::new("del", false), &mut |_| ()).unwrap());
+        let t = Token::new("t", false);
         let err =
             append_all([(&a, Access::Read), (&b, Access::Write)].into_iter(), &t, &mut |_| ()).unwrap_err();
         assert!(err.is_var_deleted());
         assert!(b.lock().gate.is_idle(), "nothing appended to b");
-        assert!(a.append_delete(Tok::new("again", false), &mut |_| ()).unwrap_err().is_var_deleted());
+        assert!(a.append_delete(Token::new("again", false), &mut |_| ()).unwrap_err().is_var_deleted());
     }
 
     #[test]
     fn append_all_counts_grants() {
         let a = VarCell::new(1, None);
         let b = VarCell::new(2, None);
-        let t1 = Tok::new("t1", false);
+        let t1 = Token::new("t1", false);
         assert_eq!(
             append_all([(&a, Access::Write), (&b, Access::Read)].into_iter(), &t1, &mut |_| ()).unwrap(),
             2
         );
-        let t2 = Tok::new("t2", false);
+        let t2 = Token::new("t2", false);
         // a is written by t1: queued; b is only read: granted.
         assert_eq!(
             append_all([(&a, Access::Read), (&b, Access::Read)].into_iter(), &t2, &mut |_| ()).unwrap(),

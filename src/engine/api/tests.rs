@@ -5,9 +5,9 @@ use super::*;
 use crate::op::Host;
 
 impl Shared {
-    /// Shells waiting, in the pushes' list and buried.
-    fn shells(&self) -> usize {
-        self.tracker.with_side(|intake| intake.shells.len() + self.graveyard().len())
+    /// Spare records waiting, in the pushes' list and kept.
+    fn spares(&self) -> usize {
+        self.tracker.with_side(|intake| intake.spares.len() + self.spare_records().len())
     }
 }
 
@@ -115,7 +115,7 @@ fn idle_feeds_are_retired_and_come_back_when_used() {
     assert_eq!(sums, (0..16).map(|i| 3 * i + 3).sum::<u32>());
 }
 
-/// Ops, and the shells their records leave, hold engine references:
+/// Ops, and the spare records their records leave, hold engine references:
 /// dropping the last handle must still free the engine once the ops
 /// are done.
 #[test]
@@ -133,7 +133,7 @@ fn dropped_engine_is_freed_after_its_ops() {
     }
 }
 
-/// A push builds its op in the last buried shell when that shell held
+/// A push builds its op in the last kept spare record when that spare record held
 /// an op of the same type (and frees it otherwise); the rebuilt op runs
 /// and returns its own result.
 #[test]
@@ -153,25 +153,25 @@ fn push_builds_its_op_in_a_shell_of_its_type() {
     }
     engine.wait_for_all().blocking_wait().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while shared.shells() == 0 {
-        assert!(std::time::Instant::now() < deadline, "no shell buried");
+    while shared.spares() == 0 {
+        assert!(std::time::Instant::now() < deadline, "no spare record kept");
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     let rebuilt = || crate::op::recycle::REBUILT.with(std::cell::Cell::get);
-    let shells = shared.tracker.with_side(|intake| shared.graveyard().addresses(&intake.shells));
+    let spares = shared.tracker.with_side(|intake| shared.spare_records().addresses(&intake.spares));
     let before = rebuilt();
     let reused = add(1000);
-    assert_eq!(rebuilt(), before + 1, "the op was not built in a shell");
-    assert_eq!(reused.record(), shells.last().copied(), "the op was not built in the last shell");
+    assert_eq!(rebuilt(), before + 1, "the op was not built in a spare record");
+    assert_eq!(reused.record(), spares.last().copied(), "the op was not built in the last spare record");
     assert_eq!(reused.blocking_wait().unwrap(), 4950 + 1000);
 
     let before = rebuilt();
     let other = engine.op("read").read(&var).run(|(v,), ()| Ok(format!("{}", *v)));
-    assert_eq!(rebuilt(), before, "a shell of another op type was reused");
+    assert_eq!(rebuilt(), before, "a spare record of another op type was reused");
     assert_eq!(other.blocking_wait().unwrap(), "5950");
 }
 
-/// Records of detached ops go back to the pushing thread as shells that
+/// Records of detached ops go back to the pushing thread as spare records that
 /// hold nothing their ops used: a var whose handles are all dropped is
 /// freed, and a result nobody took is dropped, as soon as the ops finish.
 #[test]
@@ -190,22 +190,22 @@ fn shells_hold_nothing_their_ops_used() {
     }
     drop(var);
     engine.wait_for_all().blocking_wait().unwrap();
-    // The worker buries its shells when it runs out of work.
+    // The worker keeps its spare records when it runs out of work.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while shared.shells() == 0 || Arc::strong_count(&data) > 1 || Arc::strong_count(&result) > 1 {
+    while shared.spares() == 0 || Arc::strong_count(&data) > 1 || Arc::strong_count(&result) > 1 {
         assert!(
             std::time::Instant::now() < deadline,
-            "shells {}, var data refs {}, result refs {}",
-            shared.shells(),
+            "spares {}, var data refs {}, result refs {}",
+            shared.spares(),
             Arc::strong_count(&data),
             Arc::strong_count(&result)
         );
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    // A push frees shells on the pushing thread; closing frees the rest.
-    let before = shared.shells();
+    // A push frees spare records on the pushing thread; closing frees the rest.
+    let before = shared.spares();
     drop(engine.op("noop").run(|(), ()| Ok(())));
-    assert!(shared.shells() < before, "{} shells before the push, {} after", before, shared.shells());
+    assert!(shared.spares() < before, "{} spares before the push, {} after", before, shared.spares());
     engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
-    assert_eq!(shared.shells(), 0);
+    assert_eq!(shared.spares(), 0);
 }

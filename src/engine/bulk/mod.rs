@@ -2,7 +2,7 @@
 //! engine op, a *segment*, to cut the per-op cost of the var gate and the
 //! pools (SPEC §6, MXNet's bulk execution). Everything about it is in this
 //! folder, but for one documented hook in each layer below: nested ops in
-//! the op layer (`op::nest`: the members), [`Held`](crate::exec::Held) in
+//! the op layer (`op::nest`: the members), [`HeldBack`](crate::exec::HeldBack) in
 //! the exec layer (idle workers push the open segment), and
 //! `VarCell::add_writes` in the var layer (each member's write counts).
 //!
@@ -36,7 +36,7 @@ use std::sync::{Arc, Weak};
 use super::shared::{Body, OpOptions, Role, Shared};
 use crate::device::{Device, Lane};
 use crate::error::{Error, Kind};
-use crate::exec::Held;
+use crate::exec::HeldBack;
 use crate::op::access::Decl;
 use crate::op::job::Job;
 use crate::op::op_cell::OpCell;
@@ -90,9 +90,9 @@ impl Bulk {
 
     /// What the CPU pools' idle workers see of the open segment (nothing
     /// while bulk execution is off).
-    pub(super) fn held(&self) -> Option<Arc<dyn Held>> {
+    pub(super) fn held(&self) -> Option<Arc<dyn HeldBack>> {
         let held = OpenSegment { any: self.any.clone(), shared: self.shared.clone() };
-        self.is_on().then(|| Arc::new(held) as Arc<dyn Held>)
+        self.is_on().then(|| Arc::new(held) as Arc<dyn HeldBack>)
     }
 
     /// Pushes the open segment, if it holds members.
@@ -122,7 +122,7 @@ struct OpenSegment {
     shared: Weak<Shared>,
 }
 
-impl Held for OpenSegment {
+impl HeldBack for OpenSegment {
     fn any(&self) -> bool {
         self.any.load(Ordering::Relaxed)
     }

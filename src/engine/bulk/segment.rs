@@ -207,7 +207,7 @@ fn recycle(members: &mut Members) {
     for member in members.drain(..) {
         returns.give(member);
     }
-    returns.bury();
+    returns.keep_spares();
 }
 
 fn error_of(errors: &[(u64, Error)], var: u64) -> Option<&Error> {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
 
-use super::{Fences, Held, InFlight};
+use super::{FenceWait, Fences, InFlight};
 use crate::gpu::backend::RawEvent;
 use crate::gpu::event::Event;
 
@@ -65,9 +65,9 @@ fn loom_a_cpu_reader_let_through_by_an_early_release_sees_the_gpu_write_done() {
             thread::yield_now();
         }
         match fences.held([(VAR, false)].into_iter(), None) {
-            Held::Free => {}
-            Held::Wait(_, events) => wait_all(&events),
-            Held::Fault(..) => panic!("no fault was injected"),
+            FenceWait::Free => {}
+            FenceWait::Wait(_, events) => wait_all(&events),
+            FenceWait::Fault(..) => panic!("no fault was injected"),
         }
         assert_eq!(done.load(Ordering::Relaxed), 1, "the reader ran before the GPU write");
         op.join().unwrap();
@@ -92,9 +92,9 @@ fn loom_a_cpu_writer_after_two_gpu_reads_sees_both_done() {
             })
             .collect();
         match fences.held([(VAR, true)].into_iter(), None) {
-            Held::Free => {}
-            Held::Wait(_, events) => wait_all(&events),
-            Held::Fault(..) => panic!("no fault was injected"),
+            FenceWait::Free => {}
+            FenceWait::Wait(_, events) => wait_all(&events),
+            FenceWait::Fault(..) => panic!("no fault was injected"),
         }
         assert_eq!(done.load(Ordering::Relaxed), 2, "the writer ran before a GPU read");
         gpus.into_iter().for_each(|g| g.join().unwrap());
@@ -113,7 +113,7 @@ fn loom_a_gpu_consumer_on_another_stream_waits_on_the_gpu_for_the_write() {
             thread::spawn(move || gpu_completes(&fences, &write, &done))
         };
         // Same device, stream 1: not held on the host...
-        assert!(matches!(fences.held([(VAR, false)].into_iter(), Some(0)), Held::Free));
+        assert!(matches!(fences.held([(VAR, false)].into_iter(), Some(0)), FenceWait::Free));
         // ...but ordered on the GPU: its stream waits for what it is told.
         let waits = fences.gpu_waits([(VAR, false)].into_iter(), 0, 1);
         wait_all(&waits);

@@ -22,20 +22,20 @@ struct Op {
     name: &'static str,
     deps: Vec<(usize, Access)>,
     pending: Countdown,
-    link: Link<Tok>,
+    link: Link<Token>,
 }
 
 #[derive(Clone)]
-struct Tok(Arc<Op>);
+struct Token(Arc<Op>);
 
-impl Grant for Tok {
+impl Grant for Token {
     fn on_grant(&self, _var: u64, _error: &mut Option<Error>) {}
 
     fn name(&self) -> &str {
         self.0.name
     }
 
-    type Held = usize;
+    type Holder = usize;
 
     fn held(&self) -> usize {
         Arc::as_ptr(&self.0) as usize
@@ -46,7 +46,7 @@ impl Grant for Tok {
     }
 }
 
-impl Linked for Tok {
+impl Linked for Token {
     fn link(&self) -> &Link<Self> {
         &self.0.link
     }
@@ -57,7 +57,7 @@ impl Linked for Tok {
 }
 
 struct World {
-    vars: Vec<VarCell<Tok>>,
+    vars: Vec<VarCell<Token>>,
     /// Per var: running readers, or WRITER.
     holders: Vec<AtomicUsize>,
     /// Per var: the order in which ops ran on it.
@@ -77,7 +77,7 @@ impl World {
     fn push(&self, name: &'static str, mut deps: Vec<(usize, Access)>) {
         deps.sort_by_key(|d| d.0);
         let pending = Countdown::new(deps.len());
-        let tok = Tok(Arc::new(Op { name, deps, pending, link: Link::new() }));
+        let tok = Token(Arc::new(Op { name, deps, pending, link: Link::new() }));
         let mut others = Vec::new();
         let ready = if let [(v, access)] = tok.0.deps[..] {
             // SAFETY: the world, and so the cell, outlives the push.
@@ -97,7 +97,7 @@ impl World {
         }
     }
 
-    fn run(&self, tok: Tok) {
+    fn run(&self, tok: Token) {
         for &(v, access) in &tok.0.deps {
             let h = &self.holders[v];
             match access {
@@ -218,18 +218,18 @@ fn loom_a_read_after_an_early_released_gpu_write_sees_its_work() {
 
     use crate::gpu::backend::RawEvent;
     use crate::gpu::event::Event;
-    use crate::gpu::{Fences, Held, InFlight};
+    use crate::gpu::{FenceWait, Fences, InFlight};
 
     /// The read's body: what the dispatcher does before it runs.
     fn consume(fences: &Fences, done: &AtomicUsize) {
         match fences.held([(0, false)].into_iter(), None) {
-            Held::Free => {}
-            Held::Wait(_, events) => {
+            FenceWait::Free => {}
+            FenceWait::Wait(_, events) => {
                 while !events.iter().all(Event::is_done) {
                     thread::yield_now();
                 }
             }
-            Held::Fault(..) => panic!("no fault was injected"),
+            FenceWait::Fault(..) => panic!("no fault was injected"),
         }
         assert_eq!(done.load(Ordering::Relaxed), 1, "the read ran before the GPU write's work");
     }
@@ -242,7 +242,7 @@ fn loom_a_read_after_an_early_released_gpu_write_sees_its_work() {
         let event = Event::new(RawEvent::Sim(std::sync::Arc::default()), &pool);
         let flight = InFlight { device: 0, fault: std::sync::Arc::new(OnceLock::new()), stream: 0, event };
         // The GPU write, let through at once.
-        let write = Tok(Arc::new(Op {
+        let write = Token(Arc::new(Op {
             name: "gpu write",
             deps: vec![(0, Access::Write)],
             pending: Countdown::new(1),
@@ -274,7 +274,7 @@ fn loom_a_read_after_an_early_released_gpu_write_sees_its_work() {
                 gpu.join().unwrap();
             })
         };
-        let read = Tok(Arc::new(Op {
+        let read = Token(Arc::new(Op {
             name: "read",
             deps: vec![(0, Access::Read)],
             pending: Countdown::new(1),
@@ -304,7 +304,7 @@ fn loom_a_scope_end_follows_every_op_on_its_var() {
         let memory = Arc::new(UnsafeCell::new(0u64));
         let deleted = Arc::new(AtomicBool::new(false));
         let op = |name| {
-            Tok(Arc::new(Op {
+            Token(Arc::new(Op {
                 name,
                 deps: vec![(0, Access::Write)],
                 pending: Countdown::new(1),
