@@ -1,5 +1,5 @@
 //! One write releasing 64 readers, and the next write waiting for all 64
-//! reads (BENCH.md's W3 shape): batch release and its reverse.
+//! reads (docs/benchmarks.md's `w3_fan` shape): batch release and its reverse.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! A random DAG over 64 vars (BENCH.md's W4 op list, no spin): each op
+//! A random DAG over 64 vars (docs/benchmarks.md's `w4_dag` op list, no spin): each op
 //! reads two random vars and writes a third.
 
 mod common;
@@ -8,7 +8,7 @@ use depengine::Engine;
 
 const VARS: u32 = 64;
 
-/// (a, b, w) per op, from BENCH.md's LCG.
+/// (a, b, w) per op, from the random generator of docs/benchmarks.md.
 fn op_list(n: u64) -> Vec<(usize, usize, usize)> {
     let mut state: u64 = 42;
     let mut next = || {

@@ -1,4 +1,4 @@
-//! The benchmark workloads of BENCH.md, on the engine and sequentially.
+//! The benchmark workloads of docs/benchmarks.md, on the engine and sequentially.
 //!
 //! ```text
 //! cargo run --release --example workloads -- [WORKLOAD] [N] [P] [SPIN] [REPS]
@@ -7,7 +7,7 @@
 //! `WORKLOAD` is one of `w1_indep`, `w1_novars`, `w2_chain`, `w3_fan`,
 //! `w4_dag`, `w5_stencil`, or `all` (the default: every workload at its
 //! default parameters, `w4_dag` with SPIN 300 and 3000, the `w5_stencil`
-//! METG sweep, `roundtrip` and `linetrip`). Two more measurements are not in BENCH.md:
+//! METG sweep, `roundtrip` and `linetrip`). Two more measurements are not workloads of docs/benchmarks.md:
 //! `roundtrip [N]` (push → blocking wait of one op on an idle engine, N
 //! times: median and p99) and `memory [N]` (N ops queued behind one held
 //! write: resident memory growth per op; run it alone, in its own process),
@@ -260,7 +260,7 @@ fn push(
     }
     let (arg, nopnd, spin, src) = (op.arg, op.nopnd, op.spin, op.sources());
     if op.write == NONE {
-        assert_eq!(op.nreads, 0, "ops that read without writing are not part of BENCH.md");
+        assert_eq!(op.nreads, 0, "ops that read without writing are not part of docs/benchmarks.md");
         return submit!(engine.op("noop"), move |(), ()| {
             done[arg as usize].store(1, Ordering::Relaxed);
             Ok(())

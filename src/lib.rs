@@ -78,14 +78,14 @@
 //! design of the var gate.
 
 // `unsafe` only in the leaf files that need it, each of which opens with
-// `#![allow(unsafe_code)]`; `tests/architecture.rs` holds their list and
+// `#![allow(unsafe_code)]`; `tests/check_architecture.rs` holds their list and
 // fails when another file uses it.
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![deny(unreachable_pub)]
 #![warn(missing_docs, missing_debug_implementations)]
 
-// The layers, lowest first (`tests/architecture.rs` keeps them so: a
+// The layers, lowest first (`tests/check_architecture.rs` keeps them so: a
 // module imports only from the layers before its own).
 // 0: the error, devices and lanes, aligned memory.
 pub mod aligned;

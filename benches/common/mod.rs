@@ -24,7 +24,7 @@ pub fn config() -> Criterion {
     Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3))
 }
 
-/// The BENCH.md hash: a body that depends on its inputs and order.
+/// The hash of docs/benchmarks.md: a body that depends on its inputs and order.
 pub fn mix(a: u64, b: u64) -> u64 {
     let mut z = a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

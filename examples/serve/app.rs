@@ -5,7 +5,7 @@
 //!
 //! The same routes are built on `tokio::sync::RwLock` (`Variant::RwLock*`),
 //! as such a service is usually written without the engine, for the load
-//! figures in PERFORMANCE.md. `tests/serve.rs` drives this module through
+//! figures in PERFORMANCE.md. `tests/service_http.rs` drives this module through
 //! a real HTTP client.
 
 use std::net::SocketAddr;

@@ -71,7 +71,7 @@ pub(crate) struct Shared {
     /// Ops resolved early and still queued on their vars (see
     /// `Host::op_lingers`): the pools run until they are gone.
     lingering: CountLatch,
-    /// The watchdog, if the engine has one (see `watchdog.rs`).
+    /// The watchdog, if the engine has one (see `engine/watchdog.rs`).
     watchdog: std::sync::OnceLock<Watchdog>,
     /// Keeps the explainer's clock while vars note when they let ops
     /// through (`sync/coarse.rs`).

@@ -81,7 +81,7 @@ pub(super) fn start() -> Result<(Sender<Msg>, JoinHandle<()>, usize, usize), Err
 /// How long the comm thread, with nothing in flight, watches its queue
 /// before it sleeps on it: ranks reach a collective some tens of
 /// microseconds apart, and a thread woken from sleep for each one adds
-/// its wake-up to every collective (PERFORMANCE.md, *Collectives*).
+/// its wake-up to every collective (PERFORMANCE.md, *Collectives across processes*).
 const WATCH: std::time::Duration = std::time::Duration::from_micros(100);
 
 struct Comm {

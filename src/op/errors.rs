@@ -1,4 +1,4 @@
-//! How errors pass through an op (SPEC §3): the error a var carried when
+//! How errors pass through an op (docs/semantics.md §3): the error a var carried when
 //! the op was let through on it, whether that vetoes its body, and the
 //! error it leaves on the vars it writes.
 //!

@@ -19,15 +19,7 @@ pub(crate) fn discard<T, const N: usize>(list: SmallList<T, N>) {
 }
 
 #[cfg(all(test, not(depengine_loom), target_pointer_width = "64"))]
-mod tests {
-    use super::SmallList;
-
-    /// An op's inline declarations cost one word beyond their items.
-    #[test]
-    fn inline_list_costs_one_word() {
-        assert_eq!(std::mem::size_of::<SmallList<[u64; 2], 4>>(), 4 * 16 + 8);
-    }
-}
+mod tests;
 
 /// A value alone on its cache lines (128 bytes: two lines, for adjacent-line
 /// prefetch), so that writes to it do not slow down readers of its

@@ -2,7 +2,7 @@
 //! the guards that reach it. `README.md` beside this file has the gate's
 //! protocol and its proof sketch.
 //!
-//! * `gate.rs`: the pure state machine of SPEC §1;
+//! * `gate.rs`: the pure state machine of docs/semantics.md §1;
 //! * `var_cell.rs`: its lock, the multi-var append, error slots; `inbox.rs`:
 //!   one-var pushes without the lock;
 //! * `data.rs`: the data and its borrow check; `guard.rs`: the guards;

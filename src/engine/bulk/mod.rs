@@ -1,6 +1,6 @@
 //! Bulk execution: consecutive small sync ops for one device fused into one
 //! engine op, a *segment*, to cut the per-op cost of the var gate and the
-//! pools (SPEC §6, MXNet's bulk execution). Everything about it is in this
+//! pools (docs/semantics.md §6, MXNet's bulk execution). Everything about it is in this
 //! folder, but for one documented hook in each layer below: nested ops in
 //! the op layer (`op::nest`: the members), [`HeldBack`](crate::exec::HeldBack) in
 //! the exec layer (idle workers push the open segment), and

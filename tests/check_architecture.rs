@@ -7,8 +7,12 @@
 //! * **`unsafe` only where it is named**: only the files of `UNSAFE_FILES`
 //!   use it, each opens with `#![allow(unsafe_code)]`, and each needs it.
 //!
-//! Test modules (`#[cfg(... test ...)] mod ... { ... }`, and files named
-//! `*tests.rs`) may reach across layers: a unit test may drive the engine.
+//! * **one layout for unit tests**: a module's unit tests are the sibling
+//!   files `tests.rs` and `loom_tests.rs` (`gate.rs` has `gate/tests.rs`),
+//!   never a `mod tests { ... }` inline.
+//!
+//! Test files (`*tests.rs`) may reach across layers: a unit test may drive
+//! the engine.
 
 use std::path::{Path, PathBuf};
 
@@ -348,6 +352,24 @@ fn unsafe_only_in_the_listed_leaf_files() {
 
 /// The checker itself: it flags an upward import in any of its forms, and
 /// only that.
+/// Unit tests sit in sibling files, so a module's file holds its code alone.
+#[test]
+fn unit_tests_in_sibling_files() {
+    let mut inline = Vec::new();
+    for (file, text) in source_files() {
+        for line in text.lines() {
+            let line = line.trim_start();
+            let named = line.strip_prefix("mod ").and_then(|rest| rest.split_once(" {"));
+            if let Some((name, _)) = named {
+                if name.contains("test") {
+                    inline.push(format!("{file}: {line}"));
+                }
+            }
+        }
+    }
+    assert!(inline.is_empty(), "unit tests inline instead of in tests.rs/loom_tests.rs: {inline:#?}");
+}
+
 #[test]
 fn the_checker_catches_imports_against_the_layers() {
     assert!(violations("var/gate.rs", "use crate::engine::Shared;\n").len() == 1);

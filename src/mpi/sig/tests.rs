@@ -1,0 +1,47 @@
+use super::*;
+
+fn sig() -> Signature {
+    Signature {
+        seq: 7,
+        kind: ALL_REDUCE,
+        elem: 1,
+        op: 1,
+        failed: false,
+        root: 0,
+        count: 1024,
+        tag: "grad.0".into(),
+    }
+}
+
+#[test]
+fn a_signature_survives_its_encoding() {
+    let mut s = sig();
+    assert_eq!(Signature::decode(&s.encode()), s);
+    s.failed = true;
+    s.tag = "é".repeat(30); // 60 bytes: cut on a character boundary
+    let back = Signature::decode(&s.encode());
+    assert_eq!(back.tag, "é".repeat(20));
+    assert!(back.failed);
+}
+
+#[test]
+fn signatures_agree_on_everything_but_failure_and_missing_names() {
+    let a = sig();
+    let mut b = sig();
+    b.failed = true;
+    assert!(a.agrees(&b));
+    b.tag.clear();
+    assert!(a.agrees(&b), "an unnamed var is not compared");
+    for change in [
+        |s: &mut Signature| s.count = 10,
+        |s: &mut Signature| s.kind = BROADCAST,
+        |s: &mut Signature| s.tag = "grad.1".into(),
+        |s: &mut Signature| s.seq = 8,
+        |s: &mut Signature| s.elem = 2,
+    ] {
+        let mut c = sig();
+        change(&mut c);
+        assert!(!a.agrees(&c), "{c} agreed with {a}");
+    }
+    assert_eq!(a.to_string(), "all_reduce(sum) of 1024 f32 on `grad.0`");
+}
