@@ -26,7 +26,6 @@ use depengine::access::Item;
 use depengine::aligned::{self, AlignedVec};
 use depengine::engine::Batch;
 use depengine::engine::OpBuilder;
-use depengine::engine::Slot;
 use depengine::{BoxError, Engine, Error};
 
 // ---- the tile kernels: rows of tiles as slices, read and written ----
@@ -163,8 +162,8 @@ fn sequential(m: &mut [f64], n: usize, b: usize) -> Result<(), String> {
 }
 
 /// Pushes a detached op, or builds it into `batch` when there is one.
-fn go<Rd: Item, Wr: Item, S: Slot>(
-    op: OpBuilder<'_, Rd, Wr, S>,
+fn go<Rd: Item, Wr: Item>(
+    op: OpBuilder<'_, Rd, Wr>,
     batch: &mut Option<Batch<'_>>,
     body: impl FnOnce(Rd::Guard, Wr::Guard) -> Result<(), BoxError> + Send + 'static,
 ) -> Result<(), Error> {

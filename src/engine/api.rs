@@ -82,11 +82,31 @@ impl Engine {
     ///
     /// If an environment variable read by [`EngineBuilder`] is invalid; use
     /// `Engine::builder().build()` to get that as an error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(1u32);
+    /// let doubled = engine.op("double").read(&v).run(|(v,), ()| Ok(*v * 2));
+    /// assert_eq!(doubled.blocking_wait()?, 2);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn new() -> Self {
         Self::builder().build().expect("invalid depengine configuration in the environment")
     }
 
     /// A builder to configure an engine.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::{Engine, EngineBuilder};
+    /// let engine = Engine::builder().cpu_workers(2).max_in_flight(1_000).build()?;
+    /// assert_eq!(engine.settings().cpu_workers, 2);
+    /// assert!(EngineBuilder::MAX_WORKERS >= 2);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn builder() -> EngineBuilder {
         EngineBuilder::default()
     }
@@ -112,6 +132,16 @@ impl Engine {
 
     /// The engine's settings, as built (each the builder's, else the
     /// environment's, else the default).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().bulk_size(8).build()?;
+    /// let settings = engine.settings();
+    /// assert_eq!(settings.bulk_size, 8);
+    /// assert_eq!(settings.max_in_flight, None);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn settings(&self) -> Settings {
         let config = &self.shared().config;
         let topology = &config.topology;
@@ -129,11 +159,36 @@ impl Engine {
     }
 
     /// Whether the engine has stopped taking work.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::{Engine, ShutdownMode};
+    /// let engine = Engine::new();
+    /// assert!(!engine.is_closed());
+    /// engine.blocking_shutdown(ShutdownMode::Drain)?;
+    /// assert!(engine.is_closed());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn is_closed(&self) -> bool {
         self.shared().tracker.is_closed()
     }
 
     /// A new var owning `value`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let weights = engine.var(vec![0.5f32; 4]);
+    /// let tag = engine.var(()); // a bare tag for state outside the engine
+    /// engine.op("scale").write(&weights).read(&tag).run(|(_tag,), (mut w,)| {
+    ///     w.iter_mut().for_each(|x| *x *= 2.0);
+    ///     Ok(())
+    /// });
+    /// assert_eq!(*weights.read().blocking_wait()?, vec![1.0; 4]);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn var<T: Send + Sync + 'static>(&self, value: T) -> Var<T> {
         self.make_var(None, value)
     }
@@ -141,6 +196,15 @@ impl Engine {
     /// A new var owning `value`, named `name`: the profiler, the hang
     /// explainer, errors and `Debug` show the name (with the id), where
     /// they show a bare id for a var without one. Names need not be unique.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let model = engine.var_named("model", 0u64);
+    /// assert_eq!(model.name(), Some("model"));
+    /// assert!(model.label().starts_with("`model` (#"));
+    /// ```
     pub fn var_named<T: Send + Sync + 'static>(&self, name: impl Into<Arc<str>>, value: T) -> Var<T> {
         self.make_var(Some(name.into()), value)
     }
@@ -155,16 +219,69 @@ impl Engine {
 
     /// Pushes the open bulk segment now, if there is one, instead of when it
     /// is full or a wait needs it (see [`EngineBuilder::bulk_size`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().bulk_size(64).build()?;
+    /// let v = engine.var(0u32);
+    /// for _ in 0..10 {
+    ///     engine.op("add").write(&v).run_detached(|(), (mut v,)| {
+    ///         *v += 1;
+    ///         Ok(())
+    ///     })?;
+    /// }
+    /// engine.flush(); // the ten ops go to the workers as one segment now
+    /// engine.blocking_wait_for_var(&v)?;
+    /// assert_eq!(v.version(), 10);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn flush(&self) {
         self.shared().bulk.flush();
     }
 
     /// Starts building an op named `name`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::{Device, Lane};
+    /// let engine = depengine::Engine::new();
+    /// let (x, y) = (engine.var(3i64), engine.var(0i64));
+    /// let square = engine
+    ///     .op("square")
+    ///     .read(&x)
+    ///     .write(&y)
+    ///     .device(Device::Cpu(0))
+    ///     .lane(Lane::Normal)
+    ///     .priority(1)
+    ///     .run(|(x,), (mut y,)| {
+    ///         *y = *x * *x;
+    ///         Ok(*y)
+    ///     });
+    /// assert_eq!(square.blocking_wait()?, 9);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn op(&self, name: impl Into<Cow<'static, str>>) -> OpBuilder<'_> {
         OpBuilder::new(self.shared(), name.into())
     }
 
     /// Starts building a multi-var acquire.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # futures::executor::block_on(async {
+    /// let engine = depengine::Engine::new();
+    /// let (from, to) = (engine.var(10u32), engine.var(0u32));
+    /// // Both vars at once, in push order with every op on them.
+    /// let (mut a, mut b) = engine.acquire().write(&from).write(&to).push().await?;
+    /// *b += std::mem::take(&mut *a);
+    /// drop((a, b));
+    /// assert_eq!(*to.read().await?, 10);
+    /// # Ok::<(), depengine::Error>(())
+    /// # }).unwrap();
+    /// ```
     pub fn acquire(&self) -> AcquireBuilder<'_> {
         AcquireBuilder::new(self.shared())
     }
@@ -177,6 +294,20 @@ impl Engine {
     /// The error `var` carries from a failed write, which this wait clears
     /// (as MXNet's `WaitForVar` does), so later ops use the var again; or a
     /// refused push (deleted var, closed engine).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # futures::executor::block_on(async {
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0u32);
+    /// engine.op("fails").write(&v).run(|(), _| Err::<(), _>("disk full".into()));
+    /// let err = engine.wait_for_var(&v).await.unwrap_err();
+    /// assert!(err.root().is_failed());
+    /// engine.wait_for_var(&v).await?; // the first wait cleared the error
+    /// # Ok::<(), depengine::Error>(())
+    /// # }).unwrap();
+    /// ```
     pub fn wait_for_var<V: AsVar>(&self, var: &V) -> OpHandle<()> {
         let var = var_of(var);
         let mut decls = DepList::new();
@@ -196,6 +327,24 @@ impl Engine {
     /// Inside a body of one of this engine's ops (a future op's included)
     /// it resolves at once to [`Error::is_would_deadlock`]: it would wait
     /// for that very op.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # futures::executor::block_on(async {
+    /// let engine = depengine::Engine::new();
+    /// let vars: Vec<_> = (0..4).map(|i| engine.var(i)).collect();
+    /// for v in &vars {
+    ///     engine.op("inc").write(v).run_detached(|(), (mut v,)| {
+    ///         *v += 1;
+    ///         Ok(())
+    ///     })?;
+    /// }
+    /// engine.wait_for_all().await?;
+    /// assert!(vars.iter().all(|v| v.version() == 1));
+    /// # Ok::<(), depengine::Error>(())
+    /// # }).unwrap();
+    /// ```
     pub fn wait_for_all(&self) -> WaitForAll {
         self.wait_all("Engine::wait_for_all")
     }
@@ -230,6 +379,20 @@ impl Engine {
     /// async variant instead. Inside an op body whose op declared `var`,
     /// [`Error::is_would_deadlock`]: a write pushed before this call and
     /// not yet completed could only run after that op.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(String::new());
+    /// engine.op("fill").write(&v).run_detached(|(), (mut s,)| {
+    ///     s.push_str("done");
+    ///     Ok(())
+    /// })?;
+    /// engine.blocking_wait_for_var(&v)?;
+    /// assert_eq!(v.version(), 1);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn blocking_wait_for_var<V: AsVar>(&self, var: &V) -> Result<(), Error> {
         const WHAT: &str = "Engine::blocking_wait_for_var";
         let var = var_of(var);
@@ -244,6 +407,23 @@ impl Engine {
     /// returns its data. Any later push that uses the var is refused with
     /// [`Error::is_var_deleted`]. The deletion runs whatever error the var
     /// carries, and also under a cancelling shutdown.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(vec![1, 2, 3]);
+    /// engine.op("push").write(&v).run_detached(|(), (mut v,)| {
+    ///     v.push(4);
+    ///     Ok(())
+    /// })?;
+    /// let data = engine.delete_var(&v).blocking_wait()?;
+    /// assert_eq!(data, [1, 2, 3, 4]);
+    /// assert!(v.is_deleted());
+    /// let refused = engine.op("late").read(&v).run(|_, ()| Ok(())).pushed();
+    /// assert!(refused.unwrap_err().is_var_deleted());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn delete_var<T: Send + Sync + 'static>(&self, var: &Var<T>) -> OpHandle<T> {
         let mut decls = DepList::new();
         decls.push(Decl { var: var.any(), access: Access::Write, typed: false });
@@ -264,6 +444,24 @@ impl Engine {
     /// failure the caller has seen is not reported twice. Inside a body of
     /// one of this engine's ops, [`Error::is_would_deadlock`] (it would
     /// wait for that op), and the engine is not closed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # futures::executor::block_on(async {
+    /// use depengine::{Engine, ShutdownMode};
+    /// let engine = Engine::new();
+    /// let v = engine.var(0u32);
+    /// let last = engine.op("last").write(&v).run(|(), (mut v,)| {
+    ///     *v += 1;
+    ///     Ok(*v)
+    /// });
+    /// engine.shutdown(ShutdownMode::Drain).await?;
+    /// assert_eq!(last.await?, 1); // drained: everything pushed ran
+    /// assert!(engine.op("after").run(|(), ()| Ok(())).await.unwrap_err().is_shutdown());
+    /// # Ok::<(), depengine::Error>(())
+    /// # }).unwrap();
+    /// ```
     pub fn shutdown(&self, mode: ShutdownMode) -> impl Future<Output = Result<(), Error>> + Send + 'static {
         self.close_and_wait(mode, "Engine::shutdown")
     }
@@ -294,6 +492,27 @@ impl Engine {
     ///
     /// As for `shutdown`, and [`Error::is_blocking_in_runtime`] inside a
     /// Tokio runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::{Engine, ShutdownMode};
+    /// let engine = Engine::new();
+    /// let v = engine.var(0u32);
+    /// let guard = v.write().blocking_wait()?; // holds the var
+    /// let queued = engine.op("queued").read(&v).run(|(v,), ()| Ok(*v));
+    /// let closer = {
+    ///     let engine = engine.clone();
+    ///     std::thread::spawn(move || engine.blocking_shutdown(ShutdownMode::Cancel))
+    /// };
+    /// // Cancelled at once, though the var it waits on is still held...
+    /// assert!(queued.blocking_wait().unwrap_err().is_cancelled());
+    /// // ...while the shutdown waits for the holder.
+    /// drop(guard);
+    /// let _ = closer.join().unwrap();
+    /// assert!(engine.is_closed());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn blocking_shutdown(&self, mode: ShutdownMode) -> Result<(), Error> {
         const WHAT: &str = "Engine::blocking_shutdown";
         refuse_in_runtime(WHAT)?;
@@ -352,6 +571,17 @@ impl WaitForAll {
     ///
     /// As for the future, and [`Error::is_blocking_in_runtime`] inside a
     /// Tokio runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0u8);
+    /// engine.op("fails").write(&v).run_detached(|(), _| Err("bad input".into()))?;
+    /// let err = engine.wait_for_all().blocking_wait().unwrap_err();
+    /// assert_eq!(err.root().op_name(), Some("fails"));
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn blocking_wait(self) -> Result<(), Error> {
         refuse_in_runtime("WaitForAll::blocking_wait")?;
         futures::executor::block_on(self)

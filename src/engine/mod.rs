@@ -30,7 +30,6 @@ pub use acquire::{Acquire, AcquireBuilder};
 pub use api::{Engine, Profiler, ShutdownMode, WaitForAll};
 pub use batch::Batch;
 pub use engine_builder::{EngineBuilder, EngineKind, Settings};
-pub use limit::{NoSlot, Reserved, Slot};
 pub use op_builder::OpBuilder;
 pub use prepared::PreparedOp;
 pub use reserve::Reservation;

@@ -5,7 +5,8 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::limit::{NoSlot, Reserved, Slot};
+use tokio::sync::OwnedSemaphorePermit;
+
 use super::shared::{Body, OpOptions, Shared};
 use crate::device::{Device, Lane};
 use crate::error::{BoxError, Error, Kind};
@@ -46,15 +47,15 @@ use crate::var::{Access, AnyVar, Var};
 /// # Ok(()) }
 /// ```
 #[must_use = "an op is pushed only when one of its run or spawn methods is called"]
-pub struct OpBuilder<'e, Rd = (), Wr = (), S = NoSlot> {
+pub struct OpBuilder<'e, Rd = (), Wr = ()> {
     shared: &'e Arc<Shared>,
     opts: OpOptions,
     reads: Rd,
     writes: Wr,
     untyped: DepList,
-    /// The slot of a reservation ([`Reserved`]), until the push uses it;
-    /// none ([`NoSlot`], a zero-sized type) for other ops.
-    slot: S,
+    /// The room of a [`Reservation`](super::Reservation), until the push
+    /// uses it (dropped unused, it goes back).
+    reserved: Option<OwnedSemaphorePermit>,
 }
 
 impl<'e> OpBuilder<'e> {
@@ -66,62 +67,80 @@ impl<'e> OpBuilder<'e> {
             reads: (),
             writes: (),
             untyped: DepList::new(),
-            slot: NoSlot,
+            reserved: None,
         }
     }
 }
 
-impl<'e> OpBuilder<'e, (), (), Reserved> {
-    /// A builder whose push uses the slot a reservation holds.
-    pub(super) fn reserved(shared: &'e Arc<Shared>, name: Cow<'static, str>, slot: Reserved) -> Self {
+impl<'e> OpBuilder<'e> {
+    /// A builder whose push uses the room a reservation holds.
+    pub(super) fn reserved(
+        shared: &'e Arc<Shared>,
+        name: Cow<'static, str>,
+        reserved: Option<OwnedSemaphorePermit>,
+    ) -> Self {
         let opts = OpOptions::new(name);
-        OpBuilder { shared, opts, reads: (), writes: (), untyped: DepList::new(), slot }
+        OpBuilder { shared, opts, reads: (), writes: (), untyped: DepList::new(), reserved }
     }
 }
 
-impl<'e, Rd, Wr, S: Slot> OpBuilder<'e, Rd, Wr, S> {
+impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     /// Declares a read of `var` (a [`Var`] or a scope's var): the body
     /// receives a [`ReadGuard`](crate::ReadGuard).
-    pub fn read<V: AsVar>(self, var: &V) -> OpBuilder<'e, Rd::Output, Wr, S>
+    pub fn read<V: AsVar>(self, var: &V) -> OpBuilder<'e, Rd::Output, Wr>
     where
         Rd: Append<Reading<Var<V::Data>>>,
     {
-        let Self { shared, opts, reads, writes, untyped, slot } = self;
-        OpBuilder { shared, opts, reads: reads.append(Reading(var_of(var).clone())), writes, untyped, slot }
+        let Self { shared, opts, reads, writes, untyped, reserved } = self;
+        OpBuilder {
+            shared,
+            opts,
+            reads: reads.append(Reading(var_of(var).clone())),
+            writes,
+            untyped,
+            reserved,
+        }
     }
 
     /// Declares a read of each var: the body receives a `Vec` of guards.
-    pub fn read_all<'v, V, I>(self, vars: I) -> OpBuilder<'e, Rd::Output, Wr, S>
+    pub fn read_all<'v, V, I>(self, vars: I) -> OpBuilder<'e, Rd::Output, Wr>
     where
         V: AsVar + 'v,
         I: IntoIterator<Item = &'v V>,
         Rd: Append<Reading<Vec<Var<V::Data>>>>,
     {
-        let Self { shared, opts, reads, writes, untyped, slot } = self;
+        let Self { shared, opts, reads, writes, untyped, reserved } = self;
         let reads = reads.append(Reading(vars.into_iter().map(|v| var_of(v).clone()).collect()));
-        OpBuilder { shared, opts, reads, writes, untyped, slot }
+        OpBuilder { shared, opts, reads, writes, untyped, reserved }
     }
 
     /// Declares a write of `var` (a [`Var`] or a scope's var): the body
     /// receives a [`WriteGuard`](crate::WriteGuard).
-    pub fn write<V: AsVar>(self, var: &V) -> OpBuilder<'e, Rd, Wr::Output, S>
+    pub fn write<V: AsVar>(self, var: &V) -> OpBuilder<'e, Rd, Wr::Output>
     where
         Wr: Append<Writing<Var<V::Data>>>,
     {
-        let Self { shared, opts, reads, writes, untyped, slot } = self;
-        OpBuilder { shared, opts, reads, writes: writes.append(Writing(var_of(var).clone())), untyped, slot }
+        let Self { shared, opts, reads, writes, untyped, reserved } = self;
+        OpBuilder {
+            shared,
+            opts,
+            reads,
+            writes: writes.append(Writing(var_of(var).clone())),
+            untyped,
+            reserved,
+        }
     }
 
     /// Declares a write of each var: the body receives a `Vec` of guards.
-    pub fn write_all<'v, V, I>(self, vars: I) -> OpBuilder<'e, Rd, Wr::Output, S>
+    pub fn write_all<'v, V, I>(self, vars: I) -> OpBuilder<'e, Rd, Wr::Output>
     where
         V: AsVar + 'v,
         I: IntoIterator<Item = &'v V>,
         Wr: Append<Writing<Vec<Var<V::Data>>>>,
     {
-        let Self { shared, opts, reads, writes, untyped, slot } = self;
+        let Self { shared, opts, reads, writes, untyped, reserved } = self;
         let writes = writes.append(Writing(vars.into_iter().map(|v| var_of(v).clone()).collect()));
-        OpBuilder { shared, opts, reads, writes, untyped, slot }
+        OpBuilder { shared, opts, reads, writes, untyped, reserved }
     }
 
     /// Declares a read of a var without receiving its data (a dependency
@@ -271,7 +290,7 @@ impl<'e, Rd, Wr, S: Slot> OpBuilder<'e, Rd, Wr, S> {
     }
 }
 
-impl<'e, Rd: Item, Wr: Item, S: Slot> OpBuilder<'e, Rd, Wr, S> {
+impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
     /// Pushes the op with a body run to completion on a worker of its lane.
     ///
     /// A refused push (closed engine, deleted var, invalid arguments)
@@ -403,22 +422,28 @@ impl<'e, Rd: Item, Wr: Item, S: Slot> OpBuilder<'e, Rd, Wr, S> {
         shared.push_job(opts, decls, job, body).map_or_else(OpHandle::refused, OpHandle::of_slot)
     }
 
+    /// Drops the reservation's room, if the builder holds one.
+    pub(super) fn give_room_back(&mut self) {
+        self.reserved = None;
+    }
+
     /// The builder's parts, with every declaration collected.
     pub(super) fn declared(self) -> (&'e Arc<Shared>, OpOptions, DepList, Rd, Wr) {
-        let Self { shared, mut opts, reads, writes, untyped, slot } = self;
+        let Self { shared, mut opts, reads, writes, untyped, reserved } = self;
         let mut decls = Decls(untyped);
         reads.declare(&mut decls);
         writes.declare(&mut decls);
         // The push that follows holds the reserved slot from now: a refused
         // one gives it back.
-        if slot.use_for_push() {
+        if let Some(room) = reserved {
+            room.forget();
             opts.set(OpOptions::RESERVED, true);
         }
         (shared, opts, decls.0, reads, writes)
     }
 }
 
-impl<Rd, Wr, S> std::fmt::Debug for OpBuilder<'_, Rd, Wr, S> {
+impl<Rd, Wr> std::fmt::Debug for OpBuilder<'_, Rd, Wr> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpBuilder").field("options", &self.opts).finish_non_exhaustive()
     }

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use super::limit::NoSlot;
 use super::op_builder::OpBuilder;
 use super::shared::{OpOptions, Shared};
 use crate::error::{BoxError, Error};
@@ -49,15 +48,18 @@ pub struct PreparedOp<Rd = (), Wr = ()> {
     writes: Wr,
 }
 
-impl<Rd: Item, Wr: Item> OpBuilder<'_, Rd, Wr, NoSlot> {
+impl<Rd: Item, Wr: Item> OpBuilder<'_, Rd, Wr> {
     /// Settles the op's declarations, placement and options, for pushes
     /// with a sync body ([`PreparedOp::run`], [`PreparedOp::run_detached`]).
+    /// A builder from a [`Reservation`](super::Reservation) gives its room
+    /// back: each push of the prepared op takes a slot of its own.
     ///
     /// # Errors
     ///
     /// The refusals of a push ([`OpHandle::pushed`]), but for a closed
     /// engine or a deleted var, which each push reports.
-    pub fn prepare(self) -> Result<PreparedOp<Rd, Wr>, Error> {
+    pub fn prepare(mut self) -> Result<PreparedOp<Rd, Wr>, Error> {
+        self.give_room_back();
         let (shared, opts, deps, reads, writes) = self.declared();
         let (exec, deps) = shared.prepare(&opts, deps)?;
         Ok(PreparedOp { shared: shared.clone(), opts, exec, deps, reads, writes })

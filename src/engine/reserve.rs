@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::limit::Reserved;
 use super::op_builder::OpBuilder;
 use super::shared::Shared;
 
@@ -39,7 +38,7 @@ impl Reservation {
     /// of its own, and cannot be refused as full. A builder dropped
     /// unpushed gives the room back. The room serves one op: an op built
     /// from a reservation already used takes a slot as any op does.
-    pub fn op(&mut self, name: impl Into<std::borrow::Cow<'static, str>>) -> OpBuilder<'_, (), (), Reserved> {
-        OpBuilder::reserved(&self.shared, name.into(), Reserved(self.permit.take()))
+    pub fn op(&mut self, name: impl Into<std::borrow::Cow<'static, str>>) -> OpBuilder<'_> {
+        OpBuilder::reserved(&self.shared, name.into(), self.permit.take())
     }
 }

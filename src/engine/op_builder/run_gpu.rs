@@ -1,6 +1,6 @@
 //! GPU ops: `run_gpu` of the op builder.
 
-use super::{Body, OpBuilder, Slot};
+use super::{Body, OpBuilder};
 use crate::device::Device;
 use crate::error::{BoxError, Error};
 use crate::gpu::GpuContext;
@@ -8,7 +8,7 @@ use crate::op::access::Item;
 use crate::op::gpu_job::GpuJob;
 use crate::op::op_handle::OpHandle;
 
-impl<Rd: Item, Wr: Item, S: Slot> OpBuilder<'_, Rd, Wr, S> {
+impl<Rd: Item, Wr: Item> OpBuilder<'_, Rd, Wr> {
     /// Pushes a GPU op, to be placed on a GPU with
     /// [`device`](Self::device)`(Device::Gpu(i))` (and a copy lane with
     /// [`lane`](Self::lane) for transfers). The body receives the guards
