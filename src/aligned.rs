@@ -25,11 +25,27 @@ pub const ALIGN: usize = 64;
 pub type AlignedVec<T> = aligned_vec::AVec<T, aligned_vec::ConstAlign<ALIGN>>;
 
 /// `len` copies of `value`, aligned.
+///
+/// # Examples
+///
+/// ```
+/// let zeros = depengine::aligned::filled(1024, 0.0f64);
+/// assert_eq!(zeros.len(), 1024);
+/// assert_eq!(zeros.as_ptr() as usize % depengine::aligned::ALIGN, 0);
+/// ```
 pub fn filled<T: Clone>(len: usize, value: T) -> AlignedVec<T> {
     AlignedVec::from_iter(ALIGN, std::iter::repeat_n(value, len))
 }
 
 /// A copy of `data`, aligned.
+///
+/// # Examples
+///
+/// ```
+/// let v = depengine::aligned::from_slice(&[1u8, 2, 3]);
+/// assert_eq!(&v[..], [1, 2, 3]);
+/// assert_eq!(v.as_ptr() as usize % depengine::aligned::ALIGN, 0);
+/// ```
 pub fn from_slice<T: Clone>(data: &[T]) -> AlignedVec<T> {
     AlignedVec::from_slice(ALIGN, data)
 }

@@ -114,6 +114,19 @@ impl Error {
     }
 
     /// The failure at the start of a chain of skipped ops, or `self`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// let failed = engine.op("update").write(&v).run(|(), _| -> depengine::Result<(), _> { Err("bad input".into()) });
+    /// let skipped = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
+    /// let (failed, skipped) = (failed.blocking_wait().unwrap_err(), skipped.blocking_wait().unwrap_err());
+    /// assert!(skipped.is_skipped());
+    /// assert_eq!(skipped.root().op_name(), Some("update")); // where the chain began
+    /// # let _ = engine.wait_for_all().blocking_wait();
+    /// ```
     pub fn root(&self) -> &Error {
         match self.kind() {
             Kind::Skipped { root, .. } => root.root(),
@@ -123,57 +136,169 @@ impl Error {
 
     /// The op's body returned an error ([`source`](std::error::Error::source)
     /// gives it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// let failed = engine.op("update").write(&v).run(|(), _| -> depengine::Result<(), _> { Err("bad input".into()) });
+    /// let skipped = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
+    /// let (failed, skipped) = (failed.blocking_wait().unwrap_err(), skipped.blocking_wait().unwrap_err());
+    /// assert!(failed.is_failed());
+    /// assert_eq!(std::error::Error::source(&failed).unwrap().to_string(), "bad input");
+    /// # let _ = engine.wait_for_all().blocking_wait();
+    /// ```
     pub fn is_failed(&self) -> bool {
         matches!(self.kind(), Kind::Failed { .. })
     }
 
     /// The op's body panicked (the panic was caught; no worker died).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let h = engine.op("oops").run(|(), ()| -> depengine::Result<(), _> { panic!("index out of range") });
+    /// assert!(h.blocking_wait().unwrap_err().is_panic()); // the worker lives on
+    /// # let _ = engine.wait_for_all().blocking_wait();
+    /// ```
     pub fn is_panic(&self) -> bool {
         matches!(self.kind(), Kind::Panicked { .. })
     }
 
     /// An async op's [`Completion`](crate::Completion) was dropped unsignalled.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let h = engine.op("forgot").run_async(|(), (), done: depengine::Completion<()>| drop(done));
+    /// assert!(h.blocking_wait().unwrap_err().is_completion_dropped());
+    /// ```
     pub fn is_completion_dropped(&self) -> bool {
         matches!(self.kind(), Kind::CompletionDropped { .. })
     }
 
     /// The op was skipped because a var it uses carries an error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// let failed = engine.op("update").write(&v).run(|(), _| -> depengine::Result<(), _> { Err("bad input".into()) });
+    /// let skipped = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
+    /// let (failed, skipped) = (failed.blocking_wait().unwrap_err(), skipped.blocking_wait().unwrap_err());
+    /// assert!(skipped.is_skipped() && !failed.is_skipped());
+    /// # let _ = engine.wait_for_all().blocking_wait();
+    /// ```
     pub fn is_skipped(&self) -> bool {
         matches!(self.kind(), Kind::Skipped { .. })
     }
 
     /// The op was cancelled by [`ShutdownMode::Cancel`](crate::ShutdownMode)
     /// before it ran, or its future was dropped by a Tokio runtime shutting down.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// let gate = v.write().blocking_wait()?;
+    /// let h = engine.op("queued").read(&v).run(|(v,), ()| Ok(*v));
+    /// h.abort();
+    /// drop(gate);
+    /// assert!(h.blocking_wait().unwrap_err().is_cancelled());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn is_cancelled(&self) -> bool {
         matches!(self.kind(), Kind::Cancelled { .. })
     }
 
     /// The engine is closed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::ShutdownMode;
+    /// let engine = depengine::Engine::new();
+    /// engine.blocking_shutdown(ShutdownMode::Drain)?;
+    /// assert!(engine.op("late").run(|(), ()| Ok(())).pushed().unwrap_err().is_shutdown());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn is_shutdown(&self) -> bool {
         matches!(self.kind(), Kind::Shutdown)
     }
 
     /// A deleted var was used.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// engine.delete_var(&v).blocking_wait()?;
+    /// assert!(engine.op("use").read(&v).run(|_, ()| Ok(())).pushed().unwrap_err().is_var_deleted());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn is_var_deleted(&self) -> bool {
         matches!(self.kind(), Kind::VarDeleted { .. })
     }
 
     /// Invalid arguments were given.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// let twice = engine.op("twice").read(&v).write(&v).run(|_, _| Ok(()));
+    /// assert!(twice.pushed().unwrap_err().is_invalid_argument());
+    /// ```
     pub fn is_invalid_argument(&self) -> bool {
         matches!(self.kind(), Kind::InvalidArgument(_))
     }
 
     /// The request needs a feature or device this engine does not have.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().simulated_gpus(1).build()?;
+    /// // A simulated device has no driver to hand out.
+    /// assert!(engine.gpu(0)?.driver_version().unwrap_err().is_unsupported());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn is_unsupported(&self) -> bool {
         matches!(self.kind(), Kind::Unsupported(_))
     }
 
     /// A future op needs a Tokio runtime and none was available.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new(); // built outside any Tokio runtime
+    /// let h = engine.op("future").spawn(|(), ()| async { Ok(()) });
+    /// assert!(h.pushed().unwrap_err().is_no_runtime());
+    /// ```
     pub fn is_no_runtime(&self) -> bool {
         matches!(self.kind(), Kind::NoRuntime)
     }
 
     /// A `blocking_*` call was refused because it ran inside a Tokio runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let engine = depengine::Engine::new();
+    /// let err = engine.op("x").run(|(), ()| Ok(())).blocking_wait().unwrap_err();
+    /// assert!(err.is_blocking_in_runtime()); // `.await` it instead
+    /// # }
+    /// ```
     pub fn is_blocking_in_runtime(&self) -> bool {
         matches!(self.kind(), Kind::BlockingInRuntime { .. })
     }
@@ -198,12 +323,35 @@ impl Error {
     /// ([`EngineBuilder::max_in_flight`](crate::EngineBuilder::max_in_flight)).
     /// Nothing was pushed. Try later, or wait for room with
     /// [`Engine::reserve`](crate::Engine::reserve); a service answers 503.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().max_in_flight(1).build()?;
+    /// let v = engine.var(0);
+    /// let gate = v.write().blocking_wait()?;
+    /// let first = engine.op("first").read(&v).run(|_, ()| Ok(()));
+    /// assert!(engine.op("second").run(|(), ()| Ok(())).pushed().unwrap_err().is_full());
+    /// drop(gate);
+    /// first.blocking_wait()?;
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn is_full(&self) -> bool {
         matches!(self.kind(), Kind::Full { .. })
     }
 
     /// A GPU device cannot be used: no CUDA driver, no such device, a build
     /// without the `cuda` feature. The message names what is missing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().simulated_gpus(1).build()?;
+    /// // Gpu(0) is simulated; there is no Gpu(1).
+    /// let err = engine.gpu(1).unwrap_err();
+    /// assert!(err.is_gpu_unavailable());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn is_gpu_unavailable(&self) -> bool {
         matches!(self.kind(), Kind::GpuUnavailable { .. })
     }
@@ -217,6 +365,19 @@ impl Error {
     }
 
     /// The name of the op this error belongs to, if any.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// let failed = engine.op("update").write(&v).run(|(), _| -> depengine::Result<(), _> { Err("bad input".into()) });
+    /// let skipped = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
+    /// let (failed, skipped) = (failed.blocking_wait().unwrap_err(), skipped.blocking_wait().unwrap_err());
+    /// assert_eq!(failed.op_name(), Some("update"));
+    /// assert_eq!(skipped.op_name(), Some("request"));
+    /// # let _ = engine.wait_for_all().blocking_wait();
+    /// ```
     pub fn op_name(&self) -> Option<&str> {
         match self.kind() {
             Kind::Failed { op, .. }
@@ -267,6 +428,18 @@ impl Error {
     /// How long a client should wait before it tries again (a
     /// `Retry-After` header), where trying again soon may succeed: the
     /// engine was full, or a pool could not start.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// let failed = engine.op("update").write(&v).run(|(), _| -> depengine::Result<(), _> { Err("bad input".into()) });
+    /// let skipped = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
+    /// let (failed, skipped) = (failed.blocking_wait().unwrap_err(), skipped.blocking_wait().unwrap_err());
+    /// assert_eq!(failed.retry_after(), None); // trying again will not help
+    /// # let _ = engine.wait_for_all().blocking_wait();
+    /// ```
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         match self.kind() {
             Kind::Full { .. } | Kind::PoolUnavailable { .. } => Some(std::time::Duration::from_secs(1)),
@@ -277,6 +450,19 @@ impl Error {
     /// What a service may tell its client about this error: what happened,
     /// in a sentence, without the engine's internals (op and var names,
     /// settings, API names), which belong in its logs (`Display` has them).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// let failed = engine.op("update").write(&v).run(|(), _| -> depengine::Result<(), _> { Err("bad input".into()) });
+    /// let skipped = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
+    /// let (failed, skipped) = (failed.blocking_wait().unwrap_err(), skipped.blocking_wait().unwrap_err());
+    /// // No op names, no var labels: safe to send to a client.
+    /// assert!(!failed.client_message().contains("update"));
+    /// # let _ = engine.wait_for_all().blocking_wait();
+    /// ```
     pub fn client_message(&self) -> &'static str {
         match self.kind() {
             Kind::Full { .. } => "the service is at capacity; try again shortly",
@@ -293,6 +479,19 @@ impl Error {
     }
 
     /// Whether two errors are the same shared failure (not just equal text).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// let failed = engine.op("update").write(&v).run(|(), _| -> depengine::Result<(), _> { Err("bad input".into()) });
+    /// let skipped = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
+    /// let (failed, skipped) = (failed.blocking_wait().unwrap_err(), skipped.blocking_wait().unwrap_err());
+    /// assert!(skipped.root().same_as(&failed));
+    /// assert!(!skipped.same_as(&failed));
+    /// # let _ = engine.wait_for_all().blocking_wait();
+    /// ```
     pub fn same_as(&self, other: &Error) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }

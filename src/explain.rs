@@ -10,6 +10,20 @@ use std::fmt::{self, Write};
 use std::time::Duration;
 
 /// The engine's pending ops as one look saw them.
+///
+/// # Examples
+///
+/// ```
+/// let engine = depengine::Engine::new();
+/// let v = engine.var_named("model", 0);
+/// let (guard,) = engine.acquire().write(&v).push().blocking_wait()?; // held
+/// let stuck = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
+/// let pending = engine.debug_pending();
+/// println!("{pending}"); // who waits on what, down to the holder
+/// assert_eq!(pending.waiting().count(), 1);
+/// # drop(guard); stuck.blocking_wait()?;
+/// # Ok::<(), depengine::Error>(())
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct Pending {
     /// The ops seen waiting on a var or holding one, by key.
@@ -19,6 +33,20 @@ pub struct Pending {
 }
 
 /// An op that waits on vars, holds vars, or both.
+///
+/// # Examples
+///
+/// ```
+/// let engine = depengine::Engine::new();
+/// let v = engine.var_named("model", 0);
+/// let (guard,) = engine.acquire().write(&v).push().blocking_wait()?; // held
+/// let stuck = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
+/// let pending = engine.debug_pending();
+/// let op = pending.waiting().next().unwrap();
+/// assert_eq!(op.waits_on, [v.label()]);
+/// # drop(guard); stuck.blocking_wait()?;
+/// # Ok::<(), depengine::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct PendingOp {
@@ -45,6 +73,20 @@ pub struct PendingOp {
 }
 
 /// A var that ops wait on or hold.
+///
+/// # Examples
+///
+/// ```
+/// let engine = depengine::Engine::new();
+/// let v = engine.var_named("model", 0);
+/// let (guard,) = engine.acquire().write(&v).push().blocking_wait()?; // held
+/// let stuck = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
+/// let pending = engine.debug_pending();
+/// let model = pending.var(&v.label()).unwrap();
+/// assert_eq!((model.write, model.reads), (true, 0));
+/// # drop(guard); stuck.blocking_wait()?;
+/// # Ok::<(), depengine::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct PendingVar {
@@ -96,21 +138,72 @@ fn coarse(d: Duration) -> String {
 
 impl Pending {
     /// Whether nothing waits and nothing holds a var.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// engine.wait_for_all().blocking_wait()?;
+    /// assert!(engine.debug_pending().is_empty());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
 
     /// The op of `key`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("model", 0);
+    /// let (guard,) = engine.acquire().write(&v).push().blocking_wait()?; // held
+    /// let stuck = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
+    /// let pending = engine.debug_pending();
+    /// let waiting = pending.waiting().next().unwrap();
+    /// assert_eq!(pending.op(waiting.key).unwrap().name, "request");
+    /// # drop(guard); stuck.blocking_wait()?;
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn op(&self, key: usize) -> Option<&PendingOp> {
         self.ops.iter().find(|op| op.key == key)
     }
 
     /// The var of `label`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("model", 0);
+    /// let (guard,) = engine.acquire().write(&v).push().blocking_wait()?; // held
+    /// let stuck = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
+    /// let pending = engine.debug_pending();
+    /// let model = pending.var(&v.label()).unwrap();
+    /// assert!(model.write);
+    /// # drop(guard); stuck.blocking_wait()?;
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn var(&self, label: &str) -> Option<&PendingVar> {
         self.vars.iter().find(|v| v.label == label)
     }
 
     /// The ops that wait on a var.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("model", 0);
+    /// let (guard,) = engine.acquire().write(&v).push().blocking_wait()?; // held
+    /// let stuck = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
+    /// let pending = engine.debug_pending();
+    /// let names: Vec<_> = pending.waiting().map(|op| op.name.as_str()).collect();
+    /// assert_eq!(names, ["request"]);
+    /// # drop(guard); stuck.blocking_wait()?;
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn waiting(&self) -> impl Iterator<Item = &PendingOp> {
         self.ops.iter().filter(|op| !op.waits_on.is_empty())
     }
@@ -119,6 +212,20 @@ impl Pending {
     /// var that op waits on in turn, and so on down to a holder that waits
     /// on nothing (it runs, or its guards or completion token are out), or
     /// back to an op already in the chain (a cycle).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("model", 0);
+    /// let (guard,) = engine.acquire().write(&v).push().blocking_wait()?; // held
+    /// let stuck = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
+    /// let pending = engine.debug_pending();
+    /// let why = pending.chain(pending.waiting().next().unwrap());
+    /// assert!(why.contains("model"));
+    /// # drop(guard); stuck.blocking_wait()?;
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn chain(&self, op: &PendingOp) -> String {
         let by_key: HashMap<usize, &PendingOp> = self.ops.iter().map(|o| (o.key, o)).collect();
         let mut seen = HashSet::new();
@@ -158,6 +265,20 @@ impl Pending {
 
     /// The report as Graphviz DOT: ops as boxes, vars as ellipses, an edge
     /// from an op to each var it waits on, and from a var to each holder.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("model", 0);
+    /// let (guard,) = engine.acquire().write(&v).push().blocking_wait()?; // held
+    /// let stuck = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
+    /// let pending = engine.debug_pending();
+    /// let dot = pending.dot(); // render with `dot -Tsvg`
+    /// assert!(dot.starts_with("digraph"));
+    /// # drop(guard); stuck.blocking_wait()?;
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn dot(&self) -> String {
         let esc = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
         let mut out = String::from("digraph pending {\n  rankdir=LR;\n");

@@ -26,6 +26,19 @@ pub(crate) fn bucket_of(ns: u64) -> usize {
 /// A distribution of durations in fixed power-of-two buckets (see
 /// [`HISTOGRAM_BUCKETS`]); quantiles are read as the upper bound of the
 /// bucket they fall in, so they are exact to a factor of two.
+///
+/// # Examples
+///
+/// ```
+/// let engine = depengine::Engine::builder().metrics_timing(true).build()?;
+/// for _ in 0..10 {
+///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
+/// }
+/// let run_time = engine.metrics().run_time();
+/// assert_eq!(run_time.count(), 10);
+/// assert!(run_time.p50() <= run_time.p99());
+/// # Ok::<(), depengine::Error>(())
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Histogram {
     counts: [u64; HISTOGRAM_BUCKETS],
@@ -47,27 +60,84 @@ impl Histogram {
     }
 
     /// The durations recorded, added up.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().metrics_timing(true).build()?;
+    /// for _ in 0..10 {
+    ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
+    /// }
+    /// let h = engine.metrics().run_time();
+    /// assert!(h.sum() >= h.mean().unwrap());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn sum(&self) -> Duration {
         self.sum
     }
 
     /// Their mean; `None` if nothing was recorded.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().metrics_timing(true).build()?;
+    /// for _ in 0..10 {
+    ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
+    /// }
+    /// let h = engine.metrics().run_time();
+    /// assert_eq!(h.mean(), Some(h.sum() / 10));
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn mean(&self) -> Option<Duration> {
         let n = self.count();
         (n > 0).then(|| self.sum / u32::try_from(n).unwrap_or(u32::MAX))
     }
 
     /// The count in each bucket.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().metrics_timing(true).build()?;
+    /// for _ in 0..10 {
+    ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
+    /// }
+    /// let h = engine.metrics().run_time();
+    /// assert_eq!(h.counts().iter().sum::<u64>(), h.count());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn counts(&self) -> &[u64; HISTOGRAM_BUCKETS] {
         &self.counts
     }
 
     /// The durations recorded.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().metrics_timing(true).build()?;
+    /// for _ in 0..10 {
+    ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
+    /// }
+    /// assert_eq!(engine.metrics().run_time().count(), 10);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn count(&self) -> u64 {
         self.counts.iter().sum()
     }
 
     /// The upper bound of bucket `k` (`None` for the last, which has none).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::metrics::{Histogram, HISTOGRAM_BUCKETS};
+    /// use std::time::Duration;
+    /// assert_eq!(Histogram::bucket_upper_bound(0), Some(Duration::from_nanos(256)));
+    /// assert_eq!(Histogram::bucket_upper_bound(1), Some(Duration::from_nanos(512)));
+    /// assert_eq!(Histogram::bucket_upper_bound(HISTOGRAM_BUCKETS - 1), None);
+    /// ```
     pub fn bucket_upper_bound(k: usize) -> Option<Duration> {
         (k + 1 < HISTOGRAM_BUCKETS).then(|| Duration::from_nanos(1 << (k + 8)))
     }
@@ -75,6 +145,19 @@ impl Histogram {
     /// The upper bound of the bucket that holds quantile `q` (0 to 1) of the
     /// durations; `None` if nothing was recorded, or if the quantile falls in
     /// the last bucket. A `q` outside 0 to 1 is clamped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().metrics_timing(true).build()?;
+    /// for _ in 0..10 {
+    ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
+    /// }
+    /// let h = engine.metrics().run_time();
+    /// assert!(h.quantile(0.9) >= h.quantile(0.1));
+    /// assert_eq!(h.quantile(2.0), h.quantile(1.0)); // clamped
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn quantile(&self, q: f64) -> Option<Duration> {
         let total = self.count();
         if total == 0 {
@@ -94,11 +177,34 @@ impl Histogram {
     }
 
     /// [`quantile`](Self::quantile) 0.5.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().metrics_timing(true).build()?;
+    /// for _ in 0..10 {
+    ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
+    /// }
+    /// assert_eq!(engine.metrics().queue_wait().p50(), engine.metrics().queue_wait().quantile(0.5));
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn p50(&self) -> Option<Duration> {
         self.quantile(0.5)
     }
 
     /// [`quantile`](Self::quantile) 0.99.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().metrics_timing(true).build()?;
+    /// for _ in 0..10 {
+    ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
+    /// }
+    /// let h = engine.metrics().run_time();
+    /// assert!(h.p99() >= h.p50());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn p99(&self) -> Option<Duration> {
         self.quantile(0.99)
     }
@@ -106,6 +212,18 @@ impl Histogram {
 
 /// One worker pool: a CPU device's, a GPU device's lane, or the
 /// prioritized lane's.
+///
+/// # Examples
+///
+/// ```
+/// use depengine::{Device, Lane};
+/// let engine = depengine::Engine::builder().cpu_workers(2).build()?;
+/// engine.op("first").run(|(), ()| Ok(())).blocking_wait()?;
+/// let metrics = engine.metrics();
+/// let pool = metrics.pools.iter().find(|p| p.device == Device::Cpu(0) && p.lane == Lane::Normal).unwrap();
+/// assert_eq!((pool.workers, pool.ops_run), (2, 1));
+/// # Ok::<(), depengine::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct PoolMetrics {
@@ -143,6 +261,19 @@ pub struct PoolMetrics {
 
 /// A snapshot of an engine's work (see the module docs for what a
 /// snapshot taken under load means).
+///
+/// # Examples
+///
+/// ```
+/// let engine = depengine::Engine::new();
+/// let v = engine.var(0);
+/// engine.op("a").write(&v).run(|(), _| Ok(())).blocking_wait()?;
+/// let _ = engine.op("b").write(&v).run(|(), _| -> depengine::Result<(), _> { Err("no".into()) }).blocking_wait();
+/// let m = engine.metrics();
+/// assert_eq!((m.failed, m.in_flight), (1, 0));
+/// assert!(m.completed >= 2);
+/// # Ok::<(), depengine::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Metrics {
@@ -187,16 +318,50 @@ pub struct Metrics {
 
 impl Metrics {
     /// Ready ops queued on all pools.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// engine.wait_for_all().blocking_wait()?;
+    /// assert_eq!(engine.metrics().queued(), 0);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn queued(&self) -> usize {
         self.pools.iter().map(|p| p.queued).sum()
     }
 
     /// Workers running an op now, on all pools.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let (tx, rx) = std::sync::mpsc::channel::<()>();
+    /// let h = engine.op("long").run(move |(), ()| { rx.recv().ok(); Ok(()) });
+    /// while engine.metrics().running() == 0 {
+    ///     std::thread::yield_now();
+    /// }
+    /// tx.send(()).unwrap();
+    /// h.blocking_wait()?;
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn running(&self) -> usize {
         self.pools.iter().map(|p| p.running).sum()
     }
 
     /// Queue waits over all pools.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().metrics_timing(true).build()?;
+    /// for _ in 0..10 {
+    ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
+    /// }
+    /// assert_eq!(engine.metrics().queue_wait().count(), 10);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn queue_wait(&self) -> Histogram {
         let mut all = Histogram::default();
         self.pools.iter().for_each(|p| all.merge(&p.queue_wait));
@@ -204,6 +369,18 @@ impl Metrics {
     }
 
     /// Run times over all pools.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().metrics_timing(true).build()?;
+    /// for _ in 0..10 {
+    ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
+    /// }
+    /// let slowest = engine.metrics().run_time().quantile(1.0);
+    /// assert!(slowest.is_some());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn run_time(&self) -> Histogram {
         let mut all = Histogram::default();
         self.pools.iter().for_each(|p| all.merge(&p.run_time));

@@ -52,6 +52,16 @@ impl<'e> AcquireBuilder<'e> {
 
 impl<'e, L> AcquireBuilder<'e, L> {
     /// Adds shared access to `var` (a [`Var`] or a scope's var).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let (a, b) = (engine.var(1), engine.var(2));
+    /// let (a, b) = engine.acquire().read(&a).read(&b).push().blocking_wait()?;
+    /// assert_eq!(*a + *b, 3);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn read<V: AsVar>(self, var: &V) -> AcquireBuilder<'e, L::Output>
     where
         L: Append<Reading<Var<V::Data>>>,
@@ -60,6 +70,18 @@ impl<'e, L> AcquireBuilder<'e, L> {
     }
 
     /// Adds exclusive access to `var` (a [`Var`] or a scope's var).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let (from, to) = (engine.var(10), engine.var(0));
+    /// let (mut from_g, mut to_g) = engine.acquire().write(&from).write(&to).push().blocking_wait()?;
+    /// (*from_g, *to_g) = (*from_g - 4, *to_g + 4); // a transfer, atomic to every op
+    /// drop((from_g, to_g));
+    /// assert_eq!(*to.read().blocking_wait()?, 4);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn write<V: AsVar>(self, var: &V) -> AcquireBuilder<'e, L::Output>
     where
         L: Append<Writing<Var<V::Data>>>,
@@ -68,6 +90,16 @@ impl<'e, L> AcquireBuilder<'e, L> {
     }
 
     /// Adds shared access to each var of a list: one `Vec` of guards.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let parts: Vec<_> = (1..=3).map(|i| engine.var(i)).collect();
+    /// let (guards,) = engine.acquire().read_all(&parts).push().blocking_wait()?;
+    /// assert_eq!(guards.iter().map(|g| **g).sum::<i32>(), 6);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn read_all<'v, V, I>(self, vars: I) -> AcquireBuilder<'e, L::Output>
     where
         V: AsVar + 'v,
@@ -79,6 +111,18 @@ impl<'e, L> AcquireBuilder<'e, L> {
     }
 
     /// Adds exclusive access to each var of a list: one `Vec` of guards.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let parts: Vec<_> = (0..3).map(|_| engine.var(0)).collect();
+    /// let (mut guards,) = engine.acquire().write_all(&parts).push().blocking_wait()?;
+    /// guards.iter_mut().for_each(|g| **g = 9);
+    /// drop(guards);
+    /// assert_eq!(*parts[2].read().blocking_wait()?, 9);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn write_all<'v, V, I>(self, vars: I) -> AcquireBuilder<'e, L::Output>
     where
         V: AsVar + 'v,
@@ -93,6 +137,20 @@ impl<'e, L> AcquireBuilder<'e, L> {
 impl<L: Item> AcquireBuilder<'_, L> {
     /// Appends the acquire to all its vars now, in push order with every op,
     /// and returns the future of its guards.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// let pending = engine.acquire().write(&v).push(); // in v's queue from here
+    /// let later = engine.op("after").read(&v).run(|(v,), ()| Ok(*v));
+    /// let (mut g,) = pending.blocking_wait()?;
+    /// *g = 1;
+    /// drop(g);
+    /// assert_eq!(later.blocking_wait()?, 1);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn push(self) -> Acquire<L::Guard> {
         push(self.shared, self.items)
     }
@@ -114,6 +172,18 @@ impl<T: Send + Sync + 'static> Var<T> {
     /// # Cancel safety
     ///
     /// Cancel safe: a dropped future releases its place in the var's queue.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> depengine::Result<()> {
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(vec![1, 2, 3]);
+    /// engine.op("push").write(&v).run(|(), (mut v,)| { v.push(4); Ok(()) });
+    /// assert_eq!(v.read().await?.len(), 4); // after the write pushed before it
+    /// # Ok(()) }
+    /// ```
     pub fn read(&self) -> Acquire<ReadGuard<T>> {
         push(&owner(self), Reading(self.clone()))
     }
@@ -128,6 +198,19 @@ impl<T: Send + Sync + 'static> Var<T> {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`read`](Var::read).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> depengine::Result<()> {
+    /// let engine = depengine::Engine::new();
+    /// let config = engine.var(String::from("v1"));
+    /// *config.write().await? = String::from("v2");
+    /// let seen = engine.op("use").read(&config).run(|(c,), ()| Ok(c.clone()));
+    /// assert_eq!(seen.await?, "v2");
+    /// # Ok(()) }
+    /// ```
     pub fn write(&self) -> Acquire<WriteGuard<T>> {
         push(&owner(self), Writing(self.clone()))
     }
@@ -237,6 +320,16 @@ impl<G: Send + 'static> Acquire<G> {
     ///
     /// As for awaiting it, and [`Error::is_blocking_in_runtime`] inside a
     /// Tokio runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(5);
+    /// let guard = v.read().blocking_wait()?; // outside any Tokio runtime
+    /// assert_eq!(*guard, 5);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn blocking_wait(self) -> Result<G, Error> {
         refuse_in_runtime("Acquire::blocking_wait")?;
         futures::executor::block_on(self)

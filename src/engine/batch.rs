@@ -46,16 +46,50 @@ pub struct Batch<'e> {
 
 impl<'e> Batch<'e> {
     /// An empty batch of `engine`'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let batch = depengine::engine::Batch::new(&engine);
+    /// assert!(batch.is_empty());
+    /// batch.submit()?;
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn new(engine: &'e Engine) -> Self {
         Self { shared: engine.shared(), records: Vec::new() }
     }
 
     /// Ops built into the batch and not yet submitted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// let mut batch = depengine::engine::Batch::new(&engine);
+    /// engine.op("a").write(&v).run_in(&mut batch, |(), _| Ok(()))?;
+    /// engine.op("b").write(&v).run_in(&mut batch, |(), _| Ok(()))?;
+    /// assert_eq!(batch.len(), 2);
+    /// batch.submit()?;
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.records.len()
     }
 
     /// Whether no op waits in the batch.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let mut batch = depengine::engine::Batch::new(&engine);
+    /// assert!(batch.is_empty());
+    /// engine.op("a").run_in(&mut batch, |(), ()| Ok(()))?;
+    /// assert!(!batch.is_empty());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
@@ -76,6 +110,19 @@ impl<'e> Batch<'e> {
     ///
     /// The first op refused at its append (a deleted var, a closed
     /// engine); the others are pushed all the same.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// let mut batch = depengine::engine::Batch::new(&engine);
+    /// engine.op("set").write(&v).run_in(&mut batch, |(), (mut v,)| { *v = 5; Ok(()) })?;
+    /// assert_eq!(v.version(), 0); // nothing pushed yet
+    /// batch.submit()?;
+    /// assert_eq!(*v.read().blocking_wait()?, 5);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn submit(mut self) -> Result<(), Error> {
         self.flush()
     }

@@ -162,28 +162,105 @@ impl EngineBuilder {
     /// default: at one request at a time it saves a third of the CPU per
     /// request against 50 µs, for the same latency, and no workload
     /// measured slower (PERFORMANCE.md, *Idle cost at low load*).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::EngineBuilder;
+    /// let engine = EngineBuilder::default().build()?;
+    /// # if std::env::var_os("DEPENGINE_SPIN_US").is_none() {
+    /// assert_eq!(engine.settings().spin, EngineBuilder::DEFAULT_SPIN);
+    /// # }
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub const DEFAULT_SPIN: Duration = DEFAULT_SPIN;
     /// The longest watch [`spin`](Self::spin) and
     /// [`gpu_spin`](Self::gpu_spin) may ask for.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::EngineBuilder;
+    /// use std::time::Duration;
+    /// let too_long = EngineBuilder::MAX_SPIN + Duration::from_micros(1);
+    /// let err = EngineBuilder::default().spin(too_long).build().unwrap_err();
+    /// assert!(err.is_invalid_argument());
+    /// ```
     pub const MAX_SPIN: Duration = MAX_SPIN;
     /// The most worker threads one pool may have: a setting past it is a
     /// mistake (a typo, a unit error) far more often than a need, and
     /// asking the OS for that many threads fails or exhausts the process.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::EngineBuilder;
+    /// let err = EngineBuilder::default().cpu_workers(EngineBuilder::MAX_WORKERS + 1).build().unwrap_err();
+    /// assert!(err.is_invalid_argument());
+    /// ```
     pub const MAX_WORKERS: usize = MAX_WORKERS;
     /// The most CPU devices an engine may have.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::EngineBuilder;
+    /// assert!(EngineBuilder::default().cpu_devices(EngineBuilder::MAX_CPU_DEVICES).build().is_ok());
+    /// assert!(EngineBuilder::default().cpu_devices(EngineBuilder::MAX_CPU_DEVICES + 1).build().is_err());
+    /// ```
     pub const MAX_CPU_DEVICES: usize = MAX_CPU_DEVICES;
     /// The most GPU devices an engine may use.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::EngineBuilder;
+    /// let err = EngineBuilder::default().simulated_gpus(EngineBuilder::MAX_GPU_DEVICES + 1).build().unwrap_err();
+    /// assert!(err.is_invalid_argument());
+    /// ```
     pub const MAX_GPU_DEVICES: usize = crate::gpu::MAX_GPU_DEVICES;
     /// The largest bound on ops in flight ([`max_in_flight`](Self::max_in_flight)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::EngineBuilder;
+    /// let err = EngineBuilder::default().max_in_flight(EngineBuilder::MAX_IN_FLIGHT + 1).build().unwrap_err();
+    /// assert!(err.is_invalid_argument());
+    /// ```
     pub const MAX_IN_FLIGHT: usize = MAX_IN_FLIGHT;
 
     /// How long an idle GPU worker or poller watches for work before it
     /// parks, by default: a GPU op's round trip (launch, the GPU, the event
     /// seen complete, the waiter woken) is some tens of microseconds, and a
     /// thread that parks between two such ops costs each a wake-up.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::EngineBuilder;
+    /// let engine = EngineBuilder::default().build()?;
+    /// # if std::env::var_os("DEPENGINE_GPU_SPIN_US").is_none() {
+    /// assert_eq!(engine.settings().gpu_spin, EngineBuilder::DEFAULT_GPU_SPIN);
+    /// # }
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub const DEFAULT_GPU_SPIN: Duration = Duration::from_micros(100);
 
     /// The engine type. Environment: `DEPENGINE_TYPE=threaded|naive`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::{engine::EngineKind, Engine};
+    /// // Every op runs at push when its vars are free: handy when debugging.
+    /// let engine = Engine::builder().kind(EngineKind::Naive).build()?;
+    /// let v = engine.var(0);
+    /// engine.op("set").write(&v).run(|(), (mut v,)| { *v = 7; Ok(()) });
+    /// assert_eq!(*v.read().blocking_wait()?, 7);
+    /// assert_eq!(engine.settings().kind, EngineKind::Naive);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn kind(mut self, kind: EngineKind) -> Self {
         self.kind = Some(kind);
         self
@@ -192,6 +269,14 @@ impl EngineBuilder {
     /// Worker threads per CPU device for normal ops, at most
     /// [`MAX_WORKERS`](Self::MAX_WORKERS). Environment: `DEPENGINE_CPU_WORKERS`. Default: the
     /// machine's available parallelism.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().cpu_workers(4).build()?;
+    /// assert_eq!(engine.settings().cpu_workers, 4);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn cpu_workers(mut self, n: usize) -> Self {
         self.cpu_workers = Some(n);
         self
@@ -200,6 +285,16 @@ impl EngineBuilder {
     /// Worker threads of the shared pool for [`Lane::Prioritized`](crate::Lane)
     /// ops, at most [`MAX_WORKERS`](Self::MAX_WORKERS). Environment:
     /// `DEPENGINE_CPU_PRIORITY_WORKERS`. Default: 1.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::{Engine, Lane};
+    /// let engine = Engine::builder().priority_workers(2).build()?;
+    /// let urgent = engine.op("urgent").lane(Lane::Prioritized).run(|(), ()| Ok(1));
+    /// assert_eq!(urgent.blocking_wait()?, 1);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn priority_workers(mut self, n: usize) -> Self {
         self.priority_workers = Some(n);
         self
@@ -207,6 +302,16 @@ impl EngineBuilder {
 
     /// Number of CPU devices, `Cpu(0)` to `Cpu(n - 1)`, each with its own
     /// pool; at most [`MAX_CPU_DEVICES`](Self::MAX_CPU_DEVICES). Default: 1.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::{Device, Engine};
+    /// let engine = Engine::builder().cpu_devices(2).cpu_workers(1).build()?;
+    /// let on_second = engine.op("io").device(Device::Cpu(1)).run(|(), ()| Ok("ran on Cpu(1)"));
+    /// assert_eq!(on_second.blocking_wait()?, "ran on Cpu(1)");
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn cpu_devices(mut self, n: usize) -> Self {
         self.cpu_devices = Some(n);
         self
@@ -225,6 +330,19 @@ impl EngineBuilder {
     /// Fusing trades parallelism for overhead: ops of one segment never run
     /// at the same time, and the segment waits for every var any of them
     /// uses. While bulk execution is on, pushes take one engine-wide lock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().bulk_size(16).build()?;
+    /// let v = engine.var(0u64);
+    /// for _ in 0..100 {
+    ///     engine.op("tiny").write(&v).run_detached(|(), (mut v,)| { *v += 1; Ok(()) })?;
+    /// }
+    /// engine.flush(); // pushes a partly filled segment now
+    /// assert_eq!(*v.read().blocking_wait()?, 100);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn bulk_size(mut self, n: usize) -> Self {
         self.bulk_size = Some(n);
         self
@@ -234,6 +352,16 @@ impl EngineBuilder {
     /// device `i`, `{prefix}-prio-{k}` for the prioritized pool. Default:
     /// `depengine`. It may not contain a NUL byte (the OS refuses such a
     /// name).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().thread_name("solver").build()?;
+    /// let name = engine.op("who").run(|(), ()| Ok(std::thread::current().name().map(str::to_owned)));
+    /// assert!(name.blocking_wait()?.unwrap().starts_with("solver-cpu0-"));
+    /// assert!(depengine::Engine::builder().thread_name("bad\0name").build().is_err());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn thread_name(mut self, prefix: impl Into<String>) -> Self {
         self.thread_name = Some(prefix.into());
         self
@@ -244,6 +372,16 @@ impl EngineBuilder {
     /// of ops from paying for wake-ups; shorter costs less CPU while the
     /// engine is mostly idle; zero parks at once. Environment:
     /// `DEPENGINE_SPIN_US` (microseconds). Default: [`DEFAULT_SPIN`](Self::DEFAULT_SPIN).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // A mostly idle service: park at once rather than watch the queues.
+    /// let engine = depengine::Engine::builder().spin(Duration::ZERO).build()?;
+    /// assert_eq!(engine.settings().spin, Duration::ZERO);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn spin(mut self, spin: Duration) -> Self {
         self.spin = Some(spin);
         self
@@ -258,6 +396,19 @@ impl EngineBuilder {
     /// `cancel_on_drop` handle dropped) counts until they have, for its
     /// record waits in their queues till then: the bound bounds memory.
     /// Environment: `DEPENGINE_MAX_IN_FLIGHT`. Default: no bound.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().max_in_flight(1).cpu_workers(1).build()?;
+    /// let (tx, rx) = std::sync::mpsc::channel::<()>();
+    /// let first = engine.op("holds").run(move |(), ()| { rx.recv().ok(); Ok(()) });
+    /// let second = engine.op("refused").run(|(), ()| Ok(()));
+    /// assert!(second.blocking_wait().unwrap_err().is_full());
+    /// tx.send(()).unwrap();
+    /// first.blocking_wait()?;
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = Some(n);
         self
@@ -268,6 +419,16 @@ impl EngineBuilder {
     /// [`Engine::metrics`](crate::Engine::metrics). It costs two looks at
     /// the clock per op; the counters are kept either way. Environment:
     /// `DEPENGINE_METRICS_TIMING=1|0` (or `true|false`). Default: off.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().metrics_timing(true).build()?;
+    /// engine.op("timed").run(|(), ()| Ok(())).blocking_wait()?;
+    /// let metrics = engine.metrics();
+    /// assert_eq!(metrics.run_time().count(), 1);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn metrics_timing(mut self, on: bool) -> Self {
         self.metrics_timing = Some(on);
         self
@@ -282,6 +443,17 @@ impl EngineBuilder {
     /// above zero and at most one day. The thread stops with the engine
     /// (its shutdown, or its last handle dropped). Environment:
     /// `DEPENGINE_WATCHDOG_MS`. Default: none.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // Warns (through `tracing`) about any op that waits on vars for over 5 s.
+    /// let engine = depengine::Engine::builder().watchdog(Duration::from_secs(5)).build()?;
+    /// assert!(depengine::Engine::builder().watchdog(Duration::ZERO).build().is_err());
+    /// # drop(engine);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn watchdog(mut self, threshold: Duration) -> Self {
         self.watchdog = Some(threshold);
         self
@@ -301,6 +473,19 @@ impl EngineBuilder {
     /// [`inline_when_idle`](crate::engine::OpBuilder::inline_when_idle). At most
     /// [`MAX_WORKERS`](Self::MAX_WORKERS) × 1,024; 0: a pushing thread never runs its ops.
     /// Environment: `DEPENGINE_PUSHER_RUNS_AT`. Default: 256.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// // A pushing thread never runs ops itself: every op goes to a worker.
+    /// let engine = depengine::Engine::builder().pusher_runs_at(0).build()?;
+    /// let v = engine.var(0);
+    /// for _ in 0..1_000 {
+    ///     engine.op("inc").write(&v).run_detached(|(), (mut v,)| { *v += 1; Ok(()) })?;
+    /// }
+    /// assert_eq!(*v.read().blocking_wait()?, 1_000);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn pusher_runs_at(mut self, queued: usize) -> Self {
         self.pusher_runs_at = Some(queued);
         self
@@ -312,6 +497,14 @@ impl EngineBuilder {
     /// stores per var under the var's lock (PERFORMANCE.md, *The hang
     /// explainer*); off, the explainer still shows the queues and the
     /// counts. Environment: `DEPENGINE_TRACK_HOLDERS=1|0`. Default: on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().track_holders(false).build()?;
+    /// assert!(engine.debug_pending().is_empty());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn track_holders(mut self, on: bool) -> Self {
         self.track_holders = Some(on);
         self
@@ -319,6 +512,14 @@ impl EngineBuilder {
 
     /// Compute workers per GPU device, each owning its own stream, at most
     /// [`MAX_WORKERS`](Self::MAX_WORKERS). Environment: `DEPENGINE_GPU_WORKERS`. Default: 1.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().simulated_gpus(1).gpu_workers(2).build()?;
+    /// assert_eq!(engine.settings().gpu_workers, 2);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn gpu_workers(mut self, n: usize) -> Self {
         self.gpu_workers = Some(n);
         self
@@ -328,6 +529,14 @@ impl EngineBuilder {
     /// [`Lane::CopyFromGpu`](crate::Lane)), each owning its own stream, at
     /// most [`MAX_WORKERS`](Self::MAX_WORKERS). Environment: `DEPENGINE_GPU_COPY_WORKERS`.
     /// Default: 1.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().simulated_gpus(1).gpu_copy_workers(2).build()?;
+    /// assert_eq!(engine.settings().gpu_copy_workers, 2);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn gpu_copy_workers(mut self, n: usize) -> Self {
         self.gpu_copy_workers = Some(n);
         self
@@ -337,6 +546,26 @@ impl EngineBuilder {
     /// instead of opening them through CUDA; at most
     /// [`MAX_GPU_DEVICES`](crate::EngineBuilder::MAX_GPU_DEVICES). Environment:
     /// `DEPENGINE_SIM_GPUS`. Default: 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::Device;
+    /// use std::time::Duration;
+    /// let engine = depengine::Engine::builder().simulated_gpus(1).build()?;
+    /// let gpu = engine.gpu(0)?;
+    /// let x = engine.var(gpu.sim_buffer(vec![1.0f32, 2.0, 3.0])?);
+    /// engine.op("scale").device(Device::Gpu(0)).write(&x).run_gpu(|(), (mut x,), ctx| {
+    ///     let (touch, w) = x.sim_mut().unwrap().writer();
+    ///     let stream = ctx.sim_stream().unwrap();
+    ///     stream.launch("scale", Duration::from_micros(5), vec![touch], move || {
+    ///         w.with(|v| v.iter_mut().for_each(|e| *e *= 2.0))
+    ///     })?;
+    ///     Ok(())
+    /// });
+    /// assert_eq!(x.read().blocking_wait()?.sim().unwrap().to_vec(), vec![2.0, 4.0, 6.0]);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn simulated_gpus(mut self, n: usize) -> Self {
         self.simulated_gpus = Some(n);
         self
@@ -347,6 +576,15 @@ impl EngineBuilder {
     /// [`spin`](Self::spin), longer by default, since a GPU op's round trip
     /// outlasts a CPU op's and a GPU has few such threads. Environment:
     /// `DEPENGINE_GPU_SPIN_US` (microseconds). Default: [`DEFAULT_GPU_SPIN`](Self::DEFAULT_GPU_SPIN).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let engine = depengine::Engine::builder().gpu_spin(Duration::from_micros(20)).build()?;
+    /// assert_eq!(engine.settings().gpu_spin, Duration::from_micros(20));
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn gpu_spin(mut self, spin: Duration) -> Self {
         self.gpu_spin = Some(spin);
         self
@@ -358,6 +596,15 @@ impl EngineBuilder {
     /// of waiting for its completion; CPU consumers, handles and
     /// `wait_for_var` still wait for completion. Off: every GPU op lets its
     /// vars go at completion (for comparison and debugging).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// // Every GPU op holds its vars until the GPU has run it.
+    /// let engine = depengine::Engine::builder().simulated_gpus(1).gpu_early_release(false).build()?;
+    /// # drop(engine);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn gpu_early_release(mut self, on: bool) -> Self {
         self.gpu_early_release = Some(on);
         self
@@ -365,6 +612,17 @@ impl EngineBuilder {
 
     /// The Tokio runtime that future ops run on. Default: the runtime
     /// current when [`build`](Self::build) is called, if any.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = tokio::runtime::Runtime::new().unwrap();
+    /// // Built outside the runtime, the engine still runs future ops on it.
+    /// let engine = depengine::Engine::builder().runtime(rt.handle().clone()).build()?;
+    /// let answer = engine.op("fetch").spawn(|(), ()| async { Ok(42) });
+    /// assert_eq!(rt.block_on(answer)?, 42);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn runtime(mut self, handle: tokio::runtime::Handle) -> Self {
         self.runtime = Some(handle);
         self
@@ -381,6 +639,16 @@ impl EngineBuilder {
     /// parse. Nothing is started: a pool whose threads the OS then refuses
     /// makes the push that needed it fail
     /// ([`Error::is_pool_unavailable`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().cpu_workers(2).build()?;
+    /// assert_eq!(engine.settings().cpu_workers, 2);
+    /// let err = depengine::Engine::builder().cpu_workers(0).build().unwrap_err();
+    /// assert!(err.is_invalid_argument());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn build(self) -> Result<Engine, Error> {
         let kind = match self.kind {
             Some(kind) => kind,

@@ -87,6 +87,16 @@ impl<'e> OpBuilder<'e> {
 impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     /// Declares a read of `var` (a [`Var`] or a scope's var): the body
     /// receives a [`ReadGuard`](crate::ReadGuard).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let (a, b) = (engine.var(2), engine.var(3));
+    /// let product = engine.op("mul").read(&a).read(&b).run(|(a, b), ()| Ok(*a * *b));
+    /// assert_eq!(product.blocking_wait()?, 6);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn read<V: AsVar>(self, var: &V) -> OpBuilder<'e, Rd::Output, Wr>
     where
         Rd: Append<Reading<Var<V::Data>>>,
@@ -103,6 +113,16 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     }
 
     /// Declares a read of each var: the body receives a `Vec` of guards.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let parts: Vec<_> = (1..=4).map(|i| engine.var(i)).collect();
+    /// let total = engine.op("sum").read_all(&parts).run(|(parts,), ()| Ok(parts.iter().map(|p| **p).sum::<i32>()));
+    /// assert_eq!(total.blocking_wait()?, 10);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn read_all<'v, V, I>(self, vars: I) -> OpBuilder<'e, Rd::Output, Wr>
     where
         V: AsVar + 'v,
@@ -116,6 +136,19 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
 
     /// Declares a write of `var` (a [`Var`] or a scope's var): the body
     /// receives a [`WriteGuard`](crate::WriteGuard).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let (src, dst) = (engine.var(vec![1, 2, 3]), engine.var(Vec::new()));
+    /// engine.op("copy").read(&src).write(&dst).run(|(src,), (mut dst,)| {
+    ///     dst.clone_from(&src);
+    ///     Ok(())
+    /// });
+    /// assert_eq!(*dst.read().blocking_wait()?, vec![1, 2, 3]);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn write<V: AsVar>(self, var: &V) -> OpBuilder<'e, Rd, Wr::Output>
     where
         Wr: Append<Writing<Var<V::Data>>>,
@@ -132,6 +165,19 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     }
 
     /// Declares a write of each var: the body receives a `Vec` of guards.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let shards: Vec<_> = (0..4).map(|_| engine.var(0u32)).collect();
+    /// engine.op("reset").write_all(&shards).run(|(), (mut shards,)| {
+    ///     shards.iter_mut().enumerate().for_each(|(i, s)| **s = i as u32);
+    ///     Ok(())
+    /// });
+    /// assert_eq!(*shards[3].read().blocking_wait()?, 3);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn write_all<'v, V, I>(self, vars: I) -> OpBuilder<'e, Rd, Wr::Output>
     where
         V: AsVar + 'v,
@@ -145,24 +191,70 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
 
     /// Declares a read of a var without receiving its data (a dependency
     /// only, as for MXNet's tags).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let file = engine.var(()).any(); // stands for state the engine does not hold
+    /// let wrote = engine.op("append").write_any(&file).run(|(), ()| Ok(()));
+    /// let read = engine.op("scan").read_any(&file).run(|(), ()| Ok("after the append"));
+    /// wrote.blocking_wait()?;
+    /// assert_eq!(read.blocking_wait()?, "after the append");
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn read_any(mut self, var: &AnyVar) -> Self {
         self.untyped.push(Decl { var: var.clone(), access: Access::Read, typed: false });
         self
     }
 
     /// Declares a write of a var without receiving its data.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let (a, b) = (engine.var(1u8), engine.var(2u16));
+    /// // One op over vars of different types, their data not needed.
+    /// let done = engine.op("barrier").write_any(&a.any()).write_any(&b.any()).run(|(), ()| Ok(()));
+    /// done.blocking_wait()?;
+    /// assert_eq!((a.version(), b.version()), (1, 1));
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn write_any(mut self, var: &AnyVar) -> Self {
         self.untyped.push(Decl { var: var.clone(), access: Access::Write, typed: false });
         self
     }
 
     /// The device the op runs on (default `Cpu(0)`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::{Device, Engine};
+    /// let engine = Engine::builder().cpu_devices(2).build()?;
+    /// let h = engine.op("on the second").device(Device::Cpu(1)).run(|(), ()| Ok(1));
+    /// assert_eq!(h.blocking_wait()?, 1);
+    /// assert!(engine.op("none such").device(Device::Cpu(7)).run(|(), ()| Ok(())).pushed().is_err());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn device(mut self, device: Device) -> Self {
         self.opts.device = device;
         self
     }
 
     /// The lane (worker pool) the op runs on (default [`Lane::Normal`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::Lane;
+    /// let engine = depengine::Engine::new();
+    /// // A health check that must not queue behind batch work.
+    /// let h = engine.op("health").lane(Lane::Prioritized).run(|(), ()| Ok("ok"));
+    /// assert_eq!(h.blocking_wait()?, "ok");
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn lane(mut self, lane: Lane) -> Self {
         self.opts.lane = lane;
         self
@@ -171,6 +263,17 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     /// Priority within the lane's queue: higher first, FIFO among equals
     /// made ready by one thread (default 0). Ready ops of equal priority
     /// from different threads are taken in turn.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let urgent = engine.op("urgent").priority(10).run(|(), ()| Ok(()));
+    /// let later = engine.op("later").priority(-10).run(|(), ()| Ok(()));
+    /// urgent.blocking_wait()?;
+    /// later.blocking_wait()?;
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn priority(mut self, priority: i32) -> Self {
         self.opts.priority = priority;
         self
@@ -178,6 +281,21 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
 
     /// Runs the op even when a var it uses carries an error (default
     /// false). The error still passes on to the vars it writes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// let _ = engine.op("fails").write(&v).run(|(), _| -> depengine::Result<(), _> { Err("broken".into()) });
+    /// // Skipped: `v` carries the error.
+    /// assert!(engine.op("reads").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap_err().is_skipped());
+    /// // Runs anyway: a logger, say.
+    /// let logged = engine.op("log").read(&v).no_skip(true).run(|(v,), ()| Ok(*v));
+    /// assert_eq!(logged.blocking_wait()?, 0);
+    /// # let _ = engine.wait_for_all().blocking_wait();
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn no_skip(mut self, no_skip: bool) -> Self {
         self.opts.set(OpOptions::NO_SKIP, no_skip);
         self
@@ -186,6 +304,19 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     /// Whether the profiler records this op ([`Engine::profiler`](crate::Engine::profiler)):
     /// `true` records it even while the profiler records only the ops that
     /// opt in; `false` never records it. Default: as the profiler says.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// engine.profiler().start_opted_in();
+    /// engine.op("noise").run(|(), ()| Ok(())).blocking_wait()?;
+    /// engine.op("watched").profile(true).run(|(), ()| Ok(())).blocking_wait()?;
+    /// let profile = engine.profiler().stop();
+    /// let names: Vec<_> = profile.ops().iter().map(|op| op.name.as_str()).collect();
+    /// assert_eq!(names, ["watched"]);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn profile(mut self, profile: bool) -> Self {
         self.opts.set(OpOptions::PROFILE, profile);
         self.opts.set(OpOptions::NO_PROFILE, !profile);
@@ -274,6 +405,25 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     /// then does not make every later request fail. An error the op *saw*
     /// on its vars (a no-skip op) still passes on, and a write guard
     /// dropped during a panic still poisons its var.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let cache = engine.var(vec![1, 2]);
+    /// let refused = engine.op("validated update").write(&cache).poison(false).run(|(), (mut c,)| {
+    ///     let update = vec![-1];
+    ///     if update.iter().any(|x| *x < 0) {
+    ///         return Err("rejected before writing".into()); // `c` is untouched
+    ///     }
+    ///     *c = update;
+    ///     Ok(())
+    /// });
+    /// assert!(refused.blocking_wait().is_err());
+    /// // Later requests still read the cache.
+    /// assert_eq!(engine.op("get").read(&cache).run(|(c,), ()| Ok(c.len())).blocking_wait()?, 2);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn poison(mut self, poison: bool) -> Self {
         self.opts.set(OpOptions::NO_POISON, !poison);
         self
@@ -284,6 +434,21 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     /// For request-scoped work: the op of a request whose client hung up
     /// costs no worker. It is cancelled as by
     /// [`OpHandle::abort`](crate::OpHandle::abort).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().cpu_workers(1).build()?;
+    /// let v = engine.var(0);
+    /// let (tx, rx) = std::sync::mpsc::channel::<()>();
+    /// let busy = engine.op("busy").write(&v).run(move |(), _| { rx.recv().ok(); Ok(()) });
+    /// let request = engine.op("request").write(&v).cancel_on_drop(true).run(|(), (mut v,)| { *v += 1; Ok(()) });
+    /// drop(request); // the client hung up: the op will not run
+    /// tx.send(()).unwrap();
+    /// busy.blocking_wait()?;
+    /// assert_eq!(*v.read().blocking_wait()?, 0);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn cancel_on_drop(mut self, cancel: bool) -> Self {
         self.opts.set(OpOptions::CANCEL_ON_DROP, cancel);
         self
@@ -297,6 +462,21 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
     /// returns a handle that resolves at once to that error;
     /// [`OpHandle::pushed`] gives it here instead. So do the other ways
     /// to push.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> depengine::Result<()> {
+    /// let engine = depengine::Engine::new();
+    /// let (x, y) = (engine.var(vec![1.0f32, 2.0, 3.0]), engine.var(0.0f32));
+    /// let norm = engine.op("norm").read(&x).write(&y).run(|(x,), (mut y,)| {
+    ///     *y = x.iter().map(|v| v * v).sum::<f32>().sqrt();
+    ///     Ok(*y)
+    /// });
+    /// assert!((norm.await? - 14f32.sqrt()).abs() < 1e-6);
+    /// # Ok(()) }
+    /// ```
     pub fn run<R, F>(self, body: F) -> OpHandle<R>
     where
         F: FnOnce(Rd::Guard, Wr::Guard) -> Result<R, BoxError> + Send + 'static,
@@ -351,6 +531,19 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
     /// As for `run_detached`, for what is checked as the op is built (a
     /// var declared twice with a write, a var of another engine, the
     /// engine full or closed); a batch of another engine is refused.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let (a, b) = (engine.var(1), engine.var(0));
+    /// let mut batch = depengine::engine::Batch::new(&engine);
+    /// engine.op("double a").write(&a).run_in(&mut batch, |(), (mut a,)| { *a *= 2; Ok(()) })?;
+    /// engine.op("b = a").read(&a).write(&b).run_in(&mut batch, |(a,), (mut b,)| { *b = *a; Ok(()) })?;
+    /// batch.submit()?;
+    /// assert_eq!(*b.read().blocking_wait()?, 2);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn run_in<F>(self, batch: &mut super::batch::Batch<'_>, body: F) -> Result<(), Error>
     where
         F: FnOnce(Rd::Guard, Wr::Guard) -> Result<(), BoxError> + Send + 'static,
@@ -374,6 +567,20 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
     /// Pushes an async op: the body receives a [`Completion`] and the op
     /// completes when it is signalled (from any thread, any time) and the
     /// guards are dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(20);
+    /// let h = engine.op("callback").read(&v).run_async(|(v,), (), done| {
+    ///     let value = *v * 2 + 2;
+    ///     // Signalled from another thread, once its work is done.
+    ///     std::thread::spawn(move || { drop(v); done.succeed(value) });
+    /// });
+    /// assert_eq!(h.blocking_wait()?, 42);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn run_async<R, F>(self, body: F) -> OpHandle<R>
     where
         F: FnOnce(Rd::Guard, Wr::Guard, Completion<R>) + Send + 'static,
@@ -388,6 +595,22 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
     /// The op completes when the future resolves and the guards are dropped.
     /// An engine without a Tokio runtime refuses it
     /// ([`Error::is_no_runtime`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> depengine::Result<()> {
+    /// let engine = depengine::Engine::new(); // built inside a runtime: spawns there
+    /// let cache = engine.var(String::new());
+    /// let fetched = engine.op("fetch").write(&cache).spawn(|(), (mut cache,)| async move {
+    ///     tokio::task::yield_now().await; // a request elsewhere, say
+    ///     *cache = "fresh".to_owned();
+    ///     Ok(cache.len())
+    /// });
+    /// assert_eq!(fetched.await?, 5);
+    /// # Ok(()) }
+    /// ```
     pub fn spawn<R, F, Fut>(self, body: F) -> OpHandle<R>
     where
         F: FnOnce(Rd::Guard, Wr::Guard) -> Fut + Send + 'static,

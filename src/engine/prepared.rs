@@ -58,6 +58,19 @@ impl<Rd: Item, Wr: Item> OpBuilder<'_, Rd, Wr> {
     ///
     /// The refusals of a push ([`OpHandle::pushed`]), but for a closed
     /// engine or a deleted var, which each push reports.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0u64);
+    /// let inc = engine.op("inc").write(&v).prepare()?; // checked once, pushed many times
+    /// for _ in 0..100 {
+    ///     inc.run_detached(|(), (mut v,)| { *v += 1; Ok(()) })?;
+    /// }
+    /// assert_eq!(*v.read().blocking_wait()?, 100);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn prepare(mut self) -> Result<PreparedOp<Rd, Wr>, Error> {
         self.give_room_back();
         let (shared, opts, deps, reads, writes) = self.declared();
@@ -69,6 +82,18 @@ impl<Rd: Item, Wr: Item> OpBuilder<'_, Rd, Wr> {
 impl<Rd: Item, Wr: Item> PreparedOp<Rd, Wr> {
     /// Pushes the op with `body`, run to completion on a worker of its
     /// lane (see [`OpBuilder::run`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let (x, y) = (engine.var(3), engine.var(0));
+    /// let square = engine.op("square").read(&x).write(&y).prepare()?;
+    /// let results: Vec<_> = (0..3).map(|i| square.run(move |(x,), (mut y,)| { *y = *x * *x + i; Ok(*y) })).collect();
+    /// let got: Vec<i32> = results.into_iter().map(|h| h.blocking_wait()).collect::<Result<_, _>>()?;
+    /// assert_eq!(got, [9, 10, 11]);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn run<R, F>(&self, body: F) -> OpHandle<R>
     where
         F: FnOnce(Rd::Guard, Wr::Guard) -> Result<R, BoxError> + Send + 'static,
@@ -89,6 +114,19 @@ impl<Rd: Item, Wr: Item> PreparedOp<Rd, Wr> {
     ///
     /// A refused push: the engine is closed, a var was deleted, or the
     /// engine holds its limit of ops in flight.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let log = engine.var(Vec::new());
+    /// let append = engine.op("append").write(&log).prepare()?;
+    /// for i in 0..5 {
+    ///     append.run_detached(move |(), (mut log,)| { log.push(i); Ok(()) })?;
+    /// }
+    /// assert_eq!(*log.read().blocking_wait()?, [0, 1, 2, 3, 4]);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn run_detached<F>(&self, body: F) -> Result<(), Error>
     where
         F: FnOnce(Rd::Guard, Wr::Guard) -> Result<(), BoxError> + Send + 'static,

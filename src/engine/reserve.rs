@@ -38,6 +38,22 @@ impl Reservation {
     /// of its own, and cannot be refused as full. A builder dropped
     /// unpushed gives the room back. The room serves one op: an op built
     /// from a reservation already used takes a slot as any op does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> depengine::Result<()> {
+    /// let engine = depengine::Engine::builder().max_in_flight(8).build()?;
+    /// let v = engine.var(1);
+    /// let mut room = engine.reserve().await; // waits while 8 ops are in flight
+    /// // The reservation owns its hold on the engine: it moves into a task.
+    /// let task = tokio::spawn(async move {
+    ///     room.op("request").read(&v).run(|(v,), ()| Ok(*v + 1)).await
+    /// });
+    /// assert_eq!(task.await.unwrap()?, 2);
+    /// # Ok(()) }
+    /// ```
     pub fn op(&mut self, name: impl Into<std::borrow::Cow<'static, str>>) -> OpBuilder<'_> {
         OpBuilder::reserved(&self.shared, name.into(), self.permit.take())
     }

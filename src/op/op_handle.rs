@@ -106,6 +106,16 @@ impl<R: Send + 'static> OpHandle<R> {
     }
 
     /// Whether the op has completed (or its push was refused).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let h = engine.op("quick").run(|(), ()| Ok(()));
+    /// engine.wait_for_all().blocking_wait()?;
+    /// assert!(h.is_finished());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn is_finished(&self) -> bool {
         match &self.inner {
             Inner::Pushed(slot) => slot.is_complete(),
@@ -114,6 +124,14 @@ impl<R: Send + 'static> OpHandle<R> {
     }
 
     /// The op's name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let h = engine.op("resize").run(|(), ()| Ok(()));
+    /// assert_eq!(h.name(), Some("resize"));
+    /// ```
     pub fn name(&self) -> Option<&str> {
         match &self.inner {
             Inner::Pushed(slot) => Some(&slot.header().meta.name),
@@ -129,6 +147,20 @@ impl<R: Send + 'static> OpHandle<R> {
     /// [`version`](crate::Var::version), as every completed write does),
     /// and `wait_for_all` does not report its cancellation. Returns whether
     /// it was cancelled; an op that has started runs on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// let gate = engine.acquire().write(&v).push(); // holds v
+    /// let queued = engine.op("queued").write(&v).run(|(), (mut v,)| { *v = 1; Ok(()) });
+    /// assert!(queued.abort());
+    /// drop(gate);
+    /// assert!(queued.blocking_wait().unwrap_err().is_cancelled());
+    /// assert_eq!(*v.read().blocking_wait()?, 0);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn abort(&self) -> bool {
         match &self.inner {
             Inner::Pushed(slot) => abort(slot, "aborted through its handle"),
@@ -151,6 +183,15 @@ impl<R: Send + 'static> OpHandle<R> {
     /// [`Error::is_would_deadlock`] inside an op body when the op waited
     /// for needs a var that the body's op holds (with a write on either
     /// side): it could only run once this body's op has completed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let h = engine.op("answer").run(|(), ()| Ok(42));
+    /// assert_eq!(h.blocking_wait()?, 42);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn blocking_wait(mut self) -> Result<R, Error> {
         refuse_in_runtime("OpHandle::blocking_wait")?;
         let Inner::Pushed(slot) = &self.inner else {
@@ -313,6 +354,17 @@ impl<R: Send + 'static> Completion<R> {
     }
 
     /// Completes the op with `result`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let h = engine.op("parse").run_async(|(), (), done: depengine::Completion<u32>| {
+    ///     done.complete("42".parse::<u32>().map_err(Into::into));
+    /// });
+    /// assert_eq!(h.blocking_wait()?, 42);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn complete(mut self, result: Result<R, BoxError>) {
         let slot = self.slot.take().expect("completion present until signalled");
         let op = slot.header().meta.name.clone();
@@ -320,11 +372,32 @@ impl<R: Send + 'static> Completion<R> {
     }
 
     /// Completes the op successfully with `value`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let h = engine.op("async").run_async(|(), (), done| {
+    ///     std::thread::spawn(move || done.succeed("finished elsewhere"));
+    /// });
+    /// assert_eq!(h.blocking_wait()?, "finished elsewhere");
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn succeed(self, value: R) {
         self.complete(Ok(value));
     }
 
     /// Completes the op with an error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let h = engine.op("async").run_async(|(), (), done: depengine::Completion<()>| done.fail("device lost"));
+    /// let err = h.blocking_wait().unwrap_err();
+    /// assert!(err.is_failed());
+    /// assert!(err.to_string().contains("device lost"));
+    /// ```
     pub fn fail(self, err: impl Into<BoxError>) {
         self.complete(Err(err.into()));
     }

@@ -78,7 +78,21 @@ pub struct VarRef {
 }
 
 impl VarRef {
-    /// Its name and id, or its id.
+    /// Its name and id, or its id: as [`Var::label`](crate::Var::label)
+    /// without the backticks, which a trace viewer would show.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("x", 0);
+    /// engine.profiler().start();
+    /// engine.op("set").write(&v).run(|(), (mut v,)| { *v = 1; Ok(()) });
+    /// engine.op("get").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait()?;
+    /// let profile = engine.profiler().stop();
+    /// assert_eq!(profile.ops()[0].writes[0].label(), format!("x (#{})", v.id()));
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn label(&self) -> String {
         match &self.name {
             Some(name) => format!("{name} (#{})", self.id),
@@ -132,11 +146,37 @@ pub struct ProfiledOp {
 
 impl ProfiledOp {
     /// Its body's run time on its thread.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("x", 0);
+    /// engine.profiler().start();
+    /// engine.op("set").write(&v).run(|(), (mut v,)| { *v = 1; Ok(()) });
+    /// engine.op("get").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait()?;
+    /// let profile = engine.profiler().stop();
+    /// assert!(profile.ops().iter().all(|op| op.run_ns().is_some()));
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn run_ns(&self) -> Option<u64> {
         Some(self.end?.saturating_sub(self.start?))
     }
 
     /// How long it waited, ready, for a thread.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("x", 0);
+    /// engine.profiler().start();
+    /// engine.op("set").write(&v).run(|(), (mut v,)| { *v = 1; Ok(()) });
+    /// engine.op("get").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait()?;
+    /// let profile = engine.profiler().stop();
+    /// assert!(profile.ops()[1].queue_wait_ns().is_some());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn queue_wait_ns(&self) -> Option<u64> {
         Some(self.start?.saturating_sub(self.ready?))
     }
@@ -144,6 +184,19 @@ impl ProfiledOp {
 
 /// The ops a profiler recorded, in the order they completed: the last
 /// ones it keeps (see [`Profiler::keep_last`](crate::engine::Profiler::keep_last)).
+///
+/// # Examples
+///
+/// ```
+/// let engine = depengine::Engine::new();
+/// let v = engine.var_named("x", 0);
+/// engine.profiler().start();
+/// engine.op("set").write(&v).run(|(), (mut v,)| { *v = 1; Ok(()) });
+/// engine.op("get").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait()?;
+/// let profile = engine.profiler().stop();
+/// assert_eq!(profile.ops().len(), 2);
+/// # Ok::<(), depengine::Error>(())
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct Profile {
     ops: Vec<ProfiledOp>,
@@ -162,12 +215,39 @@ impl Profile {
     }
 
     /// The ops.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("x", 0);
+    /// engine.profiler().start();
+    /// engine.op("set").write(&v).run(|(), (mut v,)| { *v = 1; Ok(()) });
+    /// engine.op("get").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait()?;
+    /// let profile = engine.profiler().stop();
+    /// let names: Vec<_> = profile.ops().iter().map(|op| op.name.as_str()).collect();
+    /// assert_eq!(names, ["set", "get"]);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn ops(&self) -> &[ProfiledOp] {
         &self.ops
     }
 
     /// The ops recorded before these and let go, to keep the profile
     /// within its bound.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("x", 0);
+    /// engine.profiler().start();
+    /// engine.op("set").write(&v).run(|(), (mut v,)| { *v = 1; Ok(()) });
+    /// engine.op("get").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait()?;
+    /// let profile = engine.profiler().stop();
+    /// assert_eq!(profile.dropped(), 0);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn dropped(&self) -> u64 {
         self.dropped
     }
@@ -186,6 +266,20 @@ impl Profile {
     /// ([`idle_while_ready`](Self::idle_while_ready));
     /// flow arrows from an op to the ops whose last dependency it
     /// released; a counter of ready ops waiting, per device.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("x", 0);
+    /// engine.profiler().start();
+    /// engine.op("set").write(&v).run(|(), (mut v,)| { *v = 1; Ok(()) });
+    /// engine.op("get").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait()?;
+    /// let profile = engine.profiler().stop();
+    /// let json = profile.chrome_trace(); // open in chrome://tracing or Perfetto
+    /// assert!(json.contains("\"set\""));
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn chrome_trace(&self) -> String {
         chrome::render(self)
     }
@@ -195,12 +289,42 @@ impl Profile {
     /// # Errors
     ///
     /// The file's I/O error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("x", 0);
+    /// engine.profiler().start();
+    /// engine.op("set").write(&v).run(|(), (mut v,)| { *v = 1; Ok(()) });
+    /// engine.op("get").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait()?;
+    /// let profile = engine.profiler().stop();
+    /// let path = std::env::temp_dir().join(format!("depengine-doc-{}.json", std::process::id()));
+    /// profile.write_chrome_trace(&path).unwrap();
+    /// assert!(std::fs::read_to_string(&path).unwrap().contains("\"get\""));
+    /// # std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn write_chrome_trace(&self, path: impl AsRef<std::path::Path>) -> std::io::Result<()> {
         std::fs::write(path, self.chrome_trace())
     }
 
     /// Per op name: count, total, min, mean and max run time, and mean
     /// queue wait (MXNet's aggregate statistics), sorted by total run time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("x", 0);
+    /// engine.profiler().start();
+    /// engine.op("set").write(&v).run(|(), (mut v,)| { *v = 1; Ok(()) });
+    /// engine.op("get").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait()?;
+    /// let profile = engine.profiler().stop();
+    /// let per_name = profile.aggregate();
+    /// assert_eq!(per_name.iter().map(|a| a.count).sum::<u64>(), 2);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn aggregate(&self) -> Vec<Aggregate> {
         aggregate::compute(self)
     }
@@ -208,11 +332,40 @@ impl Profile {
     /// Where an op was ready while a worker of its pool ran none, per pool
     /// (a pushing thread that ran ops itself does not count as a worker),
     /// in time order: the stalls a scheduler should not leave.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("x", 0);
+    /// engine.profiler().start();
+    /// engine.op("set").write(&v).run(|(), (mut v,)| { *v = 1; Ok(()) });
+    /// engine.op("get").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait()?;
+    /// let profile = engine.profiler().stop();
+    /// for gap in profile.idle_while_ready() {
+    ///     println!("{gap:?}"); // a worker idle while an op waited, ready
+    /// }
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn idle_while_ready(&self) -> Vec<IdleGap> {
         idle::compute(self)
     }
 
     /// [`aggregate`](Self::aggregate) as a text table.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("x", 0);
+    /// engine.profiler().start();
+    /// engine.op("set").write(&v).run(|(), (mut v,)| { *v = 1; Ok(()) });
+    /// engine.op("get").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait()?;
+    /// let profile = engine.profiler().stop();
+    /// let table = profile.aggregate_table();
+    /// assert!(table.contains("set") && table.contains("get"));
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn aggregate_table(&self) -> String {
         aggregate::table(&self.aggregate())
     }
@@ -221,6 +374,20 @@ impl Profile {
     /// coloured by its name, each push a grey bar on its pushing thread's
     /// row, and a row per pool marking in red where an op was ready while
     /// a worker idled (2 µs or more); with a legend.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("x", 0);
+    /// engine.profiler().start();
+    /// engine.op("set").write(&v).run(|(), (mut v,)| { *v = 1; Ok(()) });
+    /// engine.op("get").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait()?;
+    /// let profile = engine.profiler().stop();
+    /// let svg = profile.svg(); // a timeline, a row per thread
+    /// assert!(svg.starts_with("<svg") || svg.starts_with("<?xml"));
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn svg(&self) -> String {
         svg::render(self)
     }

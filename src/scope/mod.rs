@@ -99,6 +99,19 @@ where
 
 /// A scope of [`scope`]: makes vars over memory borrowed for `'env`, whose
 /// handles live for `'scope`.
+///
+/// # Examples
+///
+/// ```
+/// let engine = depengine::Engine::new();
+/// let (mut a, mut b) = (1u64, 2u64);
+/// depengine::scope(&engine, |s| {
+///     let (a, b) = (s.var(&mut a), s.var(&mut b));
+///     engine.op("a += b").read(&b).write(&a).run(|(b,), (mut a,)| { **a += **b; Ok(()) });
+/// })?;
+/// assert_eq!(a, 3); // every op of the scope has completed
+/// # Ok::<(), depengine::Error>(())
+/// ```
 pub struct Scope<'scope, 'env: 'scope> {
     engine: &'env Engine,
     /// What the end must wait for: one entry per var made.
@@ -110,6 +123,20 @@ pub struct Scope<'scope, 'env: 'scope> {
 /// A var of a [`Scope`]: declare it in ops as any var (`read`, `write`,
 /// `read_all`, `write_all`, `wait_for_var`); its guards reach the view
 /// `D` of the borrowed memory. It cannot outlive its scope.
+///
+/// # Examples
+///
+/// ```
+/// let engine = depengine::Engine::new();
+/// let mut counts = vec![0u32; 4];
+/// depengine::scope(&engine, |s| {
+///     let v = s.slice(&mut counts);
+///     engine.op("bump").write(&v).run(|(), (mut c,)| { c.iter_mut().for_each(|x| *x += 1); Ok(()) });
+///     engine.wait_for_var(&v); // a scoped var is waited for as any var
+/// })?;
+/// assert_eq!(counts, [1; 4]);
+/// # Ok::<(), depengine::Error>(())
+/// ```
 pub struct ScopedVar<'scope, D> {
     var: Var<D>,
     _scope: PhantomData<&'scope ()>,
@@ -117,6 +144,21 @@ pub struct ScopedVar<'scope, D> {
 
 impl<'scope, 'env> Scope<'scope, 'env> {
     /// A var over `value`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let mut total = 0u64;
+    /// depengine::scope(&engine, |s| {
+    ///     let t = s.var(&mut total);
+    ///     for i in 1..=4 {
+    ///         engine.op("add").write(&t).run(move |(), (mut t,)| { **t += i; Ok(()) });
+    ///     }
+    /// })?;
+    /// assert_eq!(total, 10);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn var<T: Send + Sync + 'static>(&'scope self, value: &'env mut T) -> ScopedVar<'scope, RefView<T>> {
         // SAFETY: `value` is borrowed exclusively for `'env`, which outlives
         // the scope, and the scope's end outlasts every use of the view
@@ -125,6 +167,19 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     }
 
     /// A var over `data`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let mut data = vec![1.0f32; 8];
+    /// depengine::scope(&engine, |s| {
+    ///     let d = s.slice(&mut data);
+    ///     engine.op("scale").write(&d).run(|(), (mut d,)| { d.iter_mut().for_each(|x| *x *= 3.0); Ok(()) });
+    /// })?;
+    /// assert_eq!(data, [3.0; 8]);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn slice<T: Send + Sync + 'static>(
         &'scope self,
         data: &'env mut [T],
@@ -139,6 +194,20 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// # Panics
     ///
     /// `size` is 0 (as `chunks_mut`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let mut data: Vec<u32> = (0..10).collect();
+    /// depengine::scope(&engine, |s| {
+    ///     for chunk in s.chunks(&mut data, 4) { // 4, 4 and 2 elements, in parallel
+    ///         engine.op("double").write(&chunk).run(|(), (mut c,)| { c.iter_mut().for_each(|x| *x *= 2); Ok(()) });
+    ///     }
+    /// })?;
+    /// assert_eq!(data, (0..10).map(|x| x * 2).collect::<Vec<_>>());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn chunks<T: Send + Sync + 'static>(
         &'scope self,
         data: &'env mut [T],
@@ -162,6 +231,29 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// [`Error::is_invalid_argument`]: a zero dimension, or a length that
     /// is not a whole number of rows.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let mut m = vec![0u32; 4 * 6]; // 4 rows of 6
+    /// depengine::scope(&engine, |s| {
+    ///     let tiles = s.tiles(&mut m, 6, 2, 3)?; // 2 x 2 tiles of 2 x 3
+    ///     for (i, row) in tiles.iter().enumerate() {
+    ///         for (j, tile) in row.iter().enumerate() {
+    ///             let id = (10 * i + j) as u32;
+    ///             engine.op("fill").write(tile).run(move |(), (mut t,)| {
+    ///                 t.rows_mut().for_each(|r| r.fill(id));
+    ///                 Ok(())
+    ///             });
+    ///         }
+    ///     }
+    ///     Ok::<(), depengine::Error>(())
+    /// })??;
+    /// assert_eq!(&m[..6], [0, 0, 0, 1, 1, 1]);
+    /// assert_eq!(&m[18..], [10, 10, 10, 11, 11, 11]);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn tiles<T: Send + Sync + 'static>(
         &'scope self,
         data: &'env mut [T],

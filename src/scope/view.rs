@@ -98,11 +98,39 @@ impl<T> TileView<T> {
     }
 
     /// Rows in the tile.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let mut m: Vec<u32> = (0..12).collect(); // 3 rows of 4
+    /// depengine::scope(&engine, |s| {
+    ///     let tiles = s.tiles(&mut m, 4, 2, 2)?;
+    ///     let shape = engine.op("shape").read(&tiles[1][0]).run(|(t,), ()| Ok((t.rows(), t.cols())));
+    ///     assert_eq!(shape.blocking_wait()?, (1, 2)); // the bottom edge
+    ///     Ok::<(), depengine::Error>(())
+    /// })??;
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn rows(&self) -> usize {
         self.rows
     }
 
     /// Elements in each row.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let mut m: Vec<u32> = (0..12).collect(); // 3 rows of 4
+    /// depengine::scope(&engine, |s| {
+    ///     let tiles = s.tiles(&mut m, 4, 2, 2)?;
+    ///     let cols = engine.op("cols").read(&tiles[0][1]).run(|(t,), ()| Ok(t.cols()));
+    ///     assert_eq!(cols.blocking_wait()?, 2);
+    ///     Ok::<(), depengine::Error>(())
+    /// })??;
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn cols(&self) -> usize {
         self.cols
     }
@@ -112,6 +140,20 @@ impl<T> TileView<T> {
     /// # Panics
     ///
     /// `r` out of range.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let mut m: Vec<u32> = (0..12).collect(); // 3 rows of 4
+    /// depengine::scope(&engine, |s| {
+    ///     let tiles = s.tiles(&mut m, 4, 2, 2)?;
+    ///     let second = engine.op("row").read(&tiles[0][1]).run(|(t,), ()| Ok(t.row(1).to_vec()));
+    ///     assert_eq!(second.blocking_wait()?, [6, 7]);
+    ///     Ok::<(), depengine::Error>(())
+    /// })??;
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn row(&self, r: usize) -> &[T] {
         assert!(r < self.rows, "row {r} of a tile of {} rows", self.rows);
         // SAFETY: row `r` is `cols` elements at `r * stride` from the start,
@@ -124,6 +166,20 @@ impl<T> TileView<T> {
     /// # Panics
     ///
     /// `r` out of range.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let mut m: Vec<u32> = (0..12).collect(); // 3 rows of 4
+    /// depengine::scope(&engine, |s| {
+    ///     let tiles = s.tiles(&mut m, 4, 2, 2)?;
+    ///     engine.op("zero").write(&tiles[0][0]).run(|(), (mut t,)| { t.row_mut(0).fill(0); Ok(()) });
+    ///     Ok::<(), depengine::Error>(())
+    /// })??;
+    /// assert_eq!(&m[..4], [0, 0, 2, 3]);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn row_mut(&mut self, r: usize) -> &mut [T] {
         assert!(r < self.rows, "row {r} of a tile of {} rows", self.rows);
         // SAFETY: as for `row`, borrowed exclusively with `self`.
@@ -131,12 +187,43 @@ impl<T> TileView<T> {
     }
 
     /// The rows, in order.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let mut m: Vec<u32> = (0..12).collect(); // 3 rows of 4
+    /// depengine::scope(&engine, |s| {
+    ///     let tiles = s.tiles(&mut m, 4, 2, 2)?;
+    ///     let sum = engine.op("sum").read(&tiles[0][0]).run(|(t,), ()| Ok(t.rows_iter().flatten().sum::<u32>()));
+    ///     assert_eq!(sum.blocking_wait()?, 0 + 1 + 4 + 5);
+    ///     Ok::<(), depengine::Error>(())
+    /// })??;
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn rows_iter(&self) -> impl Iterator<Item = &[T]> + '_ {
         (0..self.rows).map(|r| self.row(r))
     }
 
     /// The rows, in order, mutably: disjoint slices, so that a kernel may
     /// hold several at once (collect them, and `split_at_mut` the list).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let mut m: Vec<u32> = (0..12).collect(); // 3 rows of 4
+    /// depengine::scope(&engine, |s| {
+    ///     let tiles = s.tiles(&mut m, 4, 2, 2)?;
+    ///     engine.op("neg").write(&tiles[1][1]).run(|(), (mut t,)| {
+    ///         t.rows_mut().for_each(|r| r.iter_mut().for_each(|x| *x += 100));
+    ///         Ok(())
+    ///     });
+    ///     Ok::<(), depengine::Error>(())
+    /// })??;
+    /// assert_eq!(&m[10..], [110, 111]);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn rows_mut(&mut self) -> impl Iterator<Item = &mut [T]> + '_ {
         let (ptr, stride, cols) = (self.ptr, self.stride, self.cols);
         // SAFETY: row `r` is `cols <= stride` elements at `r * stride`,

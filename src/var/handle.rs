@@ -143,6 +143,15 @@ impl<T: Send + Sync + 'static> Var<T> {
 
     /// This var as an untyped handle, for low-level pushes that declare it
     /// without reaching its data.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let (a, b) = (engine.var(1u8), engine.var("text"));
+    /// let tags: Vec<depengine::AnyVar> = vec![a.any(), b.any()];
+    /// assert_eq!(tags[1].id(), b.id());
+    /// ```
     pub fn any(&self) -> AnyVar {
         // The clone's reference becomes the new handle's.
         let core = Arc::into_raw(self.inner.clone()).cast::<VarCore>().cast_mut();
@@ -152,6 +161,15 @@ impl<T: Send + Sync + 'static> Var<T> {
     }
 
     /// The var's unique id (also the order in which vars are locked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let (a, b) = (engine.var(0), engine.var(0));
+    /// assert_ne!(a.id(), b.id());
+    /// assert_eq!(a.id(), a.clone().id());
+    /// ```
     pub fn id(&self) -> u64 {
         self.inner.core.cell.id()
     }
@@ -159,6 +177,17 @@ impl<T: Send + Sync + 'static> Var<T> {
     /// The number of writes that have completed on this var, whatever
     /// their outcome: failed, skipped and cancelled writes count too (the
     /// version orders writes; it does not say that the data changed).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// engine.op("w").write(&v).run(|(), _| Ok(())).blocking_wait()?;
+    /// engine.op("r").read(&v).run(|_, ()| Ok(())).blocking_wait()?;
+    /// assert_eq!(v.version(), 1); // completed writes only
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn version(&self) -> u64 {
         self.any().version()
     }
@@ -178,17 +207,43 @@ impl<T: Send + Sync + 'static> Var<T> {
     }
 
     /// The name given at creation ([`Engine::var_named`](crate::Engine::var_named)), if any.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// assert_eq!(engine.var_named("weights", 0).name(), Some("weights"));
+    /// assert_eq!(engine.var(0).name(), None);
+    /// ```
     pub fn name(&self) -> Option<&str> {
         self.inner.core.cell.name()
     }
 
     /// How views of the engine name this var: `` `name` (#id) ``, or
     /// `#id` for a var without a name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("weights", 0);
+    /// assert_eq!(v.label(), format!("`weights` (#{})", v.id()));
+    /// ```
     pub fn label(&self) -> String {
         label(self.name(), self.id())
     }
 
     /// Whether [`Engine::delete_var`](crate::Engine::delete_var) was called on it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// engine.delete_var(&v).blocking_wait()?;
+    /// assert!(v.is_deleted());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn is_deleted(&self) -> bool {
         self.any().is_deleted()
     }
@@ -249,11 +304,26 @@ impl AnyVar {
     }
 
     /// The var's unique id.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// assert_eq!(v.any().id(), v.id());
+    /// ```
     pub fn id(&self) -> u64 {
         self.cell().id()
     }
 
     /// The name given at creation, if any.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// assert_eq!(engine.var_named("cache", ()).any().name(), Some("cache"));
+    /// ```
     pub fn name(&self) -> Option<&str> {
         self.cell().name()
     }
@@ -264,17 +334,46 @@ impl AnyVar {
     }
 
     /// How views of the engine name this var: `` `name` (#id) ``, or `#id`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var_named("cache", ());
+    /// assert_eq!(v.any().label(), v.label());
+    /// ```
     pub fn label(&self) -> String {
         label(self.name(), self.id())
     }
 
     /// The number of writes that have completed on this var, whatever
     /// their outcome: failed, skipped and cancelled writes count too.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let tag = engine.var(()).any();
+    /// engine.op("touch").write_any(&tag).run(|(), ()| Ok(())).blocking_wait()?;
+    /// assert_eq!(tag.version(), 1);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn version(&self) -> u64 {
         self.cell().lock().gate.version()
     }
 
     /// Whether the var has been deleted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// let tag = v.any();
+    /// engine.delete_var(&v).blocking_wait()?;
+    /// assert!(tag.is_deleted());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn is_deleted(&self) -> bool {
         self.cell().lock().deleted
     }
@@ -283,6 +382,24 @@ impl AnyVar {
     /// many reads run and whether a write runs (not which ops they are),
     /// the ops queued in order by name (a bulk segment as one op named
     /// `bulk`), the version and the error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().cpu_workers(1).build()?;
+    /// let v = engine.var_named("model", 0);
+    /// let (tx, rx) = std::sync::mpsc::channel::<()>();
+    /// let slow = engine.op("slow").write(&v).run(move |(), _| { rx.recv().ok(); Ok(()) });
+    /// let next = engine.op("next").read(&v).run(|_, ()| Ok(()));
+    /// while v.any().debug_state().queued.is_empty() {
+    ///     std::thread::yield_now();
+    /// }
+    /// assert_eq!(v.any().debug_state().queued, [(false, "next".to_owned())]);
+    /// tx.send(()).unwrap();
+    /// slow.blocking_wait()?;
+    /// next.blocking_wait()?;
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn debug_state(&self) -> VarDebug {
         let state = self.cell().lock();
         VarDebug {

@@ -60,22 +60,66 @@ impl Engine {
 impl Profiler<'_> {
     /// Records every op pushed from now on (but those pushed with
     /// `profile(false)`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// engine.profiler().start();
+    /// engine.op("step").run(|(), ()| Ok(())).blocking_wait()?;
+    /// assert_eq!(engine.profiler().stop().ops().len(), 1);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn start(&self) {
         self.engine.shared().recorder.start(false);
     }
 
     /// Records only the ops pushed with `profile(true)` from now on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// engine.profiler().start_opted_in();
+    /// engine.op("other").run(|(), ()| Ok(())).blocking_wait()?;
+    /// engine.op("stage").profile(true).run(|(), ()| Ok(())).blocking_wait()?;
+    /// assert_eq!(engine.profiler().stop().ops()[0].name, "stage");
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn start_opted_in(&self) {
         self.engine.shared().recorder.start(true);
     }
 
     /// Whether it records.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// # if std::env::var_os("DEPENGINE_PROFILE").is_none() {
+    /// assert!(!engine.profiler().is_on());
+    /// # }
+    /// engine.profiler().start();
+    /// assert!(engine.profiler().is_on());
+    /// ```
     pub fn is_on(&self) -> bool {
         self.engine.shared().recorder.is_on()
     }
 
     /// Stops recording and takes what was recorded. Ops pushed while it
     /// recorded and completing later are kept for the next take.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// engine.profiler().start();
+    /// engine.op("a").run(|(), ()| Ok(())).blocking_wait()?;
+    /// let profile = engine.profiler().stop();
+    /// assert!(!engine.profiler().is_on());
+    /// assert_eq!(profile.ops()[0].name, "a");
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn stop(&self) -> Profile {
         let recorder = &self.engine.shared().recorder;
         recorder.stop();
@@ -86,11 +130,34 @@ impl Profiler<'_> {
     /// it. Completions are held back only while the references to what is
     /// kept are copied, not while the ops are: a snapshot of a large
     /// profile does not stall the engine.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// engine.profiler().start();
+    /// engine.op("a").run(|(), ()| Ok(())).blocking_wait()?;
+    /// assert_eq!(engine.profiler().snapshot().ops().len(), 1);
+    /// assert_eq!(engine.profiler().stop().ops().len(), 1); // still there
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn snapshot(&self) -> Profile {
         self.engine.shared().recorder.profile(false)
     }
 
     /// Takes what was recorded so far; recording goes on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// engine.profiler().start();
+    /// engine.op("a").run(|(), ()| Ok(())).blocking_wait()?;
+    /// assert_eq!(engine.profiler().take().ops().len(), 1);
+    /// engine.op("b").run(|(), ()| Ok(())).blocking_wait()?;
+    /// assert_eq!(engine.profiler().stop().ops()[0].name, "b");
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn take(&self) -> Profile {
         self.engine.shared().recorder.profile(true)
     }
@@ -101,11 +168,34 @@ impl Profiler<'_> {
     /// A profiler left on in a long-running service thus holds a bounded
     /// amount of memory (each op kept costs some 600 bytes). Environment:
     /// `DEPENGINE_PROFILE_KEEP`. Default: 100,000.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let profiler = engine.profiler();
+    /// profiler.keep_last(2);
+    /// profiler.start();
+    /// for _ in 0..5 {
+    ///     engine.op("step").run(|(), ()| Ok(())).blocking_wait()?;
+    /// }
+    /// let profile = profiler.stop();
+    /// assert_eq!((profile.ops().len(), profile.dropped()), (2, 3));
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
     pub fn keep_last(&self, n: usize) {
         self.engine.shared().recorder.keep_last(n);
     }
 
     /// How many completed ops it keeps (see [`keep_last`](Self::keep_last)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// engine.profiler().keep_last(10);
+    /// assert_eq!(engine.profiler().keeps(), 10);
+    /// ```
     pub fn keeps(&self) -> usize {
         self.engine.shared().recorder.keeps()
     }
