@@ -5,6 +5,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+mod gpu_fault;
+
+pub use gpu_fault::GpuFault;
+
 /// A boxed error as returned by op bodies; `?` converts any error into it.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -61,9 +65,9 @@ pub(crate) enum Kind {
     GpuUnavailable { device: usize, reason: String },
     /// The engine holds its limit of ops in flight.
     Full { limit: usize },
-    /// A CUDA error: from enqueueing an op's work, from the query of its
-    /// event, or the device's sticky fault.
-    Gpu { op: Option<Cow<'static, str>>, device: usize, error: String },
+    /// A GPU fault: from enqueueing an op's work, from the query of its
+    /// event, or the device's sticky fault (`sticky`: a push refused for it).
+    Gpu { op: Option<Cow<'static, str>>, device: usize, fault: GpuFault, sticky: bool },
 }
 
 impl Error {
@@ -105,8 +109,13 @@ impl Error {
         Self::new(Kind::GpuUnavailable { device, reason })
     }
 
-    pub(crate) fn gpu(op: Option<Cow<'static, str>>, device: usize, error: String) -> Self {
-        Self::new(Kind::Gpu { op, device, error })
+    pub(crate) fn gpu(op: Option<Cow<'static, str>>, device: usize, fault: GpuFault) -> Self {
+        Self::new(Kind::Gpu { op, device, fault, sticky: false })
+    }
+
+    /// A push refused because its device has the sticky `fault`.
+    pub(crate) fn gpu_sticky(device: usize, fault: GpuFault) -> Self {
+        Self::new(Kind::Gpu { op: None, device, fault, sticky: true })
     }
 
     pub(crate) fn kind(&self) -> &Kind {
@@ -364,6 +373,29 @@ impl Error {
         matches!(self.kind(), Kind::Gpu { .. })
     }
 
+    /// The GPU fault of an error of [`is_gpu`](Self::is_gpu), typed (see
+    /// [`GpuFault`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::Device;
+    /// let engine = depengine::Engine::builder().simulated_gpus(1).build()?;
+    /// engine.gpu(0)?.sim().unwrap().fail_next("step");
+    /// let err = engine.op("step").device(Device::Gpu(0)).run_gpu(|(), (), ctx| {
+    ///     ctx.sim_stream().unwrap().launch("step", std::time::Duration::ZERO, Vec::new(), || {})?;
+    ///     Ok(())
+    /// }).blocking_wait().unwrap_err();
+    /// assert_eq!(err.gpu_fault().and_then(|f| f.cuda_error()), Some("CUDA_ERROR_ILLEGAL_ADDRESS"));
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
+    pub fn gpu_fault(&self) -> Option<&GpuFault> {
+        match self.kind() {
+            Kind::Gpu { fault, .. } => Some(fault),
+            _ => None,
+        }
+    }
+
     /// The name of the op this error belongs to, if any.
     ///
     /// # Examples
@@ -529,10 +561,16 @@ impl fmt::Display for Error {
                  try later, or wait for room with Engine::reserve"
             ),
             Kind::GpuUnavailable { device, reason } => write!(f, "gpu({device}) is unavailable: {reason}"),
-            Kind::Gpu { op: Some(op), device, error } => {
-                write!(f, "op `{op}` failed on gpu({device}): {error}")
+            Kind::Gpu { op, device, fault, sticky } => {
+                match op {
+                    Some(op) => write!(f, "op `{op}` failed on gpu({device}): {fault}")?,
+                    None => write!(f, "gpu({device}) failed: {fault}")?,
+                }
+                if *sticky {
+                    write!(f, " (a sticky fault: the device takes no more work)")?;
+                }
+                Ok(())
             }
-            Kind::Gpu { op: None, device, error } => write!(f, "gpu({device}) failed: {error}"),
         }
     }
 }

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::threads_named;
-use depengine::gpu::GpuBuffer;
+use depengine::gpu::{GpuBuffer, GpuFault};
 use depengine::{Device, Engine, Lane, ShutdownMode};
 
 fn engine(workers: usize) -> Engine {
@@ -150,12 +150,15 @@ async fn a_sticky_fault_fails_the_pending_ops_and_refuses_later_pushes() {
     let err = bad.await.unwrap_err();
     assert!(err.is_gpu(), "{err}");
     assert!(err.to_string().contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{err}");
+    assert_eq!(err.gpu_fault().and_then(GpuFault::cuda_error), Some("CUDA_ERROR_ILLEGAL_ADDRESS"));
     let err = after.await.unwrap_err();
     assert!(err.is_gpu() || err.is_skipped(), "{err}");
     let refused = engine.op("later").write(&b).device(Device::Gpu(0)).run_gpu(|(), (_b,), _| Ok(())).pushed();
     let err = refused.unwrap_err();
     assert!(err.is_gpu() && err.to_string().contains("sticky"), "{err}");
     assert!(gpu.fault().is_some());
+    // The refusal carries the device's one fault, typed.
+    assert_eq!(err.gpu_fault(), gpu.fault().as_ref());
     // The error is on the vars the failed op wrote, and waits do not hang;
     // a wait_for_var takes it, and the var is usable again from the CPU.
     assert!(engine.wait_for_var(&a).await.unwrap_err().is_gpu());
@@ -233,7 +236,11 @@ fn a_panic_in_the_pollers_query_is_a_device_fault_not_a_hang() {
     let results = done.recv_timeout(Duration::from_secs(20)).expect("GPU ops hung: the poller died");
     let err = results[0].as_ref().unwrap_err();
     assert!(err.is_gpu() && err.to_string().contains("panicked"), "{err}");
-    assert!(gpu.fault().is_some_and(|f| f.contains("lacks cuEventQuery")), "{:?}", gpu.fault());
+    let fault = gpu.fault();
+    assert!(
+        matches!(&fault, Some(GpuFault::Panicked { call: "cuEventQuery", message }) if message.contains("lacks cuEventQuery")),
+        "{fault:?}"
+    );
     let refused = engine.op("later").write(&a).device(Device::Gpu(0)).run_gpu(|(), (_a,), _| Ok(())).pushed();
     assert!(refused.unwrap_err().is_gpu());
     engine.blocking_shutdown(ShutdownMode::Drain).unwrap();

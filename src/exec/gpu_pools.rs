@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::lazy::Lazy;
 use super::pool::{Pool, ThreadInit};
 use crate::device::{Device, Lane};
-use crate::error::Error;
+use crate::error::{Error, GpuFault};
 use crate::gpu::{self, FenceWait as Fenced, Fences, Gpu, GpuDevice, GpuLane, MAX_GPU_DEVICES};
 use crate::op::TaskRef;
 
@@ -127,7 +127,7 @@ fn start_lane(
     workers: usize,
     gpus: &Gpus,
 ) -> Result<(Pool, GpuLane), Error> {
-    let unavailable = |reason: String| Error::gpu_unavailable(device.ordinal, reason);
+    let unavailable = |fault: GpuFault| Error::gpu_unavailable(device.ordinal, fault.to_string());
     let streams =
         (0..workers).map(|_| device.new_stream(lane == Lane::Prioritized)).collect::<Result<Vec<_>, _>>();
     let streams = streams.map_err(unavailable)?;
@@ -183,8 +183,7 @@ impl Gpus {
         };
         let pools = self.pools(i)?;
         if let Some(fault) = pools.device().fault() {
-            let sticky = format!("{fault} (a sticky fault: the device takes no more work)");
-            return Err(Error::gpu(None, i, sticky));
+            return Err(Error::gpu_sticky(i, fault.clone()));
         }
         let (_, gpu_lane) =
             pools.lane(lane).ok_or_else(|| Error::invalid(format!("a GPU has no lane {lane:?}")))?;

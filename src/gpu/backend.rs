@@ -6,6 +6,7 @@ use std::sync::Arc;
 #[cfg(feature = "cuda")]
 use super::cuda;
 use super::sim::{SimEvent, SimGpu, SimStream};
+use crate::error::GpuFault;
 
 /// A device's backend.
 #[derive(Clone)]
@@ -66,20 +67,20 @@ impl Stream {
         self.id
     }
 
-    pub(crate) fn record(&self, event: &RawEvent) -> Result<(), String> {
+    pub(crate) fn record(&self, event: &RawEvent) -> Result<(), GpuFault> {
         match (&self.kind, event) {
             (StreamKind::Sim(s), RawEvent::Sim(e)) => s.gpu().record(e, s.index()),
             #[cfg(feature = "cuda")]
             (StreamKind::Cuda(s), RawEvent::Cuda(e)) => cuda::record(e, s),
             #[cfg(feature = "cuda")]
-            _ => Err("an event of another backend".to_owned()),
+            _ => Err(GpuFault::ForeignEvent { call: "cuEventRecord" }),
         }
     }
 
     /// Blocks until the work enqueued on this stream so far has run; the
     /// device's sticky fault as an error. Never called on an engine
     /// thread (see `drain.rs`).
-    pub(crate) fn synchronize(&self) -> Result<(), String> {
+    pub(crate) fn synchronize(&self) -> Result<(), GpuFault> {
         match &self.kind {
             StreamKind::Sim(s) => s.gpu().drain(s.index()),
             #[cfg(feature = "cuda")]
@@ -88,13 +89,13 @@ impl Stream {
     }
 
     /// Makes work enqueued on this stream from now on wait for `event`.
-    pub(crate) fn wait(&self, event: &RawEvent) -> Result<(), String> {
+    pub(crate) fn wait(&self, event: &RawEvent) -> Result<(), GpuFault> {
         match (&self.kind, event) {
             (StreamKind::Sim(s), RawEvent::Sim(e)) => s.gpu().wait(e, s.index()),
             #[cfg(feature = "cuda")]
             (StreamKind::Cuda(s), RawEvent::Cuda(e)) => cuda::wait(s, e),
             #[cfg(feature = "cuda")]
-            _ => Err("an event of another backend".to_owned()),
+            _ => Err(GpuFault::ForeignEvent { call: "cuStreamWaitEvent" }),
         }
     }
 }
@@ -108,7 +109,7 @@ pub(crate) enum RawEvent {
 
 impl Backend {
     /// A stream; `prioritized`: of the device's greatest priority.
-    pub(crate) fn new_stream(&self, id: usize, prioritized: bool) -> Result<Stream, String> {
+    pub(crate) fn new_stream(&self, id: usize, prioritized: bool) -> Result<Stream, GpuFault> {
         // The simulated device has no priorities.
         let _ = prioritized;
         let kind = match self {
@@ -119,7 +120,7 @@ impl Backend {
         Ok(Stream { id, kind })
     }
 
-    pub(crate) fn new_event(&self) -> Result<RawEvent, String> {
+    pub(crate) fn new_event(&self) -> Result<RawEvent, GpuFault> {
         match self {
             Backend::Sim(_) => Ok(RawEvent::Sim(Arc::default())),
             #[cfg(feature = "cuda")]
@@ -129,18 +130,18 @@ impl Backend {
 
     /// Whether the work recorded in `event` has run; the device's sticky
     /// fault as an error.
-    pub(crate) fn query(&self, event: &RawEvent) -> Result<bool, String> {
+    pub(crate) fn query(&self, event: &RawEvent) -> Result<bool, GpuFault> {
         match (self, event) {
             (Backend::Sim(gpu), RawEvent::Sim(e)) => gpu.query(e),
             #[cfg(feature = "cuda")]
             (Backend::Cuda(_), RawEvent::Cuda(e)) => cuda::query(e),
             #[cfg(feature = "cuda")]
-            _ => Err("an event of another backend".to_owned()),
+            _ => Err(GpuFault::ForeignEvent { call: "cuEventQuery" }),
         }
     }
 
     /// Binds the device's context to the calling thread.
-    pub(crate) fn bind(&self) -> Result<(), String> {
+    pub(crate) fn bind(&self) -> Result<(), GpuFault> {
         match self {
             Backend::Sim(_) => Ok(()),
             #[cfg(feature = "cuda")]

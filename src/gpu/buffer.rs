@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::gpu_device::GpuDevice;
 use super::sim::{SimBuffer, SimGpu};
-use crate::error::Error;
+use crate::error::{Error, GpuFault};
 
 /// What a GPU buffer may hold: plain data, for CUDA's copies and kernels
 /// (with feature `cuda`: cudarc's `DeviceRepr` and `ValidAsZeroBits`).
@@ -270,7 +270,7 @@ impl Gpu {
 
     /// The device's sticky fault, once it had one: every later GPU push to
     /// it is refused with it.
-    pub fn fault(&self) -> Option<String> {
+    pub fn fault(&self) -> Option<GpuFault> {
         self.device.fault().cloned()
     }
 

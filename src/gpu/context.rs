@@ -8,7 +8,7 @@ use super::backend::Stream;
 use super::buffer::{BufferKind, Gpu, GpuBuffer, GpuElement, HostBuffer, HostKind};
 use super::sim::SimBuffer;
 use crate::device::{Device, Lane};
-use crate::error::Error;
+use crate::error::{Error, GpuFault};
 
 /// The simulated copy engine's rate, in bytes per second (PCIe-like).
 const SIM_COPY_RATE: f64 = 12e9;
@@ -75,7 +75,7 @@ impl GpuContext<'_> {
         self.lane
     }
 
-    fn error(&self, err: String) -> Error {
+    fn error(&self, err: GpuFault) -> Error {
         Error::gpu(None, self.gpu.ordinal(), err)
     }
 

@@ -6,6 +6,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
+use crate::error::GpuFault;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
 
 /// The name of a CUDA error, as the driver spells it.
@@ -13,16 +14,18 @@ pub(crate) fn name(err: &DriverError) -> String {
     format!("{:?}", err.0)
 }
 
+/// The fault of driver call `call` that returned `err`.
+fn fault(call: &'static str) -> impl FnOnce(DriverError) -> GpuFault {
+    move |err| GpuFault::Cuda { call, error: name(&err) }
+}
+
 /// Runs a driver call that may panic (cudarc panics when libcuda cannot be
-/// loaded, or lacks a symbol its bindings need), turning the panic into text.
-fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T, String> {
+/// loaded, or lacks a symbol its bindings need), turning the panic into a
+/// fault.
+fn guarded<T>(call: &'static str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T, GpuFault> {
     match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(err)) => Err(format!("{what}: {}", name(&err))),
-        Err(payload) => Err(format!(
-            "{what}: the CUDA driver could not be used ({})",
-            crate::error::panic_message(&*payload)
-        )),
+        Ok(result) => result.map_err(fault(call)),
+        Err(payload) => Err(GpuFault::Driver { call, why: crate::error::panic_message(&*payload) }),
     }
 }
 
@@ -35,11 +38,11 @@ pub(crate) fn open(ordinal: usize) -> Result<Arc<CudaContext>, String> {
     if !present {
         return Err("no CUDA driver: libcuda could not be loaded on this machine".to_owned());
     }
-    let count = guarded("cuDeviceGetCount", CudaContext::device_count)?;
+    let count = guarded("cuDeviceGetCount", CudaContext::device_count).map_err(|f| f.to_string())?;
     if ordinal >= usize::try_from(count).unwrap_or(0) {
         return Err(format!("the machine has {count} CUDA device(s), so gpu({ordinal}) does not exist"));
     }
-    let ctx = guarded("cuDevicePrimaryCtxRetain", || CudaContext::new(ordinal))?;
+    let ctx = guarded("cuDevicePrimaryCtxRetain", || CudaContext::new(ordinal)).map_err(|f| f.to_string())?;
     // SAFETY: called before this context has any stream or buffer, as
     // cudarc requires; the engine orders cross-stream work with its own events.
     unsafe { ctx.disable_event_tracking() };
@@ -48,7 +51,7 @@ pub(crate) fn open(ordinal: usize) -> Result<Arc<CudaContext>, String> {
 
 /// A non-blocking stream; `greatest`: of the device's greatest priority
 /// (the prioritized lane's), else of the default one.
-pub(crate) fn new_stream(ctx: &Arc<CudaContext>, greatest: bool) -> Result<Arc<CudaStream>, String> {
+pub(crate) fn new_stream(ctx: &Arc<CudaContext>, greatest: bool) -> Result<Arc<CudaStream>, GpuFault> {
     if !greatest {
         return guarded("cuStreamCreate", || ctx.new_stream());
     }
@@ -58,11 +61,11 @@ pub(crate) fn new_stream(ctx: &Arc<CudaContext>, greatest: bool) -> Result<Arc<C
     guarded("cuStreamCreateWithPriority", || ctx.new_stream_with_priority(top))
 }
 
-pub(crate) fn new_event(ctx: &Arc<CudaContext>) -> Result<CudaEvent, String> {
+pub(crate) fn new_event(ctx: &Arc<CudaContext>) -> Result<CudaEvent, GpuFault> {
     guarded("cuEventCreate", || ctx.new_event(None))
 }
 
-pub(crate) fn bind(ctx: &Arc<CudaContext>) -> Result<(), String> {
+pub(crate) fn bind(ctx: &Arc<CudaContext>) -> Result<(), GpuFault> {
     guarded("cuCtxSetCurrent", || ctx.bind_to_thread())
 }
 
@@ -70,14 +73,14 @@ pub(crate) fn bind(ctx: &Arc<CudaContext>) -> Result<(), String> {
 /// hands back an error that an earlier drop on any thread parked (one no
 /// op owns); the engine's own calls bind without taking it, so that such
 /// an error never fails an unrelated op.
-fn bind_raw(ctx: &CudaContext) -> Result<(), String> {
+fn bind_raw(ctx: &CudaContext) -> Result<(), GpuFault> {
     use cudarc::driver::result::ctx;
     match ctx::get_current() {
         Ok(Some(current)) if current == ctx.cu_ctx() => Ok(()),
         // SAFETY: the context is alive (`ctx` holds it) and was retained
         // by cudarc, so it may be made current on any thread.
-        Ok(_) => unsafe { ctx::set_current(ctx.cu_ctx()) }.map_err(|e| name(&e)),
-        Err(e) => Err(name(&e)),
+        Ok(_) => unsafe { ctx::set_current(ctx.cu_ctx()) }.map_err(fault("cuCtxSetCurrent")),
+        Err(e) => Err(fault("cuCtxGetCurrent")(e)),
     }
 }
 
@@ -118,17 +121,17 @@ pub(crate) fn drop_buffer<T>(
 }
 
 /// `cuEventRecord`, without cudarc's check of parked errors.
-pub(crate) fn record(event: &CudaEvent, stream: &CudaStream) -> Result<(), String> {
+pub(crate) fn record(event: &CudaEvent, stream: &CudaStream) -> Result<(), GpuFault> {
     bind_raw(stream.context())?;
     // SAFETY: both handles are alive (the arguments own them) and belong
     // to one context: the engine makes a device's events and streams from
     // its one context.
     unsafe { cudarc::driver::result::event::record(event.cu_event(), stream.cu_stream()) }
-        .map_err(|e| name(&e))
+        .map_err(fault("cuEventRecord"))
 }
 
 /// `cuStreamWaitEvent`, without cudarc's check of parked errors.
-pub(crate) fn wait(stream: &CudaStream, event: &CudaEvent) -> Result<(), String> {
+pub(crate) fn wait(stream: &CudaStream, event: &CudaEvent) -> Result<(), GpuFault> {
     use cudarc::driver::sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
     bind_raw(stream.context())?;
     // SAFETY: as for `record`.
@@ -139,21 +142,22 @@ pub(crate) fn wait(stream: &CudaStream, event: &CudaEvent) -> Result<(), String>
             CU_EVENT_WAIT_DEFAULT,
         )
     }
-    .map_err(|e| name(&e))
+    .map_err(fault("cuStreamWaitEvent"))
 }
 
 /// `cuStreamSynchronize`: blocks until the stream's work has run. Only
 /// for a thread that may block (see `drain.rs`).
-pub(crate) fn synchronize(stream: &CudaStream) -> Result<(), String> {
+pub(crate) fn synchronize(stream: &CudaStream) -> Result<(), GpuFault> {
     bind_raw(stream.context())?;
     // SAFETY: the stream is alive (the argument owns it) and its context
     // is current.
-    unsafe { cudarc::driver::result::stream::synchronize(stream.cu_stream()) }.map_err(|e| name(&e))
+    unsafe { cudarc::driver::result::stream::synchronize(stream.cu_stream()) }
+        .map_err(fault("cuStreamSynchronize"))
 }
 
 /// `cuEventQuery`: not ready is `Ok(false)`, a device fault an error.
-pub(crate) fn query(event: &CudaEvent) -> Result<bool, String> {
-    event.try_is_complete().map_err(|e| name(&e))
+pub(crate) fn query(event: &CudaEvent) -> Result<bool, GpuFault> {
+    event.try_is_complete().map_err(fault("cuEventQuery"))
 }
 
 /// A buffer holding `data`, made and copied in on the device's setup
@@ -161,7 +165,7 @@ pub(crate) fn query(event: &CudaEvent) -> Result<bool, String> {
 pub(crate) fn buffer<T: super::GpuElement>(
     stream: &Arc<CudaStream>,
     data: &[T],
-) -> Result<cudarc::driver::CudaSlice<T>, String> {
+) -> Result<cudarc::driver::CudaSlice<T>, GpuFault> {
     let buffer = guarded("cuMemcpyHtoDAsync", || stream.clone_htod(data))?;
     guarded("cuStreamSynchronize", || stream.synchronize())?;
     Ok(buffer)
@@ -195,12 +199,12 @@ unsafe impl<T: Sync> Sync for Pinned<T> {}
 impl<T: super::GpuElement> Pinned<T> {
     /// Page-locked memory holding `data` (setup work: it may synchronize
     /// the device, on the caller's thread).
-    pub(crate) fn new(ctx: &Arc<CudaContext>, data: &[T]) -> Result<Self, String> {
+    pub(crate) fn new(ctx: &Arc<CudaContext>, data: &[T]) -> Result<Self, GpuFault> {
         let bytes = std::mem::size_of_val(data);
         // SAFETY: the bytes are uninitialised until they are zeroed just
         // below, before anything reads them.
         let mut slice = guarded("cuMemHostAlloc", || unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes, 0) })?;
-        let ptr = slice.as_mut_ptr().map_err(|e| name(&e))?.cast::<T>();
+        let ptr = slice.as_mut_ptr().map_err(fault("cuEventSynchronize"))?.cast::<T>();
         assert!(ptr.is_aligned(), "cuMemHostAlloc gives page-aligned memory");
         // SAFETY: the allocation holds `bytes` bytes at `ptr`; zero bits
         // are a valid `T` (`ValidAsZeroBits`), so the slices made below
@@ -259,7 +263,7 @@ pub(crate) fn htod<T: super::GpuElement>(
     stream: &Arc<CudaStream>,
     src: &Pinned<T>,
     dst: &mut cudarc::driver::CudaSlice<T>,
-) -> Result<(), String> {
+) -> Result<(), GpuFault> {
     use cudarc::driver::DevicePtrMut;
     bind_raw(stream.context())?;
     let (ptr, _) = dst.device_ptr_mut(stream);
@@ -268,33 +272,33 @@ pub(crate) fn htod<T: super::GpuElement>(
     // runs in stream order after the call returns, and the op holding
     // both buffers keeps them alive until its event shows it ran.
     unsafe { cudarc::driver::result::memcpy_htod_async(ptr, src.as_slice(), stream.cu_stream()) }
-        .map_err(|e| format!("cuMemcpyHtoDAsync: {}", name(&e)))
+        .map_err(fault("cuMemcpyHtoDAsync"))
 }
 
 pub(crate) fn dtoh<T: super::GpuElement>(
     stream: &Arc<CudaStream>,
     src: &cudarc::driver::CudaSlice<T>,
     dst: &mut Pinned<T>,
-) -> Result<(), String> {
+) -> Result<(), GpuFault> {
     use cudarc::driver::DevicePtr;
     bind_raw(stream.context())?;
     let (ptr, _) = src.device_ptr(stream);
     // SAFETY: as for `htod`, the other way.
     unsafe { cudarc::driver::result::memcpy_dtoh_async(dst.as_mut_slice(), ptr, stream.cu_stream()) }
-        .map_err(|e| format!("cuMemcpyDtoHAsync: {}", name(&e)))
+        .map_err(fault("cuMemcpyDtoHAsync"))
 }
 
 pub(crate) fn dtod<T: super::GpuElement>(
     stream: &Arc<CudaStream>,
     src: &cudarc::driver::CudaSlice<T>,
     dst: &mut cudarc::driver::CudaSlice<T>,
-) -> Result<(), String> {
+) -> Result<(), GpuFault> {
     guarded("cuMemcpyDtoDAsync", || stream.memcpy_dtod(src, dst))
 }
 
 /// The CUDA driver's version, as `cuDriverGetVersion` gives it (12080 for
 /// 12.8).
-pub(crate) fn driver_version() -> Result<i32, String> {
+pub(crate) fn driver_version() -> Result<i32, GpuFault> {
     let mut version: std::ffi::c_int = 0;
     // SAFETY: `cuDriverGetVersion` writes one int through the pointer, which
     // points at a live local; the driver library is loaded (a device was
@@ -304,7 +308,9 @@ pub(crate) fn driver_version() -> Result<i32, String> {
     }));
     match result {
         Ok(cudarc::driver::sys::CUresult::CUDA_SUCCESS) => Ok(version),
-        Ok(err) => Err(format!("cuDriverGetVersion: {err:?}")),
-        Err(_) => Err("cuDriverGetVersion: the CUDA driver could not be used".to_owned()),
+        Ok(err) => Err(GpuFault::Cuda { call: "cuDriverGetVersion", error: format!("{err:?}") }),
+        Err(payload) => {
+            Err(GpuFault::Driver { call: "cuDriverGetVersion", why: crate::error::panic_message(&*payload) })
+        }
     }
 }

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use super::event::Event;
+use crate::error::GpuFault;
 use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::sync::{Mutex, MutexGuard, lock};
 
@@ -19,7 +20,7 @@ use crate::sync::{Mutex, MutexGuard, lock};
 #[derive(Clone)]
 pub(crate) struct InFlight {
     pub(crate) device: usize,
-    pub(crate) fault: Arc<OnceLock<String>>,
+    pub(crate) fault: Arc<OnceLock<GpuFault>>,
     pub(crate) stream: usize,
     pub(crate) event: Event,
 }
@@ -54,7 +55,7 @@ pub(crate) enum FenceWait {
     /// work if it still has some to wait for).
     Wait(usize, Vec<Event>),
     /// A var's GPU work failed with the device's sticky fault.
-    Fault(usize, String),
+    Fault(usize, GpuFault),
 }
 
 impl Default for Fences {

@@ -9,6 +9,7 @@ use super::backend::{Backend, Stream};
 use super::event::{Event, EventPool};
 use super::poller::{Done, Poller};
 use super::sim::SimGpu;
+use crate::error::GpuFault;
 
 pub(crate) struct GpuDevice {
     pub(crate) ordinal: usize,
@@ -16,7 +17,7 @@ pub(crate) struct GpuDevice {
     events: Arc<EventPool>,
     poller: Poller,
     /// The device's sticky fault, once a query saw one.
-    fault: Arc<OnceLock<String>>,
+    fault: Arc<OnceLock<GpuFault>>,
     next_stream: AtomicUsize,
     /// The stream buffers are made on (`Gpu::buffer`), made at the first.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -64,7 +65,7 @@ impl GpuDevice {
 
     /// A stream; `prioritized`: of the device's greatest priority (the
     /// prioritized lane's).
-    pub(crate) fn new_stream(&self, prioritized: bool) -> Result<Stream, String> {
+    pub(crate) fn new_stream(&self, prioritized: bool) -> Result<Stream, GpuFault> {
         self.backend.new_stream(self.next_stream.fetch_add(1, Ordering::Relaxed), prioritized)
     }
 
@@ -72,7 +73,7 @@ impl GpuDevice {
     /// them (a stream per buffer was many idle streams, each a buffer's
     /// free ordered after nothing).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn setup_stream(&self) -> Result<Stream, String> {
+    pub(crate) fn setup_stream(&self) -> Result<Stream, GpuFault> {
         let mut setup = self.setup.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(stream) = &*setup {
             return Ok(stream.clone());
@@ -83,7 +84,7 @@ impl GpuDevice {
     }
 
     /// An event from the pool, or a new one.
-    pub(crate) fn event(&self) -> Result<Event, String> {
+    pub(crate) fn event(&self) -> Result<Event, GpuFault> {
         let pooled = self.events.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let raw = match pooled {
             Some(raw) => raw,
@@ -98,7 +99,7 @@ impl GpuDevice {
     /// An event recorded behind the work enqueued on `stream` so far: a
     /// pooled one, or a new one where recording that fails (the pooled
     /// event may be what is wrong). The first error where both fail.
-    pub(crate) fn record(&self, stream: &Stream) -> Result<Event, String> {
+    pub(crate) fn record(&self, stream: &Stream) -> Result<Event, GpuFault> {
         let event = self.event()?;
         let Err(first) = stream.record(event.raw()) else { return Ok(event) };
         // Never recorded, it is destroyed rather than pooled.
@@ -119,12 +120,12 @@ impl GpuDevice {
     }
 
     /// Where the sticky fault goes: fences keep it beside their events.
-    pub(crate) fn fault_cell(&self) -> &Arc<OnceLock<String>> {
+    pub(crate) fn fault_cell(&self) -> &Arc<OnceLock<GpuFault>> {
         &self.fault
     }
 
     /// The sticky fault, once the device had one.
-    pub(crate) fn fault(&self) -> Option<&String> {
+    pub(crate) fn fault(&self) -> Option<&GpuFault> {
         self.fault.get()
     }
 

@@ -21,6 +21,7 @@ pub mod sim;
 use std::cell::RefCell;
 use std::sync::Arc;
 
+pub use crate::error::GpuFault;
 pub use backend::Stream;
 pub use buffer::{Gpu, GpuBuffer, GpuElement, HostBuffer};
 pub use context::GpuContext;

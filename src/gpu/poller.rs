@@ -16,12 +16,13 @@ use std::time::{Duration, Instant};
 use super::backend::Backend;
 use super::blocking;
 use super::event::Event;
+use crate::error::GpuFault;
 
 /// What to do once an event completed (`Ok`) or the device faulted.
-pub(crate) type Done = Box<dyn FnOnce(Result<(), String>) + Send>;
+pub(crate) type Done = Box<dyn FnOnce(Result<(), GpuFault>) + Send>;
 
 /// A callback to run, with what it is told.
-type Called = (Done, Result<(), String>);
+type Called = (Done, Result<(), GpuFault>);
 
 /// The longest sleep between two polls while work is pending: how late, at
 /// most, the poller sees a long kernel end.
@@ -39,7 +40,7 @@ struct Shared {
     arrivals: AtomicU64,
     wake: Condvar,
     backend: Backend,
-    fault: Arc<OnceLock<String>>,
+    fault: Arc<OnceLock<GpuFault>>,
     spin: Duration,
 }
 
@@ -65,7 +66,7 @@ impl Poller {
     pub(crate) fn start(
         name: &str,
         backend: Backend,
-        fault: Arc<OnceLock<String>>,
+        fault: Arc<OnceLock<GpuFault>>,
         spin: Duration,
     ) -> std::io::Result<Self> {
         let arrivals = AtomicU64::new(0);
@@ -228,7 +229,7 @@ impl Shared {
                 match state.waiters[i]
                     .0
                     .iter()
-                    .try_fold(true, |all, e| Ok::<_, String>(all && self.is_complete(e)?))
+                    .try_fold(true, |all, e| Ok::<_, GpuFault>(all && self.is_complete(e)?))
                 {
                     Ok(true) => out.push((state.waiters.swap_remove(i).1, Ok(()))),
                     Ok(false) => i += 1,
@@ -250,7 +251,7 @@ impl Shared {
         (out, ops)
     }
 
-    fn is_complete(&self, event: &Event) -> Result<bool, String> {
+    fn is_complete(&self, event: &Event) -> Result<bool, GpuFault> {
         if event.is_done() {
             return Ok(true);
         }
@@ -259,7 +260,7 @@ impl Shared {
         // which would leave every GPU op of the device pending for ever.
         let query = catch_unwind(AssertUnwindSafe(|| self.backend.query(event.raw())));
         let done = query.unwrap_or_else(|payload| {
-            Err(format!("an event query panicked: {}", crate::error::panic_message(&*payload)))
+            Err(GpuFault::Panicked { call: "cuEventQuery", message: crate::error::panic_message(&*payload) })
         })?;
         if done {
             event.set_done();

@@ -25,6 +25,7 @@ mod clock;
 mod gpu_thread;
 mod memory;
 
+use crate::error::GpuFault;
 use clock::{History, join};
 pub(crate) use memory::Mem;
 pub use memory::{SimBuffer, SimRead, SimWrite, Touch};
@@ -61,7 +62,7 @@ struct State {
     /// Per buffer: the last write and the reads since, as (stream, clock).
     history: HashMap<u64, History>,
     hazards: Vec<String>,
-    fault: Option<String>,
+    fault: Option<GpuFault>,
     /// Work items whose name contains this fail, once.
     fail_next: Option<String>,
     /// The next query panics.
@@ -183,7 +184,7 @@ impl SimGpu {
     }
 
     /// The sticky fault, once one happened.
-    pub fn fault(&self) -> Option<String> {
+    pub fn fault(&self) -> Option<GpuFault> {
         lock(&self.state).fault.clone()
     }
 
@@ -220,7 +221,7 @@ impl SimGpu {
         }
     }
 
-    fn enqueue(&self, stream: usize, mut item: Item) -> Result<(), String> {
+    fn enqueue(&self, stream: usize, mut item: Item) -> Result<(), GpuFault> {
         let mut state = lock(&self.state);
         if let Some(fault) = &state.fault {
             return Err(fault.clone());
@@ -235,7 +236,7 @@ impl SimGpu {
     }
 
     /// Records `event` on `stream`.
-    pub(crate) fn record(&self, event: &Arc<SimEvent>, stream: usize) -> Result<(), String> {
+    pub(crate) fn record(&self, event: &Arc<SimEvent>, stream: usize) -> Result<(), GpuFault> {
         let seq = {
             let mut seqs = lock(&event.seqs);
             seqs.gpu = self.id;
@@ -246,7 +247,7 @@ impl SimGpu {
     }
 
     /// Makes `stream` wait for the last record of `event`.
-    pub(crate) fn wait(&self, event: &Arc<SimEvent>, stream: usize) -> Result<(), String> {
+    pub(crate) fn wait(&self, event: &Arc<SimEvent>, stream: usize) -> Result<(), GpuFault> {
         let seq = {
             let seqs = lock(&event.seqs);
             self.foreign(&seqs, "a stream's wait");
@@ -257,7 +258,7 @@ impl SimGpu {
 
     /// Whether the GPU passed the last record of `event` (an event never
     /// recorded is complete, as in CUDA); the sticky fault once there is one.
-    pub(crate) fn query(&self, event: &SimEvent) -> Result<bool, String> {
+    pub(crate) fn query(&self, event: &SimEvent) -> Result<bool, GpuFault> {
         let mut state = lock(&self.state);
         if let Some(fault) = &state.fault {
             return Err(fault.clone());
@@ -291,14 +292,14 @@ impl SimGpu {
     }
 
     /// Blocks until `stream` is empty (a host-side synchronize).
-    fn synchronize(&self, stream: usize) -> Result<(), String> {
+    fn synchronize(&self, stream: usize) -> Result<(), GpuFault> {
         blocking::check("SimStream::synchronize");
         self.drain(stream)
     }
 
     /// [`synchronize`](Self::synchronize), for the engine's one thread
     /// that may block (`../drain.rs`).
-    pub(crate) fn drain(&self, stream: usize) -> Result<(), String> {
+    pub(crate) fn drain(&self, stream: usize) -> Result<(), GpuFault> {
         let mut state = lock(&self.state);
         loop {
             if let Some(fault) = &state.fault {
@@ -335,7 +336,7 @@ impl SimStream {
         duration: Duration,
         touches: Vec<Touch>,
         work: impl FnOnce() + Send + 'static,
-    ) -> Result<(), String> {
+    ) -> Result<(), GpuFault> {
         for t in &touches {
             t.buffer.pending.fetch_add(t.weight(), Ordering::AcqRel);
         }
@@ -363,7 +364,7 @@ impl SimStream {
     /// # Errors
     ///
     /// The device's sticky fault.
-    pub fn synchronize(&self) -> Result<(), String> {
+    pub fn synchronize(&self) -> Result<(), GpuFault> {
         self.gpu.synchronize(self.index)
     }
 

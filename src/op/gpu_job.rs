@@ -9,6 +9,7 @@ use super::job::{Job, Running, in_body, op_result};
 use super::life::release_vars_early;
 use super::op_cell::SlotRef;
 use super::record::TaskRef;
+use crate::error::GpuFault;
 use crate::error::{BoxError, Error};
 use crate::gpu::{Event, GpuContext, GpuLane, InFlight, Stream};
 use crate::var::Access;
@@ -56,7 +57,6 @@ where
             // keeps its vars until its stream has drained (`gpu/drain.rs`).
             Err(err) => {
                 let (slot, ordinal) = (op.to_owned(), device.ordinal);
-                let err = format!("cuEventRecord behind the op's work failed: {err}");
                 let err = Error::gpu(Some(op.header().meta.name.clone()), ordinal, err);
                 return device.after_drained(stream, Box::new(move |_| slot.store_owned(Err(err))));
             }
@@ -99,7 +99,7 @@ fn complete_after<R: Send + 'static>(
     let fences = lane.fences.clone();
     let ordinal = device.ordinal;
     let watched = event.clone();
-    let done = move |polled: Result<(), String>| {
+    let done = move |polled: Result<(), GpuFault>| {
         let result = match polled {
             Ok(()) => {
                 if early {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::clock::{check_hazards, join};
 use super::{Item, KEPT_CLOCKS, SimGpu, State, Work, lock};
+use crate::error::GpuFault;
 use crate::gpu::blocking;
 
 /// The GPU thread: runs stream heads until stopped and every stream is empty.
@@ -39,9 +40,10 @@ pub(super) fn run(gpu: &Weak<SimGpu>) {
             });
             if let Err(payload) = ran {
                 let message = crate::error::panic_message(&*payload);
-                lock(&gpu.state).fault.get_or_insert(format!(
-                    "CUDA_ERROR_LAUNCH_FAILED (simulated: the work item `{name}` panicked: {message})"
-                ));
+                lock(&gpu.state).fault.get_or_insert(GpuFault::Simulated {
+                    error: "CUDA_ERROR_LAUNCH_FAILED",
+                    why: format!("the work item `{name}` panicked: {message}"),
+                });
             }
         }
         gpu.cv.notify_all();
@@ -150,8 +152,10 @@ fn end_work(state: &mut State, s: usize, step: &mut Step) -> Head {
     state.done += 1;
     if state.fail_next.as_ref().is_some_and(|n| work.name.contains(n.as_str())) {
         state.fail_next = None;
-        state.fault =
-            Some(format!("CUDA_ERROR_ILLEGAL_ADDRESS (simulated fault in `{}` on stream {s})", work.name));
+        state.fault = Some(GpuFault::Simulated {
+            error: "CUDA_ERROR_ILLEGAL_ADDRESS",
+            why: format!("fault in `{}` on stream {s}", work.name),
+        });
         step.moved = true;
         return Head::Fault;
     }
