@@ -50,7 +50,7 @@ pub(super) struct Gpus {
     /// tried again only after a back-off (`lazy.rs`).
     devices: Vec<Lazy<GpuPools>>,
     /// GPU work in flight per var, after GPU ops let their vars go at
-    /// enqueue: what other ops are held back for (see `gpu/fence.rs`).
+    /// enqueue: what other ops are held back for (see `gpu/early_release.rs`).
     fences: Arc<Fences>,
     /// Devices opened.
     opened: AtomicUsize,
@@ -149,7 +149,7 @@ impl Gpus {
         Self { settings, thread_name, spin, timing, devices, fences, opened }
     }
 
-    /// Whether any var has GPU work in flight (one load: see `gpu/fence.rs`).
+    /// Whether any var has GPU work in flight (one load: see `gpu/early_release.rs`).
     #[inline(always)]
     pub(super) fn in_flight(&self) -> bool {
         self.fences.any()

@@ -247,7 +247,7 @@ impl Dispatcher {
 
     /// The op, if no GPU work in flight on its vars holds it back; else
     /// `None`, and it is dispatched again once that work completes (see
-    /// `gpu/fence.rs`). Work of a device with a sticky fault resolves it
+    /// `gpu/early_release.rs`). Work of a device with a sticky fault resolves it
     /// with the fault at once (but for a deletion), and it goes on.
     #[inline(always)]
     fn unfenced(&self, task: TaskRef) -> Option<TaskRef> {

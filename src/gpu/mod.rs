@@ -12,8 +12,8 @@ mod context;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod drain;
+pub(crate) mod early_release;
 pub(crate) mod event;
-mod fence;
 mod gpu_device;
 mod poller;
 pub mod sim;
@@ -25,8 +25,8 @@ pub use crate::error::GpuFault;
 pub use backend::Stream;
 pub use buffer::{Gpu, GpuBuffer, GpuElement, HostBuffer};
 pub use context::GpuContext;
+pub(crate) use early_release::{FenceWait, Fences};
 pub(crate) use event::Event;
-pub(crate) use fence::{FenceWait, Fences, InFlight};
 pub(crate) use gpu_device::GpuDevice;
 
 use crate::device::Lane;

@@ -8,10 +8,10 @@ use super::access::{Item, OpToken};
 use super::job::{Job, Running, in_body, op_result};
 use super::life::release_vars_early;
 use super::op_cell::SlotRef;
-use super::record::TaskRef;
 use crate::error::GpuFault;
 use crate::error::{BoxError, Error};
-use crate::gpu::{Event, GpuContext, GpuLane, InFlight, Stream};
+use crate::gpu::early_release::{self, Released};
+use crate::gpu::{Event, GpuContext, GpuLane, Stream};
 use crate::var::Access;
 
 pub(crate) struct GpuJob<Rd, Wr, F> {
@@ -37,10 +37,8 @@ where
         let deps = || op.header().deps.iter().map(|d| (d.var.id(), d.access == Access::Write));
         // Same-device GPU work still in flight on the op's vars (their ops
         // let them go at enqueue): ordered on the GPU, not waited for here.
-        for event in lane.fences.gpu_waits(deps(), device.ordinal, stream.id) {
-            if let Err(err) = stream.wait(event.raw()) {
-                return op.store(Err(Error::gpu(Some(op.header().meta.name.clone()), device.ordinal, err)));
-            }
+        if let Err(err) = early_release::follow_in_flight(&lane, &stream, deps()) {
+            return op.store(Err(Error::gpu(Some(op.header().meta.name.clone()), device.ordinal, err)));
         }
         let caught = catch_unwind(AssertUnwindSafe(|| {
             let reads = reads.guard(OpToken(op.task));
@@ -64,25 +62,14 @@ where
         // Early release: a successful op lets its vars go now, its work
         // fenced on them, so that the next GPU op of this device is ordered
         // behind it on the GPU; everything else waits for the event.
-        let early = lane.early && result.is_ok() && release_early(op.task, &lane, &stream, &event);
-        complete_after(op.to_owned(), &lane, &stream, event, result, early);
+        let released = match result {
+            Ok(_) => early_release::release_at_enqueue(&lane, &stream, &event, deps, || {
+                release_vars_early(op.task)
+            }),
+            Err(_) => None,
+        };
+        complete_after(op.to_owned(), &lane, &stream, event, result, released);
     }
-}
-
-/// Fences the op's vars with `event`, then lets them go. False, with no
-/// fence left, for an op that must let them go at completion instead (it
-/// carries an error to them).
-fn release_early(task: &TaskRef, lane: &GpuLane, stream: &Stream, event: &Event) -> bool {
-    let device = &lane.gpu.device;
-    let deps = || task.header().deps.iter().map(|d| (d.var.id(), d.access == Access::Write));
-    let fault = device.fault_cell().clone();
-    let flight = InFlight { device: device.ordinal, fault, stream: stream.id, event: event.clone() };
-    lane.fences.add(deps(), &flight);
-    if release_vars_early(task) {
-        return true;
-    }
-    lane.fences.remove(deps().map(|(id, _)| id), event);
-    false
 }
 
 /// Has the device's poller complete the op once `event` completes: with
@@ -93,27 +80,27 @@ fn complete_after<R: Send + 'static>(
     stream: &Stream,
     event: Event,
     result: Result<R, Error>,
-    early: bool,
+    released: Option<Released>,
 ) {
     let device = &lane.gpu.device;
-    let fences = lane.fences.clone();
     let ordinal = device.ordinal;
-    let watched = event.clone();
     let done = move |polled: Result<(), GpuFault>| {
         let result = match polled {
             Ok(()) => {
-                if early {
-                    fences.remove(slot.header().deps.iter().map(|d| d.var.id()), &watched);
+                if let Some(released) = released {
+                    released.completed(slot.header().deps.iter().map(|d| d.var.id()));
                 }
                 result
             }
             // The fences stay: the device's fault fails whoever comes for
-            // those vars.
-            Err(fault) => Err(Error::gpu(Some(slot.header().meta.name.clone()), ordinal, fault)),
+            // those vars. (Their event goes back to the pool with the
+            // `released` dropped here, before the op completes: whoever
+            // waits for the op then finds it there.)
+            Err(fault) => {
+                drop(released);
+                Err(Error::gpu(Some(slot.header().meta.name.clone()), ordinal, fault))
+            }
         };
-        // Let go of the event before the op completes: whoever waits for
-        // the op then finds it back in the pool.
-        drop(watched);
         slot.store_owned(result);
     };
     device.after(stream, event, Box::new(done));

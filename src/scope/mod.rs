@@ -8,7 +8,7 @@
 //! `unsafe` here makes the views (`view.rs`): what keeps them valid is
 //! this file's end of a scope, whose reliance on the var gate the loom
 //! model `loom_a_scope_end_follows_every_op_on_its_var`
-//! (`var/cell/loom_tests.rs`) checks.
+//! (`var/var_cell/loom_tests.rs`) checks.
 
 #![allow(unsafe_code)]
 

@@ -6,7 +6,7 @@
 //! `unsafe` here because a view is a pointer the type system does not
 //! track; the scope's end (every op and guard on the var gone before it
 //! returns) is what keeps it valid, and a loom model
-//! (`var/cell/loom_tests.rs`) checks that end over the real var gate.
+//! (`var/var_cell/loom_tests.rs`) checks that end over the real var gate.
 
 #![allow(unsafe_code)]
 

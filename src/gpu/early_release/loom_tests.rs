@@ -4,7 +4,7 @@
 //! the fences up. Whatever the interleaving, a consumer that finds nothing
 //! to wait for, or has waited for what it found, sees the GPU work done.
 //! The gate's own release and acquire are a flag here (the gate is checked
-//! by its own models, `var/cell/loom_tests.rs`).
+//! by its own models, `var/var_cell/loom_tests.rs`).
 
 use std::sync::{Arc, Mutex, OnceLock};
 

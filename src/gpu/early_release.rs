@@ -1,15 +1,28 @@
-//! The GPU work still in flight on each var after a GPU op let its vars go
-//! at *enqueue* (early release; `README.md` beside this file has the
-//! argument). Per var id: the event of the last GPU write and those of the
-//! GPU reads since, each with its device and stream. A GPU op of the same
-//! device orders itself after them on the GPU (`cuStreamWaitEvent`); any
-//! other consumer (a CPU op, a wait, an acquire, a deletion, another
-//! device's op) is held back until they complete. An entry goes once its
-//! events are observed complete.
+//! Early release: a GPU op lets its vars go at *enqueue*, before its work
+//! has run, and the work in flight is recorded per var beside the gates
+//! (`README.md` beside this file, *Early release*, has the argument). The
+//! whole protocol is here:
+//!
+//! * [`follow_in_flight`]: a GPU op about to run orders its stream behind
+//!   the same-device work in flight on its vars (`cuStreamWaitEvent`);
+//! * [`release_at_enqueue`]: once its work is enqueued, it records that
+//!   work on its vars, then lets them go through the op layer's one hook
+//!   (`op::life::release_vars_early`); [`Released::completed`] forgets the
+//!   work once the poller saw it run;
+//! * [`Fences::held`]: any other consumer (a CPU op, a wait, an acquire, a
+//!   deletion, another device's op) is held back until that work completes,
+//!   by the executor's one hook (`exec`'s `fenced`), or fails with the
+//!   device's sticky fault.
+//!
+//! Per var id, the fences keep the event of the last GPU write and those
+//! of the GPU reads since, each with its device and stream. An entry goes
+//! once its events are observed complete.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
+use super::GpuLane;
+use super::backend::Stream;
 use super::event::Event;
 use crate::error::GpuFault;
 use crate::sync::atomic::{AtomicUsize, Ordering};
@@ -170,6 +183,62 @@ impl Fences {
         }
         self.live.store(map.len(), Ordering::Release);
     }
+}
+
+/// Orders the stream of a GPU op about to run behind the same-device GPU
+/// work still in flight on its vars (`vars`: id, writes?): the stream waits
+/// for those events on the GPU; no thread waits.
+pub(crate) fn follow_in_flight(
+    lane: &GpuLane,
+    stream: &Stream,
+    vars: impl Iterator<Item = (u64, bool)>,
+) -> Result<(), GpuFault> {
+    for event in lane.fences.gpu_waits(vars, lane.gpu.device.ordinal, stream.id) {
+        stream.wait(event.raw())?;
+    }
+    Ok(())
+}
+
+/// A GPU op's vars let go at enqueue: what its completion undoes.
+pub(crate) struct Released {
+    fences: Arc<Fences>,
+    event: Event,
+}
+
+impl Released {
+    /// The op's work has run (its event was seen complete): its fences on
+    /// `vars` go. Not called when the device faulted: the fences stay, so
+    /// that the fault fails whoever comes for those vars.
+    pub(crate) fn completed(self, vars: impl Iterator<Item = u64>) {
+        self.fences.remove(vars, &self.event);
+    }
+}
+
+/// Lets a GPU op's vars go now that its work is enqueued, where its lane
+/// releases early: records that work (`event`, behind it on `stream`) on
+/// each var of `vars`, *then* calls `release_vars`, the op layer's hook
+/// that lets the vars go (the order is what the argument needs). That hook
+/// refuses (false) for an op that carries an error to its vars: its fences
+/// are taken back, and it lets its vars go at completion, as any op.
+pub(crate) fn release_at_enqueue<I: Iterator<Item = (u64, bool)>>(
+    lane: &GpuLane,
+    stream: &Stream,
+    event: &Event,
+    vars: impl Fn() -> I,
+    release_vars: impl FnOnce() -> bool,
+) -> Option<Released> {
+    if !lane.early {
+        return None;
+    }
+    let device = &lane.gpu.device;
+    let fault = device.fault_cell().clone();
+    let flight = InFlight { device: device.ordinal, fault, stream: stream.id, event: event.clone() };
+    lane.fences.add(vars(), &flight);
+    if release_vars() {
+        return Some(Released { fences: lane.fences.clone(), event: event.clone() });
+    }
+    lane.fences.remove(vars().map(|(id, _)| id), event);
+    None
 }
 
 #[cfg(all(test, depengine_loom))]
