@@ -55,7 +55,6 @@ const UNSAFE_FILES: &[&str] = &[
     "op/slot.rs",         // an op's result slot, a state word instead of a lock
     "op/op_cell.rs",      // an op's body and epoch, claimed once
     "op/life.rs",         // the one-var append of a push
-    "op/recycle.rs",      // a record rebuilt in place by its only holder
     "op/job.rs",          // the body running on this thread, by address
     "exec/feed.rs",       // a pushing thread's ring of ops
     "gpu/cuda.rs",        // cudarc's unsafe probes of the driver

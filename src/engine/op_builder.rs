@@ -650,20 +650,28 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
         self.reserved = None;
     }
 
-    /// The builder's parts, with every declaration collected.
+    /// The builder's parts, with every declaration collected. Inlined into
+    /// every push, the reservation's case out of line: the common push has
+    /// none.
+    #[inline(always)]
     pub(super) fn declared(self) -> (&'e Arc<Shared>, OpOptions, DepList, Rd, Wr) {
         let Self { shared, mut opts, reads, writes, untyped, reserved } = self;
         let mut decls = Decls(untyped);
         reads.declare(&mut decls);
         writes.declare(&mut decls);
-        // The push that follows holds the reserved slot from now: a refused
-        // one gives it back.
         if let Some(room) = reserved {
-            room.forget();
-            opts.set(OpOptions::RESERVED, true);
+            use_room(room, &mut opts);
         }
         (shared, opts, decls.0, reads, writes)
     }
+}
+
+/// The push that follows holds the reserved slot from now: a refused one
+/// gives it back.
+#[cold]
+fn use_room(room: OwnedSemaphorePermit, opts: &mut OpOptions) {
+    room.forget();
+    opts.set(OpOptions::RESERVED, true);
 }
 
 impl<Rd, Wr> std::fmt::Debug for OpBuilder<'_, Rd, Wr> {

@@ -36,6 +36,11 @@
 //! and never touches the ring again (it starts a new feed), or the worker
 //! sees the push (the owner marked, or its op in the ring) and does not
 //! retire the feed. `README.md` beside this file has the argument.
+//!
+//! Why `unsafe`: the ring's slots are written by their owner and read by the
+//! workers without a lock, and an idle feed's memory is mapped by hand.
+//! Measured: PERFORMANCE.md, *A queue of its own for each pushing thread*
+//! (`w1_novars` 178–199 → 95–97 ns/op); modelled: `feed/loom_tests.rs`.
 
 #![allow(unsafe_code)]
 

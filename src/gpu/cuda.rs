@@ -1,5 +1,9 @@
 //! The CUDA backend, through cudarc (feature `cuda`): probing the driver
 //! without letting its panics out, the context, streams and events.
+//!
+//! Why `unsafe`: cudarc's raw driver calls (the event record and wait
+//! without cudarc's parked-error check, page-locked memory by address, the
+//! driver version), each with its invariant at the call.
 
 #![allow(unsafe_code)]
 

@@ -6,6 +6,13 @@
 //! thread: [`in_user_body`] tells the workers (`exec`) not to keep an op
 //! made ready from inside a body in their next slot, since the body may
 //! block until that op has run.
+//!
+//! Why `unsafe`: the op whose body runs on this thread is kept in a
+//! thread-local by address (a thread-local cannot hold a borrow), set only for the
+//! body's call, while the running thread holds the record; a counted
+//! reference there would cost every op two atomic operations, the cost
+//! PERFORMANCE.md's *An op runs on its worker's reference* took out of the
+//! run.
 
 #![allow(unsafe_code)]
 

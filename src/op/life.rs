@@ -2,6 +2,13 @@
 //! through, run, and completed once its body has stored its result and
 //! every guard is gone (finalize). `README.md` beside this file has the
 //! states and who owns the record in each.
+//!
+//! Why `unsafe`: a guard's live count keeps its op's record alive without a
+//! reference of its own, and the body's reference passes to the last guard
+//! by `Arc::into_raw`; and a one-var push appends through the var's inbox.
+//! Measured: PERFORMANCE.md, *Guards hold no reference to their op*
+//! (alternated against a plain `Arc` per guard: `w2_chain` faster in 48 of
+//! 81 pairs, p ≈ 0.03), and *An inbox per var*.
 
 #![allow(unsafe_code)]
 

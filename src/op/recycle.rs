@@ -25,8 +25,6 @@
 //! to their engine: closing the engine frees them all and turns later
 //! burials into plain drops.
 
-#![allow(unsafe_code)]
-
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
@@ -314,13 +312,7 @@ struct Unique<T>(Arc<T>);
 
 impl<T> Unique<T> {
     fn get_mut(&mut self) -> &mut T {
-        // SAFETY: this is the only reference to the record (`Spare`'s
-        // invariant: `Arc::get_mut` succeeded when it was made, and no
-        // reference was made from it since), so nothing else reads or
-        // writes it while the borrow lasts; `Arc::as_ptr` derives the
-        // pointer from the `Arc`'s own, with its mutable provenance, as
-        // `Arc::get_mut` does.
-        unsafe { &mut *Arc::as_ptr(&self.0).cast_mut() }
+        Arc::get_mut(&mut self.0).expect("a spare record is its record's only reference")
     }
 
     fn into_arc(self) -> Arc<T> {

@@ -5,6 +5,12 @@
 //! that guarantee with one atomic borrow count (like `RefCell`, but usable
 //! across threads), and panics instead of allowing an aliasing access if the
 //! engine ever broke it. Both checks are one uncontended atomic operation.
+//!
+//! Why `unsafe`: the data is reached through an `UnsafeCell` that one atomic
+//! borrow count checks, since the gate already excludes conflicting guards
+//! (a lock would repeat it). Measured: PERFORMANCE.md, *Data access*; the
+//! borrow count panics rather than alias if the gate were ever wrong
+//! (`data/tests.rs`).
 
 #![allow(unsafe_code)]
 

@@ -3,6 +3,11 @@
 //! Generic over the op token `T` so that the protocol can be unit tested and
 //! model checked (under `--cfg depengine_loom`) without the rest of the
 //! engine.
+//!
+//! Why `unsafe`: a one-var push appends through the var's inbox without its
+//! lock while the var may be deleted meanwhile, and a holder is named by
+//! address, not by a counted reference. Measured: PERFORMANCE.md, *An inbox
+//! per var*; modelled: `var_cell/loom_tests.rs`.
 
 #![allow(unsafe_code)]
 

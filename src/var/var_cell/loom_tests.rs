@@ -217,8 +217,8 @@ fn loom_a_read_after_an_early_released_gpu_write_sees_its_work() {
     use std::sync::OnceLock;
 
     use crate::gpu::backend::RawEvent;
-    use crate::gpu::event::Event;
     use crate::gpu::early_release::InFlight;
+    use crate::gpu::event::Event;
     use crate::gpu::{FenceWait, Fences};
 
     /// The read's body: what the dispatcher does before it runs.
