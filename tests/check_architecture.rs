@@ -40,6 +40,8 @@ const INHERENT: &[(&str, &str, &[&str])] = &[
     // A var's queue holds op records, and its guards keep their op running.
     ("var/handle.rs", "op", &["TaskRef"]),
     ("var/guard.rs", "op", &["LiveRef"]),
+    // A var's own acquire hands its guard the op's live count.
+    ("var/acquire.rs", "op", &["LiveRef"]),
 ];
 
 /// The files allowed to use `unsafe`, each for an invariant of its own.

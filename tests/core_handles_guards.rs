@@ -119,6 +119,6 @@ fn public_types_are_send_sync_static() {
     send_sync::<depengine::WriteGuard<u8>>();
     send::<depengine::OpHandle<String>>();
     send::<depengine::Completion<String>>();
-    send::<depengine::engine::Acquire<depengine::WriteGuard<u8>>>();
+    send::<depengine::var::Acquire<depengine::WriteGuard<u8>>>();
     send::<depengine::engine::WaitForAll>();
 }

@@ -1,23 +1,21 @@
-//! Vars as async gates: `var.read().await`, `var.write().await` and
-//! `engine.acquire()...push().await`, ordered with ops by call time.
+//! Vars as async gates: `engine.acquire()...push().await`, and the engine's
+//! side of `var.read().await` and `var.write().await` (`var/acquire.rs`),
+//! ordered with ops by call time.
 //!
 //! An acquire is an op whose body hands its guards to the waiting future
 //! instead of running user code; it completes when those guards drop.
 
 use std::fmt;
-use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 
 use super::shared::{Body, OpOptions, Role, Shared};
 use crate::device::Lane;
-use crate::error::{Error, Kind, panic_message, refuse_in_runtime};
-use crate::op::access::{Append, AsVar, Decls, Item, OpToken, Reading, Writing, var_of};
+use crate::error::{Error, Kind, panic_message};
+use crate::op::LiveRef;
+use crate::op::access::{Append, AsVar, Decl, Decls, Item, OpToken, Reading, Writing, var_of};
 use crate::op::job::{Job, Running};
-use crate::sync::{Mutex, lock};
-use crate::var::{ReadGuard, Var, WriteGuard};
+use crate::var::{Acquire, AcquireSlot, Acquirer, OneAcquire, Var};
 
 /// Builds a multi-var acquire: `engine.acquire().read(&x).write(&y).push()`.
 ///
@@ -156,117 +154,46 @@ impl<L: Item> AcquireBuilder<'_, L> {
     }
 }
 
-impl<T: Send + Sync + 'static> Var<T> {
-    /// Waits, in push order, for shared access: resolves once every write
-    /// pushed before this call has completed.
-    ///
-    /// The read is appended to the var when `read` is called, not when the
-    /// future is first polled. Dropping the future gives up the access.
-    ///
-    /// # Errors
-    ///
-    /// The future resolves to an error if the var carries one from a failed
-    /// write ([`Error::is_skipped`](crate::Error::is_skipped)), was deleted, or
-    /// the engine is shut down.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a dropped future releases its place in the var's queue.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> depengine::Result<()> {
-    /// let engine = depengine::Engine::new();
-    /// let v = engine.var(vec![1, 2, 3]);
-    /// engine.op("push").write(&v).run(|(), (mut v,)| { v.push(4); Ok(()) });
-    /// assert_eq!(v.read().await?.len(), 4); // after the write pushed before it
-    /// # Ok(()) }
-    /// ```
-    pub fn read(&self) -> Acquire<ReadGuard<T>> {
-        push(&owner(self), Reading(self.clone()))
-    }
-
-    /// Waits, in push order, for exclusive access: resolves once every op
-    /// pushed on this var before this call has completed. See [`read`](Var::read).
-    ///
-    /// # Errors
-    ///
-    /// As for [`read`](Var::read).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`read`](Var::read).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> depengine::Result<()> {
-    /// let engine = depengine::Engine::new();
-    /// let config = engine.var(String::from("v1"));
-    /// *config.write().await? = String::from("v2");
-    /// let seen = engine.op("use").read(&config).run(|(c,), ()| Ok(c.clone()));
-    /// assert_eq!(seen.await?, "v2");
-    /// # Ok(()) }
-    /// ```
-    pub fn write(&self) -> Acquire<WriteGuard<T>> {
-        push(&owner(self), Writing(self.clone()))
-    }
-}
-
-/// The engine `var` belongs to.
-fn owner<T: Send + Sync + 'static>(var: &Var<T>) -> Arc<Shared> {
-    var.owner().clone().downcast().expect("a var's owner is its engine")
-}
-
 /// Pushes an acquire of `item`.
 pub(super) fn push<I: Item>(shared: &Arc<Shared>, item: I) -> Acquire<I::Guard> {
-    let slot = Arc::new(AcquireSlot { state: Mutex::new(Default::default()) });
+    let slot = AcquireSlot::new();
     let mut decls = Decls(crate::op::DepList::new());
     item.declare(&mut decls);
+    let job = AcquireJob { item, slot: slot.clone() };
+    match shared.push_detached_as(Role::Acquire, options(), decls.0, job, Body::Hands) {
+        Ok(()) => Acquire::pending(slot),
+        Err(err) => Acquire::refused(err),
+    }
+}
+
+/// An acquire's options: it runs where its var lets it through.
+fn options() -> OpOptions {
     let mut opts = OpOptions::new("acquire".into());
     opts.lane = Lane::Inline;
-    let job = AcquireJob { item, slot: slot.clone() };
-    match shared.push_detached_as(Role::Acquire, opts, decls.0, job, Body::Hands) {
-        Ok(()) => Acquire { slot: Some(slot), refused: None },
-        Err(err) => Acquire { slot: None, refused: Some(err) },
+    opts
+}
+
+/// A var's own acquire (`Var::read`, `Var::write`), pushed on the engine
+/// that made the var.
+impl Acquirer for Shared {
+    fn push_acquire(self: Arc<Self>, one: Box<dyn OneAcquire>) -> Result<(), Error> {
+        let mut decls = crate::op::DepList::new();
+        decls.push(Decl { var: one.var(), access: one.access(), typed: true });
+        self.push_detached_as(Role::Acquire, options(), decls, OneJob(one), Body::Hands)
     }
 }
 
-struct AcquireSlot<G> {
-    state: Mutex<SlotState<G>>,
-}
+struct OneJob(Box<dyn OneAcquire>);
 
-struct SlotState<G> {
-    value: Option<Result<G, Error>>,
-    waker: Option<Waker>,
-    abandoned: bool,
-}
+impl Job for OneJob {
+    type Output = ();
 
-impl<G> Default for SlotState<G> {
-    fn default() -> Self {
-        Self { value: None, waker: None, abandoned: false }
+    fn start(self, op: Running<'_, ()>) {
+        op.store(self.0.grant(LiveRef::new(op.task)));
     }
-}
 
-impl<G> AcquireSlot<G> {
-    /// Hands the guards (or the error) to the future, or drops them if the
-    /// future is gone.
-    fn deliver(&self, value: Result<G, Error>) {
-        let mut state = lock(&self.state);
-        if state.abandoned {
-            drop(state);
-            drop(value);
-            return;
-        }
-        state.value = Some(value);
-        let waker = state.waker.take();
-        drop(state);
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+    fn vetoed(self, err: &Error) {
+        self.0.refuse(err);
     }
 }
 
@@ -298,80 +225,6 @@ impl<I: Item> Job for AcquireJob<I> {
 
     fn vetoed(self, err: &Error) {
         self.slot.deliver(Err(err.clone()));
-    }
-}
-
-/// The future of an acquire's guards.
-///
-/// # Cancel safety
-///
-/// Cancel safe: dropping it before it resolves gives up its place; guards
-/// already granted are released at once.
-#[must_use = "an acquire holds its place in the vars' queues until awaited or dropped"]
-pub struct Acquire<G> {
-    slot: Option<Arc<AcquireSlot<G>>>,
-    refused: Option<Error>,
-}
-
-impl<G: Send + 'static> Acquire<G> {
-    /// Blocks the current thread until the guards are granted.
-    ///
-    /// # Errors
-    ///
-    /// As for awaiting it, and [`Error::is_blocking_in_runtime`] inside a
-    /// Tokio runtime.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let engine = depengine::Engine::new();
-    /// let v = engine.var(5);
-    /// let guard = v.read().blocking_wait()?; // outside any Tokio runtime
-    /// assert_eq!(*guard, 5);
-    /// # Ok::<(), depengine::Error>(())
-    /// ```
-    pub fn blocking_wait(self) -> Result<G, Error> {
-        refuse_in_runtime("Acquire::blocking_wait")?;
-        futures::executor::block_on(self)
-    }
-}
-
-impl<G> Future for Acquire<G> {
-    type Output = Result<G, Error>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        if let Some(err) = this.refused.take() {
-            return Poll::Ready(Err(err));
-        }
-        let slot = this.slot.as_ref().expect("acquire polled after it resolved");
-        let mut state = lock(&slot.state);
-        if let Some(value) = state.value.take() {
-            drop(state);
-            this.slot = None;
-            return Poll::Ready(value);
-        }
-        state.waker = Some(cx.waker().clone());
-        Poll::Pending
-    }
-}
-
-impl<G> Drop for Acquire<G> {
-    fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            let value = {
-                let mut state = lock(&slot.state);
-                state.abandoned = true;
-                state.value.take()
-            };
-            drop(value);
-        }
-    }
-}
-
-impl<G> fmt::Debug for Acquire<G> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Acquire").field("refused", &self.refused).finish_non_exhaustive()
     }
 }
 

@@ -26,7 +26,7 @@ mod reserve;
 mod shared;
 mod watchdog;
 
-pub use acquire::{Acquire, AcquireBuilder};
+pub use acquire::AcquireBuilder;
 pub use api::{Engine, Profiler, ShutdownMode, WaitForAll};
 pub use batch::Batch;
 pub use engine_builder::{EngineBuilder, EngineKind, Settings};

@@ -21,10 +21,10 @@ use super::gate::Access;
 use super::var_cell::{Grant, VarCell, label};
 use crate::op::TaskRef;
 
-/// The engine a var belongs to, opaque at this layer: the engine layer
-/// makes it and reads it back (a push refuses vars of another engine, and
+/// The engine a var belongs to, opaque at this layer but for the way up of
+/// the var's own acquires (a push refuses vars of another engine, and
 /// `Var::read` pushes on the var's own).
-pub(crate) type Owner = Arc<dyn std::any::Any + Send + Sync>;
+pub(crate) type Owner = Arc<dyn super::acquire::Acquirer>;
 
 /// The engine-side state of a var, whatever its data type. It lives at the
 /// start of its var's [`VarInner`], so that a typed handle and an untyped

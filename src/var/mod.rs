@@ -6,13 +6,15 @@
 //! * `var_cell.rs`: its lock, the multi-var append, error slots; `inbox.rs`:
 //!   one-var pushes without the lock;
 //! * `data.rs`: the data and its borrow check; `guard.rs`: the guards;
-//! * `handle.rs`: [`Var`] and [`AnyVar`].
+//! * `handle.rs`: [`Var`] and [`AnyVar`]; `acquire.rs`: a var's own
+//!   acquires (`Var::read`, `Var::write`) and their future, [`Acquire`].
 //!
 //! The var layer sits below the op layer but names two of its types: the
 //! queues hold op records (`op::TaskRef`) and guards keep their op running
 //! (`op::LiveRef`). That is the one cycle of the crate, inherent to what a
 //! var and an op are: records hold vars, guards hold records.
 
+mod acquire;
 mod data;
 mod gate;
 mod guard;
@@ -20,6 +22,8 @@ mod handle;
 pub(crate) mod inbox;
 mod var_cell;
 
+pub use acquire::Acquire;
+pub(crate) use acquire::{AcquireSlot, Acquirer, OneAcquire};
 pub(crate) use gate::Access;
 pub use guard::{ReadGuard, WriteGuard};
 pub use handle::{AnyVar, Var, VarDebug};
