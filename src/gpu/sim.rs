@@ -298,7 +298,7 @@ impl SimGpu {
     }
 
     /// [`synchronize`](Self::synchronize), for the engine's one thread
-    /// that may block (`../drain.rs`).
+    /// that may block (`gpu/drain.rs`).
     pub(crate) fn drain(&self, stream: usize) -> Result<(), GpuFault> {
         let mut state = lock(&self.state);
         loop {
