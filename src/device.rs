@@ -12,7 +12,7 @@ pub enum Device {
     Cpu(usize),
     /// GPU `i`: its compute workers, copy lanes and prioritized lane, each
     /// worker owning a stream; GPU ops are pushed with
-    /// [`OpBuilder::run_gpu`](crate::engine::OpBuilder::run_gpu). Real through CUDA
+    /// `OpBuilder::run_gpu`. Real through CUDA
     /// with feature `cuda`, or simulated (see
     /// [`EngineBuilder::simulated_gpus`](crate::EngineBuilder::simulated_gpus)).
     Gpu(usize),

@@ -6,12 +6,11 @@
 //! instead of running user code; it completes when those guards drop.
 
 use std::fmt;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use super::shared::{Body, OpOptions, Role, Shared};
 use crate::device::Lane;
-use crate::error::{Error, Kind, panic_message};
+use crate::error::Error;
 use crate::op::LiveRef;
 use crate::op::access::{Append, AsVar, Decl, Decls, Item, OpToken, Reading, Writing, var_of};
 use crate::op::job::{Job, Running};
@@ -207,20 +206,7 @@ impl<I: Item> Job for AcquireJob<I> {
 
     fn start(self, op: Running<'_, ()>) {
         let item = self.item;
-        match catch_unwind(AssertUnwindSafe(|| item.guard(OpToken(op.task)))) {
-            Ok(guards) => {
-                self.slot.deliver(Ok(guards));
-                op.store(Ok(()));
-            }
-            Err(payload) => {
-                let err = Error::new(Kind::Panicked {
-                    op: op.header().meta.name.clone(),
-                    message: panic_message(&*payload),
-                });
-                self.slot.deliver(Err(err.clone()));
-                op.store(Err(err));
-            }
-        }
+        op.store(self.slot.fill(|| item.guard(OpToken(op.task))));
     }
 
     fn vetoed(self, err: &Error) {

@@ -8,7 +8,7 @@ use std::fmt;
 ///
 /// An [`Error`](crate::Error) of [`is_gpu`](crate::Error::is_gpu) carries
 /// one ([`Error::gpu_fault`](crate::Error::gpu_fault)); a device with a
-/// sticky fault shows it ([`Gpu::fault`](crate::gpu::Gpu::fault)).
+/// sticky fault shows it (`Gpu::fault`).
 ///
 /// # Examples
 ///

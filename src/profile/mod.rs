@@ -183,7 +183,7 @@ impl ProfiledOp {
 }
 
 /// The ops a profiler recorded, in the order they completed: the last
-/// ones it keeps (see [`Profiler::keep_last`](crate::engine::Profiler::keep_last)).
+/// ones it keeps (see `Profiler::keep_last`).
 ///
 /// # Examples
 ///

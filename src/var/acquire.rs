@@ -132,18 +132,7 @@ impl<T: Send + Sync + 'static, G: Send + 'static> OneAcquire for One<T, G> {
 
     fn grant(self: Box<Self>, live: LiveRef) -> Result<(), Error> {
         let Self { var, slot, guard, .. } = *self;
-        match catch_unwind(AssertUnwindSafe(|| guard(var, live))) {
-            Ok(guard) => {
-                slot.deliver(Ok(guard));
-                Ok(())
-            }
-            Err(payload) => {
-                let err =
-                    Error::new(Kind::Panicked { op: "acquire".into(), message: panic_message(&*payload) });
-                slot.deliver(Err(err.clone()));
-                Err(err)
-            }
-        }
+        slot.fill(|| guard(var, live))
     }
 
     fn refuse(self: Box<Self>, err: &Error) {
@@ -175,6 +164,24 @@ impl<G> AcquireSlot<G> {
 
     /// Hands the guards (or the error) to the future, or drops them if the
     /// future is gone.
+    /// Makes the guards with `make` and hands them to the future. A panic
+    /// making them (the gate broken) fails the future and the acquire's op
+    /// alike: the error is returned for the op to store.
+    pub(crate) fn fill(&self, make: impl FnOnce() -> G) -> Result<(), Error> {
+        match catch_unwind(AssertUnwindSafe(make)) {
+            Ok(guards) => {
+                self.deliver(Ok(guards));
+                Ok(())
+            }
+            Err(payload) => {
+                let err =
+                    Error::new(Kind::Panicked { op: "acquire".into(), message: panic_message(&*payload) });
+                self.deliver(Err(err.clone()));
+                Err(err)
+            }
+        }
+    }
+
     pub(crate) fn deliver(&self, value: Result<G, Error>) {
         let mut state = lock(&self.state);
         if state.abandoned {
