@@ -34,6 +34,9 @@ pub(crate) fn bucket_of(ns: u64) -> usize {
 /// for _ in 0..10 {
 ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
 /// }
+/// // A worker records an op's times just after the op completes; a
+/// // draining shutdown waits for that too.
+/// engine.blocking_shutdown(depengine::ShutdownMode::Drain)?;
 /// let run_time = engine.metrics().run_time();
 /// assert_eq!(run_time.count(), 10);
 /// assert!(run_time.p50() <= run_time.p99());
@@ -68,6 +71,9 @@ impl Histogram {
     /// for _ in 0..10 {
     ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
     /// }
+    /// // A worker records an op's times just after the op completes; a
+    /// // draining shutdown waits for that too.
+    /// engine.blocking_shutdown(depengine::ShutdownMode::Drain)?;
     /// let h = engine.metrics().run_time();
     /// assert!(h.sum() >= h.mean().unwrap());
     /// # Ok::<(), depengine::Error>(())
@@ -85,6 +91,9 @@ impl Histogram {
     /// for _ in 0..10 {
     ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
     /// }
+    /// // A worker records an op's times just after the op completes; a
+    /// // draining shutdown waits for that too.
+    /// engine.blocking_shutdown(depengine::ShutdownMode::Drain)?;
     /// let h = engine.metrics().run_time();
     /// assert_eq!(h.mean(), Some(h.sum() / 10));
     /// # Ok::<(), depengine::Error>(())
@@ -103,6 +112,9 @@ impl Histogram {
     /// for _ in 0..10 {
     ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
     /// }
+    /// // A worker records an op's times just after the op completes; a
+    /// // draining shutdown waits for that too.
+    /// engine.blocking_shutdown(depengine::ShutdownMode::Drain)?;
     /// let h = engine.metrics().run_time();
     /// assert_eq!(h.counts().iter().sum::<u64>(), h.count());
     /// # Ok::<(), depengine::Error>(())
@@ -120,6 +132,9 @@ impl Histogram {
     /// for _ in 0..10 {
     ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
     /// }
+    /// // A worker records an op's times just after the op completes; a
+    /// // draining shutdown waits for that too.
+    /// engine.blocking_shutdown(depengine::ShutdownMode::Drain)?;
     /// assert_eq!(engine.metrics().run_time().count(), 10);
     /// # Ok::<(), depengine::Error>(())
     /// ```
@@ -153,6 +168,9 @@ impl Histogram {
     /// for _ in 0..10 {
     ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
     /// }
+    /// // A worker records an op's times just after the op completes; a
+    /// // draining shutdown waits for that too.
+    /// engine.blocking_shutdown(depengine::ShutdownMode::Drain)?;
     /// let h = engine.metrics().run_time();
     /// assert!(h.quantile(0.9) >= h.quantile(0.1));
     /// assert_eq!(h.quantile(2.0), h.quantile(1.0)); // clamped
@@ -185,6 +203,9 @@ impl Histogram {
     /// for _ in 0..10 {
     ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
     /// }
+    /// // A worker records an op's times just after the op completes; a
+    /// // draining shutdown waits for that too.
+    /// engine.blocking_shutdown(depengine::ShutdownMode::Drain)?;
     /// assert_eq!(engine.metrics().queue_wait().p50(), engine.metrics().queue_wait().quantile(0.5));
     /// # Ok::<(), depengine::Error>(())
     /// ```
@@ -201,6 +222,9 @@ impl Histogram {
     /// for _ in 0..10 {
     ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
     /// }
+    /// // A worker records an op's times just after the op completes; a
+    /// // draining shutdown waits for that too.
+    /// engine.blocking_shutdown(depengine::ShutdownMode::Drain)?;
     /// let h = engine.metrics().run_time();
     /// assert!(h.p99() >= h.p50());
     /// # Ok::<(), depengine::Error>(())
@@ -219,6 +243,7 @@ impl Histogram {
 /// use depengine::{Device, Lane};
 /// let engine = depengine::Engine::builder().cpu_workers(2).build()?;
 /// engine.op("first").run(|(), ()| Ok(())).blocking_wait()?;
+/// engine.blocking_shutdown(depengine::ShutdownMode::Drain)?; // the worker's counts are in
 /// let metrics = engine.metrics();
 /// let pool = metrics.pools.iter().find(|p| p.device == Device::Cpu(0) && p.lane == Lane::Normal).unwrap();
 /// assert_eq!((pool.workers, pool.ops_run), (2, 1));
@@ -269,6 +294,7 @@ pub struct PoolMetrics {
 /// let v = engine.var(0);
 /// engine.op("a").write(&v).run(|(), _| Ok(())).blocking_wait()?;
 /// let _ = engine.op("b").write(&v).run(|(), _| -> depengine::Result<(), _> { Err("no".into()) }).blocking_wait();
+/// engine.blocking_shutdown(depengine::ShutdownMode::Drain)?; // every count is in
 /// let m = engine.metrics();
 /// assert_eq!((m.failed, m.in_flight), (1, 0));
 /// assert!(m.completed >= 2);
@@ -359,6 +385,9 @@ impl Metrics {
     /// for _ in 0..10 {
     ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
     /// }
+    /// // A worker records an op's times just after the op completes; a
+    /// // draining shutdown waits for that too.
+    /// engine.blocking_shutdown(depengine::ShutdownMode::Drain)?;
     /// assert_eq!(engine.metrics().queue_wait().count(), 10);
     /// # Ok::<(), depengine::Error>(())
     /// ```
@@ -377,6 +406,9 @@ impl Metrics {
     /// for _ in 0..10 {
     ///     engine.op("work").run(|(), ()| Ok(())).blocking_wait()?;
     /// }
+    /// // A worker records an op's times just after the op completes; a
+    /// // draining shutdown waits for that too.
+    /// engine.blocking_shutdown(depengine::ShutdownMode::Drain)?;
     /// let slowest = engine.metrics().run_time().quantile(1.0);
     /// assert!(slowest.is_some());
     /// # Ok::<(), depengine::Error>(())

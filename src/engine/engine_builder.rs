@@ -425,6 +425,9 @@ impl EngineBuilder {
     /// ```
     /// let engine = depengine::Engine::builder().metrics_timing(true).build()?;
     /// engine.op("timed").run(|(), ()| Ok(())).blocking_wait()?;
+    /// // The worker records the op's times just after it completes; a
+    /// // draining shutdown waits for that too.
+    /// engine.blocking_shutdown(depengine::ShutdownMode::Drain)?;
     /// let metrics = engine.metrics();
     /// assert_eq!(metrics.run_time().count(), 1);
     /// # Ok::<(), depengine::Error>(())
