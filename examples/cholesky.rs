@@ -90,7 +90,7 @@ fn gemm(a: &[&[f64]], b: &[&[f64]], c: &mut [&mut [f64]]) {
 }
 
 /// A tile's rows, shared.
-fn rows(t: &depengine::scope::TileView<f64>) -> Vec<&[f64]> {
+fn rows(t: &depengine::scope::Tile<f64>) -> Vec<&[f64]> {
     t.rows_iter().collect()
 }
 

@@ -112,7 +112,7 @@ pub mod scope;
 
 /// The sealed traits that describe what an op declares.
 pub mod access {
-    pub use crate::op::access::{Append, AsVar, Item, Reading, Writing};
+    pub use crate::op::access::{Append, AsVar, Held, Item, Reading, Writing};
     #[doc(hidden)]
     pub use crate::op::access::{Decls, OpToken, VarToken};
 }

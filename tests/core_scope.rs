@@ -38,7 +38,7 @@ fn ops_change_borrowed_memory_in_place() {
             .read_all(&chunks)
             .write(&sum)
             .run_detached(|(cs,), (mut sum,)| {
-                **sum = cs.iter().map(|c| c.iter().sum::<u64>()).sum();
+                *sum = cs.iter().map(|c| c.iter().sum::<u64>()).sum();
                 Ok(())
             })
             .unwrap();
@@ -115,7 +115,7 @@ fn the_end_waits_for_slow_ops() {
             .write(&v)
             .run_detached(|(), (mut v,)| {
                 std::thread::sleep(Duration::from_millis(50));
-                **v = 7;
+                *v = 7;
                 Ok(())
             })
             .unwrap();
@@ -135,7 +135,7 @@ fn the_end_waits_for_guards_held_elsewhere() {
         engine.op("async").write(&v).run_async(|(), (mut v,), done| {
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(50));
-                **v = 9;
+                *v = 9;
                 drop(v);
                 done.succeed(());
             });
@@ -183,7 +183,7 @@ fn failing_ops_end_the_scope() {
         let v = s.var(&mut x);
         let failed = engine.op("fail").write(&v).run(|(), (_v,)| Err::<(), _>("planned".into()));
         let skipped = engine.op("after").write(&v).run(|(), (mut v,)| {
-            **v = 5;
+            *v = 5;
             Ok(())
         });
         assert!(failed.blocking_wait().is_err());
@@ -210,7 +210,7 @@ fn a_cancelling_shutdown_inside_the_scope_ends_it_safely() {
             .run_detached(move |(), (mut v,)| {
                 started.send(()).unwrap();
                 std::thread::sleep(Duration::from_millis(30));
-                **v += 1;
+                *v += 1;
                 Ok(())
             })
             .unwrap();
@@ -219,7 +219,7 @@ fn a_cancelling_shutdown_inside_the_scope_ends_it_safely() {
                 .op("queued")
                 .write(&v)
                 .run_detached(|(), (mut v,)| {
-                    **v += 100;
+                    *v += 100;
                     Ok(())
                 })
                 .unwrap();
@@ -306,7 +306,7 @@ fn scoped_and_owned_vars_mix() {
             .read(&owned)
             .write(&v)
             .run_detached(|(o,), (mut v,)| {
-                **v *= *o;
+                *v *= *o;
                 Ok(())
             })
             .unwrap();
@@ -314,4 +314,123 @@ fn scoped_and_owned_vars_mix() {
     })
     .unwrap();
     assert_eq!(x, 12);
+}
+
+/// Runs `f` on a thread of its own and fails if it does not return within
+/// `limit`: what used to hang fails here instead.
+fn within<R: Send + 'static>(limit: Duration, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(f()).unwrap());
+    rx.recv_timeout(limit).expect("still running: it hangs")
+}
+
+/// Handles of ops on a scoped var kept after the scope, with a cancelling
+/// shutdown inside it: the scope's end does not wait for the handles (they
+/// hold the var, and are dropped only after the scope returns), yet it
+/// returns only once no op on the var runs.
+#[test]
+fn op_handles_kept_past_a_shut_down_scope_let_it_end() {
+    within(Duration::from_secs(20), || {
+        let engine = engine();
+        let mut data = vec![0u8; 4];
+        let mut kept = Vec::new();
+        let (started, running) = std::sync::mpsc::channel();
+        depengine::scope(&engine, |s| {
+            let v = s.slice(&mut data);
+            kept.push(engine.op("running").write(&v).run(move |(), (mut d,)| {
+                started.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(30));
+                d[0] += 1;
+                Ok(())
+            }));
+            for _ in 0..4 {
+                kept.push(engine.op("queued").write(&v).run(|(), (mut d,)| {
+                    d[1] += 1;
+                    Ok(())
+                }));
+            }
+            running.recv().unwrap();
+            let _ = engine.blocking_shutdown(ShutdownMode::Cancel);
+        })
+        .unwrap();
+        let at_end = data.clone();
+        assert_eq!(at_end[0], 1, "the running op finished before the scope returned");
+        let outcomes: Vec<_> = kept.into_iter().map(|h| h.blocking_wait().is_ok()).collect();
+        assert!(outcomes[0], "the running op succeeded");
+        assert_eq!(data, at_end, "nothing reached the memory after the scope");
+    });
+}
+
+/// Two write guards of vars of two nested scopes, swapped inside an op that
+/// holds both: each guard keeps its own var and view, so after the inner
+/// scope returns, ops on the outer var write the outer memory only. (The
+/// guards once dereferenced to the views themselves: swapping those moved
+/// the inner scope's pointer into the outer var.)
+#[test]
+fn swapped_guards_of_nested_scopes_keep_their_views() {
+    let engine = engine();
+    let mut outer = vec![0u8; 4];
+    let mut inner = vec![0u8; 4];
+    depengine::scope(&engine, |s| {
+        let o = s.slice(&mut outer);
+        depengine::scope(&engine, |t| {
+            let i = t.slice(&mut inner);
+            engine
+                .op("swap")
+                .write(&o)
+                .write(&i)
+                .run(|(), (mut a, mut b)| {
+                    std::mem::swap(&mut a, &mut b);
+                    a.fill(1); // the inner var's memory, through its own guard
+                    b.fill(2);
+                    Ok(())
+                })
+                .blocking_wait()
+                .unwrap();
+        })
+        .unwrap();
+        engine
+            .op("after")
+            .write(&o)
+            .run(|(), (mut d,)| {
+                d.fill(171);
+                Ok(())
+            })
+            .blocking_wait()
+            .unwrap();
+    })
+    .unwrap();
+    assert_eq!(inner, [1; 4], "the inner memory has only the swap op's write");
+    assert_eq!(outer, [171; 4], "the outer var still views the outer memory");
+}
+
+/// Values behind two scoped `var` guards swap as values: the views stay.
+#[test]
+fn swapping_scoped_values_moves_data_not_views() {
+    let engine = engine();
+    let (mut x, mut y) = (String::from("x"), String::from("y"));
+    depengine::scope(&engine, |s| {
+        let (a, b) = (s.var(&mut x), s.var(&mut y));
+        engine
+            .op("swap")
+            .write(&a)
+            .write(&b)
+            .run(|(), (mut a, mut b)| {
+                std::mem::swap(&mut *a, &mut *b);
+                Ok(())
+            })
+            .blocking_wait()
+            .unwrap();
+        engine
+            .op("mark")
+            .write(&a)
+            .run(|(), (mut a,)| {
+                a.push('!');
+                Ok(())
+            })
+            .blocking_wait()
+            .unwrap();
+    })
+    .unwrap();
+    assert_eq!((x.as_str(), y.as_str()), ("y!", "x"));
 }

@@ -12,9 +12,9 @@ use super::shared::{Body, OpOptions, Role, Shared};
 use crate::device::Lane;
 use crate::error::Error;
 use crate::op::LiveRef;
-use crate::op::access::{Append, AsVar, Decl, Decls, Item, OpToken, Reading, Writing, var_of};
+use crate::op::access::{Append, AsVar, Decl, Decls, Item, OpToken, Reading, Writing, held_of};
 use crate::op::job::{Job, Running};
-use crate::var::{Acquire, AcquireSlot, Acquirer, OneAcquire, Var};
+use crate::var::{Acquire, AcquireSlot, Acquirer, OneAcquire};
 
 /// Builds a multi-var acquire: `engine.acquire().read(&x).write(&y).push()`.
 ///
@@ -61,9 +61,9 @@ impl<'e, L> AcquireBuilder<'e, L> {
     /// ```
     pub fn read<V: AsVar>(self, var: &V) -> AcquireBuilder<'e, L::Output>
     where
-        L: Append<Reading<Var<V::Data>>>,
+        L: Append<Reading<V::Held>>,
     {
-        AcquireBuilder { shared: self.shared, items: self.items.append(Reading(var_of(var).clone())) }
+        AcquireBuilder { shared: self.shared, items: self.items.append(Reading(held_of(var))) }
     }
 
     /// Adds exclusive access to `var` (a [`Var`] or a scope's var).
@@ -81,9 +81,9 @@ impl<'e, L> AcquireBuilder<'e, L> {
     /// ```
     pub fn write<V: AsVar>(self, var: &V) -> AcquireBuilder<'e, L::Output>
     where
-        L: Append<Writing<Var<V::Data>>>,
+        L: Append<Writing<V::Held>>,
     {
-        AcquireBuilder { shared: self.shared, items: self.items.append(Writing(var_of(var).clone())) }
+        AcquireBuilder { shared: self.shared, items: self.items.append(Writing(held_of(var))) }
     }
 
     /// Adds shared access to each var of a list: one `Vec` of guards.
@@ -101,9 +101,9 @@ impl<'e, L> AcquireBuilder<'e, L> {
     where
         V: AsVar + 'v,
         I: IntoIterator<Item = &'v V>,
-        L: Append<Reading<Vec<Var<V::Data>>>>,
+        L: Append<Reading<Vec<V::Held>>>,
     {
-        let item = Reading(vars.into_iter().map(|v| var_of(v).clone()).collect());
+        let item = Reading(vars.into_iter().map(held_of).collect());
         AcquireBuilder { shared: self.shared, items: self.items.append(item) }
     }
 
@@ -124,9 +124,9 @@ impl<'e, L> AcquireBuilder<'e, L> {
     where
         V: AsVar + 'v,
         I: IntoIterator<Item = &'v V>,
-        L: Append<Writing<Vec<Var<V::Data>>>>,
+        L: Append<Writing<Vec<V::Held>>>,
     {
-        let item = Writing(vars.into_iter().map(|v| var_of(v).clone()).collect());
+        let item = Writing(vars.into_iter().map(held_of).collect());
         AcquireBuilder { shared: self.shared, items: self.items.append(item) }
     }
 }

@@ -11,10 +11,10 @@ use super::shared::{Body, OpOptions, Shared};
 use crate::device::{Device, Lane};
 use crate::error::{BoxError, Error, Kind};
 use crate::op::DepList;
-use crate::op::access::{Append, AsVar, Decl, Decls, Item, Reading, Writing, var_of};
+use crate::op::access::{Append, AsVar, Decl, Decls, Item, Reading, Writing, held_of};
 use crate::op::job::{AsyncJob, FutureJob, Job, SyncJob};
 use crate::op::op_handle::{Completion, OpHandle};
-use crate::var::{Access, AnyVar, Var};
+use crate::var::{Access, AnyVar};
 
 /// Builds an op: what it reads and writes, where it runs, then its body.
 ///
@@ -99,17 +99,10 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     /// ```
     pub fn read<V: AsVar>(self, var: &V) -> OpBuilder<'e, Rd::Output, Wr>
     where
-        Rd: Append<Reading<Var<V::Data>>>,
+        Rd: Append<Reading<V::Held>>,
     {
         let Self { shared, opts, reads, writes, untyped, reserved } = self;
-        OpBuilder {
-            shared,
-            opts,
-            reads: reads.append(Reading(var_of(var).clone())),
-            writes,
-            untyped,
-            reserved,
-        }
+        OpBuilder { shared, opts, reads: reads.append(Reading(held_of(var))), writes, untyped, reserved }
     }
 
     /// Declares a read of each var: the body receives a `Vec` of guards.
@@ -127,10 +120,10 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     where
         V: AsVar + 'v,
         I: IntoIterator<Item = &'v V>,
-        Rd: Append<Reading<Vec<Var<V::Data>>>>,
+        Rd: Append<Reading<Vec<V::Held>>>,
     {
         let Self { shared, opts, reads, writes, untyped, reserved } = self;
-        let reads = reads.append(Reading(vars.into_iter().map(|v| var_of(v).clone()).collect()));
+        let reads = reads.append(Reading(vars.into_iter().map(held_of).collect()));
         OpBuilder { shared, opts, reads, writes, untyped, reserved }
     }
 
@@ -151,17 +144,10 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     /// ```
     pub fn write<V: AsVar>(self, var: &V) -> OpBuilder<'e, Rd, Wr::Output>
     where
-        Wr: Append<Writing<Var<V::Data>>>,
+        Wr: Append<Writing<V::Held>>,
     {
         let Self { shared, opts, reads, writes, untyped, reserved } = self;
-        OpBuilder {
-            shared,
-            opts,
-            reads,
-            writes: writes.append(Writing(var_of(var).clone())),
-            untyped,
-            reserved,
-        }
+        OpBuilder { shared, opts, reads, writes: writes.append(Writing(held_of(var))), untyped, reserved }
     }
 
     /// Declares a write of each var: the body receives a `Vec` of guards.
@@ -182,10 +168,10 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     where
         V: AsVar + 'v,
         I: IntoIterator<Item = &'v V>,
-        Wr: Append<Writing<Vec<Var<V::Data>>>>,
+        Wr: Append<Writing<Vec<V::Held>>>,
     {
         let Self { shared, opts, reads, writes, untyped, reserved } = self;
-        let writes = writes.append(Writing(vars.into_iter().map(|v| var_of(v).clone()).collect()));
+        let writes = writes.append(Writing(vars.into_iter().map(held_of).collect()));
         OpBuilder { shared, opts, reads, writes, untyped, reserved }
     }
 

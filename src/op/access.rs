@@ -35,14 +35,46 @@ pub(crate) mod sealed {
 }
 
 /// A handle whose var an op or an acquire may declare: a [`Var`], or a
-/// var of a scope (`Engine::scope`), whose handles cannot leave it. Sealed.
+/// var of a scope (`depengine::scope`), whose handles cannot leave it.
+/// Sealed.
 pub trait AsVar: sealed::Sealed + Send + Sync {
-    /// The data the op's guard reaches.
+    /// The data the var holds.
     type Data: Send + Sync + 'static;
+
+    /// The handle as the op keeps it, which decides the guard its body
+    /// receives: a [`Var`] gives [`ReadGuard`]/[`WriteGuard`] (to the data),
+    /// a scope's var gives guards to the borrowed elements only.
+    #[doc(hidden)]
+    type Held: Held<Data = Self::Data>;
 
     /// The var, to the crate only (the token cannot be made outside it).
     #[doc(hidden)]
     fn as_var(&self, token: VarToken) -> &Var<Self::Data>;
+
+    /// A new handle to the var, as the op keeps it.
+    #[doc(hidden)]
+    fn held(&self, token: VarToken) -> Self::Held;
+}
+
+/// A var's handle as a declared op or acquire keeps it until it runs, and
+/// the guards it turns into. Sealed.
+pub trait Held: sealed::Sealed + Clone + Send + Sync + 'static {
+    /// The data the var holds.
+    type Data: Send + Sync + 'static;
+    /// The guard for a read.
+    type ReadGuard: Send + 'static;
+    /// The guard for a write.
+    type WriteGuard: Send + 'static;
+
+    /// The var.
+    #[doc(hidden)]
+    fn var(&self, token: VarToken) -> &Var<Self::Data>;
+    /// The read guard for the op `op`, made of this handle.
+    #[doc(hidden)]
+    fn read_guard(self, op: OpToken<'_>) -> Self::ReadGuard;
+    /// The write guard for the op `op`, made of this handle.
+    #[doc(hidden)]
+    fn write_guard(self, op: OpToken<'_>) -> Self::WriteGuard;
 }
 
 /// Opens [`AsVar::as_var`] to this crate only.
@@ -53,9 +85,32 @@ pub struct VarToken(pub(crate) ());
 impl<T: Send + Sync + 'static> sealed::Sealed for Var<T> {}
 impl<T: Send + Sync + 'static> AsVar for Var<T> {
     type Data = T;
+    type Held = Var<T>;
 
     fn as_var(&self, _: VarToken) -> &Var<T> {
         self
+    }
+
+    fn held(&self, _: VarToken) -> Var<T> {
+        self.clone()
+    }
+}
+
+impl<T: Send + Sync + 'static> Held for Var<T> {
+    type Data = T;
+    type ReadGuard = ReadGuard<T>;
+    type WriteGuard = WriteGuard<T>;
+
+    fn var(&self, _: VarToken) -> &Var<T> {
+        self
+    }
+
+    fn read_guard(self, op: OpToken<'_>) -> ReadGuard<T> {
+        self.into_read_guard(LiveRef::new(op.0))
+    }
+
+    fn write_guard(self, op: OpToken<'_>) -> WriteGuard<T> {
+        self.into_write_guard(LiveRef::new(op.0))
     }
 }
 
@@ -64,9 +119,14 @@ pub(crate) fn var_of<V: AsVar>(v: &V) -> &Var<V::Data> {
     v.as_var(VarToken(()))
 }
 
+/// A new handle to a declared var, as an op keeps it.
+pub(crate) fn held_of<V: AsVar>(v: &V) -> V::Held {
+    v.held(VarToken(()))
+}
+
 /// Something an op or an acquire declares, and the guard it receives for it.
 ///
-/// Implemented for [`Reading`] and [`Writing`] of a [`Var`] or a `Vec` of
+/// Implemented for [`Reading`] and [`Writing`] of a var or a `Vec` of
 /// vars, and for tuples of up to twelve items. Sealed.
 pub trait Item: sealed::Sealed + Send + 'static {
     /// What the op's body receives for this item.
@@ -92,72 +152,73 @@ pub struct Reading<X>(pub(crate) X);
 #[derive(Debug)]
 pub struct Writing<X>(pub(crate) X);
 
-fn declare_one<T>(var: &Var<T>, access: Access, decls: &mut Decls)
-where
-    T: Send + Sync + 'static,
-{
-    decls.0.push(Decl { var: var.any(), access, typed: true });
+fn declare_one<H: Held>(held: &H, access: Access, decls: &mut Decls) {
+    decls.0.push(Decl { var: held.var(VarToken(())).any(), access, typed: true });
 }
 
-impl<T: Send + Sync + 'static> sealed::Sealed for Reading<Var<T>> {}
-impl<T: Send + Sync + 'static> Item for Reading<Var<T>> {
-    type Guard = ReadGuard<T>;
+impl<H: Held> sealed::Sealed for Reading<H> {}
+impl<H: Held> Item for Reading<H> {
+    type Guard = H::ReadGuard;
 
     fn declare(&self, decls: &mut Decls) {
         declare_one(&self.0, Access::Read, decls);
     }
 
-    fn guard(self, op: OpToken<'_>) -> ReadGuard<T> {
-        self.0.into_read_guard(LiveRef::new(op.0))
+    fn guard(self, op: OpToken<'_>) -> H::ReadGuard {
+        self.0.read_guard(op)
     }
+
     fn duplicate(&self) -> Self {
         Reading(self.0.clone())
     }
 }
 
-impl<T: Send + Sync + 'static> sealed::Sealed for Writing<Var<T>> {}
-impl<T: Send + Sync + 'static> Item for Writing<Var<T>> {
-    type Guard = WriteGuard<T>;
+impl<H: Held> sealed::Sealed for Writing<H> {}
+impl<H: Held> Item for Writing<H> {
+    type Guard = H::WriteGuard;
 
     fn declare(&self, decls: &mut Decls) {
         declare_one(&self.0, Access::Write, decls);
     }
 
-    fn guard(self, op: OpToken<'_>) -> WriteGuard<T> {
-        self.0.into_write_guard(LiveRef::new(op.0))
+    fn guard(self, op: OpToken<'_>) -> H::WriteGuard {
+        self.0.write_guard(op)
     }
+
     fn duplicate(&self) -> Self {
         Writing(self.0.clone())
     }
 }
 
-impl<T: Send + Sync + 'static> sealed::Sealed for Reading<Vec<Var<T>>> {}
-impl<T: Send + Sync + 'static> Item for Reading<Vec<Var<T>>> {
-    type Guard = Vec<ReadGuard<T>>;
+impl<H: Held> sealed::Sealed for Reading<Vec<H>> {}
+impl<H: Held> Item for Reading<Vec<H>> {
+    type Guard = Vec<H::ReadGuard>;
 
     fn declare(&self, decls: &mut Decls) {
         self.0.iter().for_each(|v| declare_one(v, Access::Read, decls));
     }
 
-    fn guard(self, op: OpToken<'_>) -> Vec<ReadGuard<T>> {
-        self.0.into_iter().map(|v| v.into_read_guard(LiveRef::new(op.0))).collect()
+    fn guard(self, op: OpToken<'_>) -> Vec<H::ReadGuard> {
+        self.0.into_iter().map(|v| v.read_guard(OpToken(op.0))).collect()
     }
+
     fn duplicate(&self) -> Self {
         Reading(self.0.clone())
     }
 }
 
-impl<T: Send + Sync + 'static> sealed::Sealed for Writing<Vec<Var<T>>> {}
-impl<T: Send + Sync + 'static> Item for Writing<Vec<Var<T>>> {
-    type Guard = Vec<WriteGuard<T>>;
+impl<H: Held> sealed::Sealed for Writing<Vec<H>> {}
+impl<H: Held> Item for Writing<Vec<H>> {
+    type Guard = Vec<H::WriteGuard>;
 
     fn declare(&self, decls: &mut Decls) {
         self.0.iter().for_each(|v| declare_one(v, Access::Write, decls));
     }
 
-    fn guard(self, op: OpToken<'_>) -> Vec<WriteGuard<T>> {
-        self.0.into_iter().map(|v| v.into_write_guard(LiveRef::new(op.0))).collect()
+    fn guard(self, op: OpToken<'_>) -> Vec<H::WriteGuard> {
+        self.0.into_iter().map(|v| v.write_guard(OpToken(op.0))).collect()
     }
+
     fn duplicate(&self) -> Self {
         Writing(self.0.clone())
     }

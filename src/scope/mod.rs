@@ -12,6 +12,7 @@
 
 #![allow(unsafe_code)]
 
+mod guard;
 mod view;
 
 use std::marker::PhantomData;
@@ -19,7 +20,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
-pub use view::{RefView, SliceView, TileView};
+#[doc(hidden)]
+pub use guard::HeldView;
+pub use guard::{ScopedReadGuard, ScopedWriteGuard};
+pub use view::{RefView, SliceView, Tile, TileView, View};
 
 use crate::engine::Engine;
 use crate::error::{Error, refuse_in_runtime};
@@ -107,7 +111,7 @@ where
 /// let (mut a, mut b) = (1u64, 2u64);
 /// depengine::scope(&engine, |s| {
 ///     let (a, b) = (s.var(&mut a), s.var(&mut b));
-///     engine.op("a += b").read(&b).write(&a).run(|(b,), (mut a,)| { **a += **b; Ok(()) });
+///     engine.op("a += b").read(&b).write(&a).run(|(b,), (mut a,)| { *a += *b; Ok(()) });
 /// })?;
 /// assert_eq!(a, 3); // every op of the scope has completed
 /// # Ok::<(), depengine::Error>(())
@@ -153,7 +157,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// depengine::scope(&engine, |s| {
     ///     let t = s.var(&mut total);
     ///     for i in 1..=4 {
-    ///         engine.op("add").write(&t).run(move |(), (mut t,)| { **t += i; Ok(()) });
+    ///         engine.op("add").write(&t).run(move |(), (mut t,)| { *t += i; Ok(()) });
     ///     }
     /// })?;
     /// assert_eq!(total, 10);
@@ -337,20 +341,27 @@ impl<D: Send + Sync + 'static> Pending for (Var<D>, crate::OpHandle<D>) {
             return;
         }
         // Refused or cancelled (a shutdown): the deletion proves nothing,
-        // so wait until this handle is the var's last, which no op record
-        // and no guard then holds.
-        while var.handles() > 1 {
+        // so wait until no op is queued on the var or holds it, and so no
+        // guard reaches its view. The engine is closed: no op can be
+        // appended after this. (Handles are no measure: an op's handle or
+        // record may outlive the scope, holding the var, and never run.)
+        while !var.any().is_idle() {
             std::thread::sleep(std::time::Duration::from_micros(100));
         }
     }
 }
 
 impl<D> sealed::Sealed for ScopedVar<'_, D> {}
-impl<D: Send + Sync + 'static> AsVar for ScopedVar<'_, D> {
+impl<D: View> AsVar for ScopedVar<'_, D> {
     type Data = D;
+    type Held = HeldView<D>;
 
     fn as_var(&self, _: VarToken) -> &Var<D> {
         &self.var
+    }
+
+    fn held(&self, _: VarToken) -> HeldView<D> {
+        HeldView(self.var.clone())
     }
 }
 

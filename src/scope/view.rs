@@ -3,20 +3,53 @@
 //! but its type must be `'static`). `README.md` beside this file has the
 //! argument that they never dangle.
 //!
+//! A view is a movable value that holds a pointer, so nothing outside this
+//! crate ever holds one, owned or by reference: a guard of a scoped var
+//! reaches the elements the view stands for ([`View::Target`]: `T`, `[T]`,
+//! a [`Tile`]), none of them a value that could be swapped or moved into
+//! another var.
+//!
 //! `unsafe` here because a view is a pointer the type system does not
 //! track; the scope's end (every op and guard on the var gone before it
 //! returns) is what keeps it valid, and a loom model
 //! (`var/var_cell/loom_tests.rs`) checks that end over the real var gate.
+//! Miri runs this file's tests and the scope's.
 
 #![allow(unsafe_code)]
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::ops::{Deref, DerefMut, Index, IndexMut};
+use std::ops::{Index, IndexMut};
 use std::ptr::NonNull;
 
+/// What a scoped var holds: one of the views below. Its guards reach
+/// [`Target`](View::Target), the borrowed elements, never the view itself.
+/// Sealed.
+pub trait View: sealed::Sealed + Send + Sync + 'static {
+    /// What a guard of the var dereferences to: the borrowed value (`T`),
+    /// the borrowed slice (`[T]`) or a [`Tile`]. None is a `Sized` value
+    /// holding the pointer, so no safe code can swap or move a view out
+    /// of its var.
+    type Target: ?Sized;
+
+    /// The elements, shared.
+    #[doc(hidden)]
+    fn target(&self) -> &Self::Target;
+
+    /// The elements, exclusively.
+    #[doc(hidden)]
+    fn target_mut(&mut self) -> &mut Self::Target;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl<T> Sealed for super::RefView<T> {}
+    impl<T> Sealed for super::SliceView<T> {}
+    impl<T> Sealed for super::TileView<T> {}
+}
+
 /// A scope's view of a value it borrows: the data of a scope's var made
-/// by [`Scope::var`](crate::scope::Scope::var). Guards reach the value through it.
+/// by [`Scope::var`](crate::scope::Scope::var). Its guards reach the `T`.
 pub struct RefView<T> {
     ptr: NonNull<T>,
     _owns: PhantomData<T>,
@@ -24,7 +57,7 @@ pub struct RefView<T> {
 
 /// A scope's view of a slice it borrows: the data of a scope's var made by
 /// [`Scope::slice`](crate::scope::Scope::slice) or
-/// [`Scope::chunks`](crate::scope::Scope::chunks). Derefs to `[T]`.
+/// [`Scope::chunks`](crate::scope::Scope::chunks). Its guards reach the `[T]`.
 pub struct SliceView<T> {
     ptr: NonNull<T>,
     len: usize,
@@ -33,9 +66,8 @@ pub struct SliceView<T> {
 
 /// A scope's view of one tile of a row-major matrix it borrows: `rows`
 /// rows of `cols` elements, each row `stride` elements after the one
-/// before it. Made by [`Scope::tiles`](crate::scope::Scope::tiles). Each row is a
-/// contiguous slice ([`row`](Self::row), [`row_mut`](Self::row_mut)); an
-/// element is `tile[(r, c)]`.
+/// before it. Made by [`Scope::tiles`](crate::scope::Scope::tiles). Its
+/// guards reach the [`Tile`].
 pub struct TileView<T> {
     ptr: NonNull<T>,
     rows: usize,
@@ -96,7 +128,36 @@ impl<T> TileView<T> {
         debug_assert!(cols <= stride);
         Self { ptr: start, rows, cols, stride, _owns: PhantomData }
     }
+}
 
+/// One tile of a matrix lent to a scope, as the guards of its var reach
+/// it: `rows()` rows of `cols()` elements, each row a contiguous slice
+/// ([`row`](Self::row), [`row_mut`](Self::row_mut)); an element is
+/// `tile[(r, c)]`.
+///
+/// It is unsized, so that no safe code can move or swap it: only a
+/// reference to it exists, borrowed from a guard.
+///
+/// ```compile_fail
+/// let engine = depengine::Engine::new();
+/// let mut m = vec![0u8; 4];
+/// depengine::scope(&engine, |s| {
+///     let t = s.tiles(&mut m, 2, 1, 2).unwrap();
+///     engine.op("swap").write(&t[0][0]).write(&t[1][0]).run(|(), (mut a, mut b)| {
+///         std::mem::swap(&mut *a, &mut *b); // error: `Tile<u8>` is not sized
+///         Ok(())
+///     });
+/// })
+/// .unwrap();
+/// ```
+#[repr(C)]
+pub struct Tile<T> {
+    view: TileView<T>,
+    /// Makes the type unsized: a `&mut Tile` cannot be swapped.
+    _unsized: [()],
+}
+
+impl<T> Tile<T> {
     /// Rows in the tile.
     ///
     /// # Examples
@@ -113,7 +174,7 @@ impl<T> TileView<T> {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn rows(&self) -> usize {
-        self.rows
+        self.view.rows
     }
 
     /// Elements in each row.
@@ -132,7 +193,7 @@ impl<T> TileView<T> {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn cols(&self) -> usize {
-        self.cols
+        self.view.cols
     }
 
     /// Row `r`, contiguous.
@@ -155,10 +216,12 @@ impl<T> TileView<T> {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn row(&self, r: usize) -> &[T] {
-        assert!(r < self.rows, "row {r} of a tile of {} rows", self.rows);
+        assert!(r < self.view.rows, "row {r} of a tile of {} rows", self.view.rows);
         // SAFETY: row `r` is `cols` elements at `r * stride` from the start,
         // inside the tile (`new`'s contract), borrowed shared with `self`.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(r * self.stride), self.cols) }
+        unsafe {
+            std::slice::from_raw_parts(self.view.ptr.as_ptr().add(r * self.view.stride), self.view.cols)
+        }
     }
 
     /// Row `r`, contiguous, mutably.
@@ -181,9 +244,11 @@ impl<T> TileView<T> {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn row_mut(&mut self, r: usize) -> &mut [T] {
-        assert!(r < self.rows, "row {r} of a tile of {} rows", self.rows);
+        assert!(r < self.view.rows, "row {r} of a tile of {} rows", self.view.rows);
         // SAFETY: as for `row`, borrowed exclusively with `self`.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(r * self.stride), self.cols) }
+        unsafe {
+            std::slice::from_raw_parts_mut(self.view.ptr.as_ptr().add(r * self.view.stride), self.view.cols)
+        }
     }
 
     /// The rows, in order.
@@ -202,7 +267,7 @@ impl<T> TileView<T> {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn rows_iter(&self) -> impl Iterator<Item = &[T]> + '_ {
-        (0..self.rows).map(|r| self.row(r))
+        (0..self.view.rows).map(|r| self.row(r))
     }
 
     /// The rows, in order, mutably: disjoint slices, so that a kernel may
@@ -225,49 +290,65 @@ impl<T> TileView<T> {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn rows_mut(&mut self) -> impl Iterator<Item = &mut [T]> + '_ {
-        let (ptr, stride, cols) = (self.ptr, self.stride, self.cols);
+        let TileView { ptr, stride, cols, .. } = self.view;
         // SAFETY: row `r` is `cols <= stride` elements at `r * stride`,
         // inside the tile (`new`'s contract), so no two rows overlap; each
         // is borrowed for as long as `self` is, mutably.
-        (0..self.rows)
+        (0..self.view.rows)
             .map(move |r| unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr().add(r * stride), cols) })
     }
 }
 
-impl<T> Deref for RefView<T> {
+impl<T: Send + Sync + 'static> View for RefView<T> {
     type Target = T;
 
-    fn deref(&self) -> &T {
+    fn target(&self) -> &T {
         // SAFETY: valid for the view's life (`new`'s contract), shared with
         // `self`.
         unsafe { self.ptr.as_ref() }
     }
-}
 
-impl<T> DerefMut for RefView<T> {
-    fn deref_mut(&mut self) -> &mut T {
-        // SAFETY: as for `deref`, exclusive with `self`.
+    fn target_mut(&mut self) -> &mut T {
+        // SAFETY: as for `target`, exclusive with `self`.
         unsafe { self.ptr.as_mut() }
     }
 }
 
-impl<T> Deref for SliceView<T> {
+impl<T: Send + Sync + 'static> View for SliceView<T> {
     type Target = [T];
 
-    fn deref(&self) -> &[T] {
+    fn target(&self) -> &[T] {
         // SAFETY: `len` valid elements at `ptr` for the view's life.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
-}
 
-impl<T> DerefMut for SliceView<T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        // SAFETY: as for `deref`, exclusive with `self`.
+    fn target_mut(&mut self) -> &mut [T] {
+        // SAFETY: as for `target`, exclusive with `self`.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 
-impl<T> Index<(usize, usize)> for TileView<T> {
+impl<T: Send + Sync + 'static> View for TileView<T> {
+    type Target = Tile<T>;
+
+    fn target(&self) -> &Tile<T> {
+        let tile = std::ptr::slice_from_raw_parts(std::ptr::from_ref(self).cast::<()>(), 0) as *const Tile<T>;
+        // SAFETY: `Tile` is `repr(C)`: this view at offset 0, then a tail of
+        // no bytes, so a `Tile` with an empty tail is exactly the view's
+        // bytes, and the pointer comes from a shared borrow of the view
+        // that the result keeps.
+        unsafe { &*tile }
+    }
+
+    fn target_mut(&mut self) -> &mut Tile<T> {
+        let tile =
+            std::ptr::slice_from_raw_parts_mut(std::ptr::from_mut(self).cast::<()>(), 0) as *mut Tile<T>;
+        // SAFETY: as for `target`, from an exclusive borrow.
+        unsafe { &mut *tile }
+    }
+}
+
+impl<T> Index<(usize, usize)> for Tile<T> {
     type Output = T;
 
     fn index(&self, (r, c): (usize, usize)) -> &T {
@@ -275,15 +356,15 @@ impl<T> Index<(usize, usize)> for TileView<T> {
     }
 }
 
-impl<T> IndexMut<(usize, usize)> for TileView<T> {
+impl<T> IndexMut<(usize, usize)> for Tile<T> {
     fn index_mut(&mut self, (r, c): (usize, usize)) -> &mut T {
         &mut self.row_mut(r)[c]
     }
 }
 
-impl<T: fmt::Debug> fmt::Debug for RefView<T> {
+impl<T> fmt::Debug for RefView<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("RefView").field(&**self).finish()
+        f.write_str("RefView")
     }
 }
 
@@ -296,5 +377,11 @@ impl<T> fmt::Debug for SliceView<T> {
 impl<T> fmt::Debug for TileView<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "TileView({} x {}, stride {})", self.rows, self.cols, self.stride)
+    }
+}
+
+impl<T> fmt::Debug for Tile<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tile({} x {})", self.view.rows, self.view.cols)
     }
 }

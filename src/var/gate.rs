@@ -75,7 +75,6 @@ impl<T> Gate<T> {
     }
 
     /// True when nothing is running or queued.
-    #[cfg(test)]
     pub(crate) fn is_idle(&self) -> bool {
         !self.write_running && self.running_reads == 0 && self.queue.is_empty()
     }

@@ -131,12 +131,6 @@ impl<T> Clone for Var<T> {
 }
 
 impl<T: Send + Sync + 'static> Var<T> {
-    /// Handles of the var alive now, typed and untyped (an op record's
-    /// declaration holds one until the record goes).
-    pub(crate) fn handles(&self) -> usize {
-        Arc::strong_count(&self.inner)
-    }
-
     pub(crate) fn new(owner: Owner, id: u64, name: Option<Arc<str>>, holders: bool, value: T) -> Self {
         let core = VarCore { cell: VarCell::keeping(id, name, holders), owner, count: Count::of::<T>() };
         Self { inner: Arc::new(VarInner { core, data: DataCell::new(value) }) }
@@ -384,6 +378,12 @@ impl AnyVar {
     /// ```
     pub fn is_deleted(&self) -> bool {
         self.cell().lock().deleted
+    }
+
+    /// Whether no op is queued on the var or holds it (so none has a
+    /// guard on its data), its inbox's ops counted as queued.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.cell().lock().gate.is_idle()
     }
 
     /// A snapshot of the var's queue, for debugging apparent hangs: how
