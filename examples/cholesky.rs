@@ -12,7 +12,7 @@
 //! Environment: `REPS` (repetitions, default 3; the best counts),
 //! `WORKERS` (CPU workers, default the engine's), `PRIO=1` or `PRIO=0`
 //! (priorities for the diagonal and panel ops; by default on for tiles of
-//! 128 and more), `BATCH=1` (each step's ops pushed as one `Batch`).
+//! 128 and more).
 //!
 //! Each line: the engine's best time over the repetitions against the
 //! sequential run's, GFLOP/s (n³/3 flops), the speed-up, and the checks:
@@ -22,11 +22,8 @@
 
 use std::time::{Duration, Instant};
 
-use depengine::access::Item;
 use depengine::aligned::{self, AlignedVec};
-use depengine::engine::Batch;
-use depengine::engine::OpBuilder;
-use depengine::{BoxError, Engine, Error};
+use depengine::{Engine, Error};
 
 // ---- the tile kernels: rows of tiles as slices, read and written ----
 
@@ -161,18 +158,6 @@ fn sequential(m: &mut [f64], n: usize, b: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Pushes a detached op, or builds it into `batch` when there is one.
-fn go<Rd: Item, Wr: Item>(
-    op: OpBuilder<'_, Rd, Wr>,
-    batch: &mut Option<Batch<'_>>,
-    body: impl FnOnce(Rd::Guard, Wr::Guard) -> Result<(), BoxError> + Send + 'static,
-) -> Result<(), Error> {
-    match batch {
-        Some(batch) => op.run_in(batch, body),
-        None => op.run_detached(body),
-    }
-}
-
 /// The engine's run: one op per kernel call, over scoped tile views of
 /// `m`, pushed in the sequential order; the engine runs what the tiles'
 /// dependencies allow at once.
@@ -190,35 +175,29 @@ fn parallel(engine: &Engine, m: &mut [f64], n: usize, b: usize) -> Result<(), Er
     let prio = |p: i32| if on { p } else { 0 };
     depengine::scope(engine, |s| -> Result<(), Error> {
         let t = s.tiles(m, n, b, b)?;
-        // BATCH=1: each step's ops pushed as one batch.
-        let batched = std::env::var("BATCH").is_ok_and(|v| v == "1");
         for k in 0..nt {
-            let mut batch = batched.then(|| Batch::new(engine));
             let op = engine.op("potrf").write(&t[k][k]).priority(prio(2));
-            go(op, &mut batch, |(), (mut a,)| Ok(potrf(&mut a.rows_mut().collect::<Vec<_>>())?))?;
+            op.run_detached(|(), (mut a,)| Ok(potrf(&mut a.rows_mut().collect::<Vec<_>>())?))?;
             for i in k + 1..nt {
                 let op = engine.op("trsm").read(&t[k][k]).write(&t[i][k]).priority(prio(1));
-                go(op, &mut batch, move |(l,), (mut x,)| {
+                op.run_detached(move |(l,), (mut x,)| {
                     trsm(&rows(&l), &mut x.rows_mut().collect::<Vec<_>>());
                     Ok(())
                 })?;
             }
             for i in k + 1..nt {
                 let op = engine.op("syrk").read(&t[i][k]).write(&t[i][i]);
-                go(op, &mut batch, move |(a,), (mut c,)| {
+                op.run_detached(move |(a,), (mut c,)| {
                     syrk(&rows(&a), &mut c.rows_mut().collect::<Vec<_>>());
                     Ok(())
                 })?;
                 for j in k + 1..i {
                     let op = engine.op("gemm").read(&t[i][k]).read(&t[j][k]).write(&t[i][j]);
-                    go(op, &mut batch, move |(a, bt), (mut c,)| {
+                    op.run_detached(move |(a, bt), (mut c,)| {
                         gemm(&rows(&a), &rows(&bt), &mut c.rows_mut().collect::<Vec<_>>());
                         Ok(())
                     })?;
                 }
-            }
-            if let Some(batch) = batch {
-                batch.submit()?;
             }
         }
         engine.wait_for_all().blocking_wait()

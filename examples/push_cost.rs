@@ -17,8 +17,7 @@
 //! With `batched` (or `batched1`, one-var writes) it instead pushes rounds of
 //! 1,000 ops and waits for them, so that pushes reuse the records of ops
 //! that ran, as in a steady stream: a loop for counting instructions per
-//! push under `valgrind --tool=callgrind`, not a timing. `in-batch` (and
-//! `in-batch1`) push each round as one `Batch`.
+//! push under `valgrind --tool=callgrind`, not a timing.
 //!
 //! With `wide` it times rounds of 8 pushes of an op writing 10,000 vars and
 //! a wait for them (run it with `DEPENGINE_BULK_SIZE=16` to see what bulk
@@ -53,25 +52,11 @@ fn main() -> Result<(), depengine::Error> {
             }
             return Ok(());
         }
-        "in-batch" | "in-batch1" => {
-            // The same rounds, each pushed as one `Batch`.
-            for _ in 0..rounds * 20 {
-                let mut batch = depengine::engine::Batch::new(&engine);
-                for i in 0..1000 {
-                    push_in(&engine, &v, mode == "in-batch1", i, &mut batch)?;
-                }
-                batch.submit()?;
-                engine.wait_for_all().blocking_wait()?;
-            }
-            return Ok(());
-        }
         "wide" => return wide(&engine, rounds),
         "idle" => return idle(&engine, rounds),
         "all" | "novars" | "onevar" => {}
         other => {
-            eprintln!(
-                "unknown mode `{other}`: all, novars, onevar, batched, batched1, in-batch, in-batch1, wide, idle"
-            );
+            eprintln!("unknown mode `{other}`: all, novars, onevar, batched, batched1, wide, idle");
             std::process::exit(2);
         }
     }
@@ -125,23 +110,6 @@ fn push(engine: &Engine, v: &Var<u64>, write: bool, i: u64) -> Result<(), depeng
         })
     } else {
         engine.op("noop").run_detached(|(), ()| Ok(()))
-    }
-}
-
-fn push_in(
-    engine: &Engine,
-    v: &Var<u64>,
-    write: bool,
-    i: u64,
-    batch: &mut depengine::engine::Batch<'_>,
-) -> Result<(), depengine::Error> {
-    if write {
-        engine.op("write").write(v).run_in(batch, move |(), (mut w,)| {
-            *w ^= i;
-            Ok(())
-        })
-    } else {
-        engine.op("noop").run_in(batch, |(), ()| Ok(()))
     }
 }
 

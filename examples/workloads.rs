@@ -17,9 +17,7 @@
 //! its push; other `DEPENGINE_*` variables configure the engine as README
 //! says. Ops are pushed detached (`run_detached`: no handle, as MXNet's
 //! `PushSync` and OpenMP's tasks have none); `--handles` pushes them with
-//! `run` and drops each handle at once instead (`peer=depengine-handles`);
-//! `--prepared` pushes them through prepared ops, one per distinct set of
-//! vars, prepared before the clock starts (`peer=depengine-prepared`).
+//! `run` and drops each handle at once instead (`peer=depengine-handles`).
 //!
 //! Each run prints one line per timed rep:
 //!
@@ -37,9 +35,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Instant;
 
-use depengine::access::{Reading, Writing};
 use depengine::engine::EngineKind;
-use depengine::engine::PreparedOp;
 use depengine::{Engine, Var};
 
 /// Var index meaning "none".
@@ -290,85 +286,6 @@ fn push(
     }
 }
 
-/// Whether ops are pushed as prepared ops (`--prepared`).
-static PREPARED: AtomicBool = AtomicBool::new(false);
-
-type R = Reading<Var<u64>>;
-type W = Writing<Var<u64>>;
-
-/// An op of the list as a prepared op: one per distinct set of vars.
-enum Prep {
-    NoVars(PreparedOp),
-    R0(PreparedOp<(), (W,)>),
-    R1(PreparedOp<(R,), (W,)>),
-    R2(PreparedOp<(R, R), (W,)>),
-    R3(PreparedOp<(R, R, R), (W,)>),
-}
-
-/// The op list's prepared ops, and which one each op pushes; made before
-/// the clock starts (declaring an op once is what preparing it is for).
-fn prepare(
-    engine: &Engine,
-    vars: &[Var<u64>],
-    ops: &[Op],
-) -> Result<(Vec<Prep>, Vec<u32>), depengine::Error> {
-    let mut index: std::collections::HashMap<(u8, [u32; 3], u32), u32> = std::collections::HashMap::new();
-    let mut preps = Vec::new();
-    let mut which = Vec::with_capacity(ops.len());
-    for op in ops {
-        let key = (op.nreads, op.reads, op.write);
-        let k = match index.get(&key) {
-            Some(&k) => k,
-            None => {
-                let r = |k: usize| &vars[op.reads[k] as usize];
-                let prep = if op.write == NONE {
-                    Prep::NoVars(engine.op("noop").prepare()?)
-                } else {
-                    let w = &vars[op.write as usize];
-                    match op.nreads {
-                        0 => Prep::R0(engine.op("op").write(w).prepare()?),
-                        1 => Prep::R1(engine.op("op").read(r(0)).write(w).prepare()?),
-                        2 => Prep::R2(engine.op("op").read(r(0)).read(r(1)).write(w).prepare()?),
-                        _ => Prep::R3(engine.op("op").read(r(0)).read(r(1)).read(r(2)).write(w).prepare()?),
-                    }
-                };
-                preps.push(prep);
-                index.insert(key, preps.len() as u32 - 1);
-                preps.len() as u32 - 1
-            }
-        };
-        which.push(k);
-    }
-    Ok((preps, which))
-}
-
-/// Pushes one op through its prepared op.
-fn push_prepared(prep: &Prep, op: &Op, done: &'static [AtomicU8]) -> Result<(), depengine::Error> {
-    let (arg, nopnd, spin, src) = (op.arg, op.nopnd, op.spin, op.sources());
-    match prep {
-        Prep::NoVars(p) => p.run_detached(move |(), ()| {
-            done[arg as usize].store(1, Ordering::Relaxed);
-            Ok(())
-        }),
-        Prep::R0(p) => p.run_detached(move |(), (mut w,)| {
-            *w = body(arg, src, nopnd, [0; 3], *w, spin);
-            Ok(())
-        }),
-        Prep::R1(p) => p.run_detached(move |(a,), (mut w,)| {
-            *w = body(arg, src, nopnd, [*a, 0, 0], *w, spin);
-            Ok(())
-        }),
-        Prep::R2(p) => p.run_detached(move |(a, b), (mut w,)| {
-            *w = body(arg, src, nopnd, [*a, *b, 0], *w, spin);
-            Ok(())
-        }),
-        Prep::R3(p) => p.run_detached(move |(a, b, c), (mut w,)| {
-            *w = body(arg, src, nopnd, [*a, *b, *c], *w, spin);
-            Ok(())
-        }),
-    }
-}
-
 /// Runs the op list on the engine; returns (secs, check).
 fn run_engine(
     engine: &Engine,
@@ -377,20 +294,9 @@ fn run_engine(
 ) -> Result<(f64, u64), depengine::Error> {
     let vars: Vec<Var<u64>> = (0..w.nvars as u64).map(|v| engine.var(v)).collect();
     done.iter().for_each(|d| d.store(0, Ordering::Relaxed));
-    let prepared =
-        if PREPARED.load(Ordering::Relaxed) { Some(prepare(engine, &vars, &w.ops)?) } else { None };
     let start = Instant::now();
-    match &prepared {
-        Some((preps, which)) => {
-            for (op, &k) in w.ops.iter().zip(which) {
-                push_prepared(&preps[k as usize], op, done)?;
-            }
-        }
-        None => {
-            for op in &w.ops {
-                push(engine, &vars, op, done)?;
-            }
-        }
+    for op in &w.ops {
+        push(engine, &vars, op, done)?;
     }
     let pushed = start.elapsed().as_secs_f64();
     engine.wait_for_all().blocking_wait()?;
@@ -641,25 +547,17 @@ fn run() -> Result<(), String> {
         args.remove(i);
         HANDLES.store(true, Ordering::Relaxed);
     }
-    if let Some(i) = args.iter().position(|a| a == "--prepared") {
-        args.remove(i);
-        PREPARED.store(true, Ordering::Relaxed);
-    }
     let mut builder = Engine::builder();
     if naive {
         builder = builder.kind(EngineKind::Naive);
     }
     let engine = builder.build().map_err(|e| e.to_string())?;
-    let peer =
-        match (engine.settings().kind, HANDLES.load(Ordering::Relaxed), PREPARED.load(Ordering::Relaxed)) {
-            (_, true, true) => return Err("--handles and --prepared: one or the other".into()),
-            (EngineKind::Naive, false, false) => "depengine-naive",
-            (EngineKind::Naive, true, _) => "depengine-naive-handles",
-            (EngineKind::Naive, _, true) => "depengine-naive-prepared",
-            (_, false, false) => "depengine",
-            (_, true, _) => "depengine-handles",
-            (_, _, true) => "depengine-prepared",
-        };
+    let peer = match (engine.settings().kind, HANDLES.load(Ordering::Relaxed)) {
+        (EngineKind::Naive, false) => "depengine-naive",
+        (EngineKind::Naive, true) => "depengine-naive-handles",
+        (_, false) => "depengine",
+        (_, true) => "depengine-handles",
+    };
     let which = args.first().map_or("all", String::as_str);
     let n = parse(args.get(1), "N")?;
     let p = parse(args.get(2), "P")?;

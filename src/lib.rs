@@ -122,6 +122,51 @@ pub mod access {
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+/// Ways a scope's memory once escaped it, which no longer compile.
+///
+/// An op built over a scoped var cannot be kept as a prepared op past the
+/// scope (there are no prepared ops):
+///
+/// ```compile_fail
+/// let engine = depengine::Engine::new();
+/// let mut data = vec![0u8; 4];
+/// let mut kept = None;
+/// depengine::scope(&engine, |s| {
+///     let v = s.slice(&mut data);
+///     kept = Some(engine.op("k").write(&v).prepare().unwrap());
+/// })
+/// .unwrap();
+/// ```
+///
+/// Nor built into a batch that nobody submits before a wait or a shutdown
+/// (there are no batches):
+///
+/// ```compile_fail
+/// let engine = depengine::Engine::new();
+/// let v = engine.var(0u8);
+/// let mut batch = depengine::engine::Batch::new(&engine);
+/// engine.op("k").write(&v).run_in(&mut batch, |(), _| Ok(())).unwrap();
+/// engine.wait_for_all().blocking_wait().unwrap();
+/// ```
+///
+/// A scoped var's guard gives the elements, not the view that points at
+/// them, so it cannot be moved out or assigned over:
+///
+/// ```compile_fail
+/// let engine = depengine::Engine::new();
+/// let (mut x, mut y) = (vec![0u8; 4], vec![0u8; 4]);
+/// depengine::scope(&engine, |s| {
+///     let (a, b) = (s.slice(&mut x), s.slice(&mut y));
+///     engine.op("move").read(&a).write(&b).run(|(a,), (mut b,)| {
+///         *b = *a; // error: `[u8]` is not sized
+///         Ok(())
+///     });
+/// })
+/// .unwrap();
+/// ```
+#[cfg(doctest)]
+struct EscapesThatDoNotCompile;
+
 pub use device::{Device, Lane};
 pub use engine::{Engine, EngineBuilder, ShutdownMode};
 pub use error::{BoxError, Error, Result};

@@ -434,3 +434,34 @@ fn swapping_scoped_values_moves_data_not_views() {
     .unwrap();
     assert_eq!((x.as_str(), y.as_str()), ("y!", "x"));
 }
+
+/// An op builder over a scoped var kept past the scope (its type holds no
+/// scope lifetime, only the engine's) pushes nothing on the memory: the
+/// scope's end deleted the var, so the push is refused. The same after a
+/// cancelling shutdown inside the scope: the engine refuses every push.
+#[test]
+fn an_op_builder_kept_past_the_scope_is_refused() {
+    for shut_down in [false, true] {
+        let engine = engine();
+        let mut data = vec![0u8; 4];
+        let mut kept = None;
+        depengine::scope(&engine, |s| {
+            let v = s.slice(&mut data);
+            kept = Some(engine.op("late").write(&v));
+            if shut_down {
+                let _ = engine.blocking_shutdown(ShutdownMode::Cancel);
+            }
+        })
+        .unwrap();
+        let err = kept
+            .unwrap()
+            .run(|(), (mut d,)| {
+                d.fill(9);
+                Ok(())
+            })
+            .blocking_wait()
+            .unwrap_err();
+        assert!(if shut_down { err.is_shutdown() } else { err.is_var_deleted() }, "{err}");
+        assert_eq!(data, [0; 4]);
+    }
+}

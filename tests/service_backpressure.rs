@@ -202,24 +202,3 @@ async fn a_reservation_moves_into_a_task() {
     assert_eq!(*v.read().await.unwrap(), 1);
     assert_eq!(engine.metrics().slots_used, 0);
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_prepared_op_gives_a_reservations_room_back() {
-    let engine = Engine::builder().max_in_flight(1).build().unwrap();
-    let v = engine.var(0u32);
-    let mut room = engine.reserve().await;
-    assert_eq!(engine.metrics().slots_used, 1);
-    let prepared = room.op("prepared").write(&v).prepare().unwrap();
-    assert_eq!(engine.metrics().slots_used, 0, "preparing gives the room back");
-    for _ in 0..3 {
-        prepared
-            .run(|(), (mut v,)| {
-                *v += 1;
-                Ok(())
-            })
-            .await
-            .unwrap();
-    }
-    assert_eq!(*v.read().await.unwrap(), 3);
-    assert_eq!(engine.metrics().slots_used, 0);
-}

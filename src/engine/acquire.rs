@@ -48,7 +48,7 @@ impl<'e> AcquireBuilder<'e> {
 }
 
 impl<'e, L> AcquireBuilder<'e, L> {
-    /// Adds shared access to `var` (a [`Var`] or a scope's var).
+    /// Adds shared access to `var` (a [`Var`](crate::Var) or a scope's var).
     ///
     /// # Examples
     ///
@@ -66,7 +66,7 @@ impl<'e, L> AcquireBuilder<'e, L> {
         AcquireBuilder { shared: self.shared, items: self.items.append(Reading(held_of(var))) }
     }
 
-    /// Adds exclusive access to `var` (a [`Var`] or a scope's var).
+    /// Adds exclusive access to `var` (a [`Var`](crate::Var) or a scope's var).
     ///
     /// # Examples
     ///

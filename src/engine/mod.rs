@@ -3,15 +3,14 @@
 //! (`engine_builder.rs`), what the builders hand a push (`options.rs`), the
 //! bookkeeping every push and completion goes through (`shared.rs`), the
 //! bodies of the engine's own ops (`jobs.rs`), the bound on ops in flight
-//! and its reservations (`limit.rs`, `reserve.rs`), prepared ops
-//! (`prepared.rs`), and bulk execution (`bulk/`).
+//! and its reservations (`limit.rs`, `reserve.rs`), and bulk execution
+//! (`bulk/`).
 //!
 //! The top layer: it implements the op layer's `Host`, the one way up from
 //! an op record, and owns the dispatcher of the exec layer.
 
 mod acquire;
 mod api;
-mod batch;
 mod bulk;
 mod counts;
 mod engine_builder;
@@ -19,7 +18,6 @@ mod jobs;
 mod limit;
 mod op_builder;
 mod options;
-mod prepared;
 mod queues;
 mod recorder;
 mod reserve;
@@ -28,8 +26,6 @@ mod watchdog;
 
 pub use acquire::AcquireBuilder;
 pub use api::{Engine, Profiler, ShutdownMode, WaitForAll};
-pub use batch::Batch;
 pub use engine_builder::{EngineBuilder, EngineKind, Settings};
 pub use op_builder::OpBuilder;
-pub use prepared::PreparedOp;
 pub use reserve::Reservation;

@@ -85,7 +85,7 @@ impl<'e> OpBuilder<'e> {
 }
 
 impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
-    /// Declares a read of `var` (a [`Var`] or a scope's var): the body
+    /// Declares a read of `var` (a [`Var`](crate::Var) or a scope's var): the body
     /// receives a [`ReadGuard`](crate::ReadGuard).
     ///
     /// # Examples
@@ -127,7 +127,7 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
         OpBuilder { shared, opts, reads, writes, untyped, reserved }
     }
 
-    /// Declares a write of `var` (a [`Var`] or a scope's var): the body
+    /// Declares a write of `var` (a [`Var`](crate::Var) or a scope's var): the body
     /// receives a [`WriteGuard`](crate::WriteGuard).
     ///
     /// # Examples
@@ -508,48 +508,6 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
         shared.push_detached(opts, decls, SyncJob { reads, writes, body }, Body::Sync)
     }
 
-    /// Builds a detached op (as [`run_detached`](Self::run_detached)) into
-    /// `batch`, to be pushed with the batch's other ops when it is
-    /// submitted.
-    ///
-    /// # Errors
-    ///
-    /// As for `run_detached`, for what is checked as the op is built (a
-    /// var declared twice with a write, a var of another engine, the
-    /// engine full or closed); a batch of another engine is refused.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let engine = depengine::Engine::new();
-    /// let (a, b) = (engine.var(1), engine.var(0));
-    /// let mut batch = depengine::engine::Batch::new(&engine);
-    /// engine.op("double a").write(&a).run_in(&mut batch, |(), (mut a,)| { *a *= 2; Ok(()) })?;
-    /// engine.op("b = a").read(&a).write(&b).run_in(&mut batch, |(a,), (mut b,)| { *b = *a; Ok(()) })?;
-    /// batch.submit()?;
-    /// assert_eq!(*b.read().blocking_wait()?, 2);
-    /// # Ok::<(), depengine::Error>(())
-    /// ```
-    pub fn run_in<F>(self, batch: &mut super::batch::Batch<'_>, body: F) -> Result<(), Error>
-    where
-        F: FnOnce(Rd::Guard, Wr::Guard) -> Result<(), BoxError> + Send + 'static,
-    {
-        let (shared, opts, decls, reads, writes) = self.declared();
-        if !Arc::ptr_eq(shared, batch.shared()) {
-            if opts.has(OpOptions::RESERVED) {
-                shared.give_slot();
-            }
-            return Err(Error::invalid(format!("op `{}`: a batch of another engine", opts.name)));
-        }
-        let job = SyncJob { reads, writes, body };
-        if shared.bulk.is_on() {
-            return shared.push_detached(opts, decls, job, Body::Sync);
-        }
-        let record = shared.build(opts, super::shared::Role::User, decls, job, Body::Sync, true)?;
-        batch.add(record);
-        Ok(())
-    }
-
     /// Pushes an async op: the body receives a [`Completion`] and the op
     /// completes when it is signalled (from any thread, any time) and the
     /// guards are dropped.
@@ -631,16 +589,11 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
         shared.push_job(opts, decls, job, body).map_or_else(OpHandle::refused, OpHandle::of_slot)
     }
 
-    /// Drops the reservation's room, if the builder holds one.
-    pub(super) fn give_room_back(&mut self) {
-        self.reserved = None;
-    }
-
     /// The builder's parts, with every declaration collected. Inlined into
     /// every push, the reservation's case out of line: the common push has
     /// none.
     #[inline(always)]
-    pub(super) fn declared(self) -> (&'e Arc<Shared>, OpOptions, DepList, Rd, Wr) {
+    fn declared(self) -> (&'e Arc<Shared>, OpOptions, DepList, Rd, Wr) {
         let Self { shared, mut opts, reads, writes, untyped, reserved } = self;
         let mut decls = Decls(untyped);
         reads.declare(&mut decls);

@@ -468,48 +468,6 @@ impl Shared {
         let meta = meta(opts, role, exec, detached, counted, profiled);
         Ok(recycle::build(spare, self, meta, deps, job, epoch))
     }
-
-    /// Settles a prepared op (see `prepared.rs`): its placement (its pool
-    /// started) and its declarations, sorted and merged, for pushes with a
-    /// sync body.
-    pub(super) fn prepare(
-        self: &Arc<Self>,
-        opts: &OpOptions,
-        mut deps: DepList,
-    ) -> Result<(Exec, DepList), Error> {
-        let when_idle = opts.has(OpOptions::INLINE_WHEN_IDLE);
-        let exec = self.dispatcher.place(&opts.name, opts.device, opts.lane, Runs::OnWorker, when_idle)?;
-        if !deps.is_empty() {
-            normalize(&mut deps, &opts.name, Arc::as_ptr(self).cast())?;
-        }
-        Ok((exec, deps))
-    }
-
-    /// Pushes a prepared op (see `prepared.rs`): placed and normalised when
-    /// it was prepared, so only what every push must do is done: its slot
-    /// among the ops in flight, its count in its epoch, its record, its
-    /// appends. Returns its record for its handle, unless `detached`.
-    pub(super) fn push_prepared<J: Job>(
-        self: &Arc<Self>,
-        opts: OpOptions,
-        exec: Exec,
-        deps: DepList,
-        job: J,
-        detached: bool,
-    ) -> Result<Option<SlotRef<J::Output>>, Error> {
-        if self.bulk.is_on() {
-            let record = self.push_in_bulk(opts, Role::User, deps, job, Body::Sync, detached)?;
-            return Ok(record.map(|r| r as SlotRef<J::Output>));
-        }
-        let counted = self.limit.is_some();
-        if counted {
-            self.take_slot(false)?;
-        }
-        let record = self.assemble(opts, Role::User, exec, deps, job, (detached, counted))?;
-        let handle = (!detached).then(|| record.clone() as SlotRef<J::Output>);
-        self.submit_built(record)?;
-        Ok(handle)
-    }
 }
 
 /// An op's record header fields from its options and its role.

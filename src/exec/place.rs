@@ -171,36 +171,6 @@ impl Dispatcher {
         self.to_pool(pool, task);
     }
 
-    /// Runs ops that became ready inside a batch's submission: runs of ops
-    /// for one pool queued together, with one wake-up for the run; any
-    /// other op as [`dispatch_pushed`](Self::dispatch_pushed) would.
-    pub(crate) fn dispatch_pushed_all(&self, tasks: Vec<TaskRef>) {
-        let mut run: Vec<TaskRef> = Vec::new();
-        let mut run_pool: Option<&Pool> = None;
-        let flush = |run: &mut Vec<TaskRef>, pool: Option<&Pool>| {
-            if let Some(pool) = pool {
-                pool.submit_all(run.drain(..));
-            }
-        };
-        for task in tasks {
-            let plain = !self.gpu.in_flight() && task.header().meta.exec == Exec::Pool;
-            let pool = if plain { self.pool_for(&task) } else { None };
-            match pool {
-                Some(pool) if run_pool.is_some_and(|p| std::ptr::eq(p, pool)) => run.push(task),
-                Some(pool) => {
-                    flush(&mut run, run_pool);
-                    run_pool = Some(pool);
-                    run.push(task);
-                }
-                None => {
-                    flush(&mut run, run_pool.take());
-                    self.dispatch_pushed(task);
-                }
-            }
-        }
-        flush(&mut run, run_pool);
-    }
-
     /// Queues an op made ready by its push on `pool`, or, if the pushing
     /// thread's own queue there is crowded, runs it here (see
     /// [`here_when_crowded`](Self::here_when_crowded)).

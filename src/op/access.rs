@@ -58,7 +58,7 @@ pub trait AsVar: sealed::Sealed + Send + Sync {
 
 /// A var's handle as a declared op or acquire keeps it until it runs, and
 /// the guards it turns into. Sealed.
-pub trait Held: sealed::Sealed + Clone + Send + Sync + 'static {
+pub trait Held: sealed::Sealed + Send + Sync + 'static {
     /// The data the var holds.
     type Data: Send + Sync + 'static;
     /// The guard for a read.
@@ -138,10 +138,6 @@ pub trait Item: sealed::Sealed + Send + 'static {
     /// Turns the item's var handles into guards (no reference is cloned).
     #[doc(hidden)]
     fn guard(self, op: OpToken<'_>) -> Self::Guard;
-
-    /// The same item, its var handles cloned (a prepared op's each push).
-    #[doc(hidden)]
-    fn duplicate(&self) -> Self;
 }
 
 /// A read of a var, or of each var of a list.
@@ -167,10 +163,6 @@ impl<H: Held> Item for Reading<H> {
     fn guard(self, op: OpToken<'_>) -> H::ReadGuard {
         self.0.read_guard(op)
     }
-
-    fn duplicate(&self) -> Self {
-        Reading(self.0.clone())
-    }
 }
 
 impl<H: Held> sealed::Sealed for Writing<H> {}
@@ -183,10 +175,6 @@ impl<H: Held> Item for Writing<H> {
 
     fn guard(self, op: OpToken<'_>) -> H::WriteGuard {
         self.0.write_guard(op)
-    }
-
-    fn duplicate(&self) -> Self {
-        Writing(self.0.clone())
     }
 }
 
@@ -201,10 +189,6 @@ impl<H: Held> Item for Reading<Vec<H>> {
     fn guard(self, op: OpToken<'_>) -> Vec<H::ReadGuard> {
         self.0.into_iter().map(|v| v.read_guard(OpToken(op.0))).collect()
     }
-
-    fn duplicate(&self) -> Self {
-        Reading(self.0.clone())
-    }
 }
 
 impl<H: Held> sealed::Sealed for Writing<Vec<H>> {}
@@ -217,10 +201,6 @@ impl<H: Held> Item for Writing<Vec<H>> {
 
     fn guard(self, op: OpToken<'_>) -> Vec<H::WriteGuard> {
         self.0.into_iter().map(|v| v.write_guard(OpToken(op.0))).collect()
-    }
-
-    fn duplicate(&self) -> Self {
-        Writing(self.0.clone())
     }
 }
 
@@ -240,11 +220,6 @@ macro_rules! tuple_item {
             fn guard(self, op: OpToken<'_>) -> Self::Guard {
                 let ($($T,)*) = self;
                 ($($T.guard(OpToken(op.0)),)*)
-            }
-
-            fn duplicate(&self) -> Self {
-                let ($($T,)*) = self;
-                ($($T.duplicate(),)*)
             }
         }
     };
