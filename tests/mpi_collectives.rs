@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use depengine::mpi::{CollectiveError, Collectives, Reduce};
+use depengine::mpi::{CollectiveError, Collectives, RankFailure, Reduce};
 use depengine::{Engine, Error, Var};
 
 #[cfg(feature = "nccl")]
@@ -35,6 +35,7 @@ fn main() {
         a_size_mismatch_fails_on_every_rank(&engine, &mpi);
         an_upstream_failure_fails_on_every_rank(&engine, &mpi);
         a_collective_refused_on_one_rank_fails_on_every_rank(&engine, &mpi);
+        an_uneven_reduce_scatter_fails_without_blaming_mpi(&engine, &mpi);
         the_explainer_shows_a_collective_waiting_for_other_ranks(&engine, &mpi);
     }
     random_programs_match_a_model_of_every_rank(&engine, &mpi);
@@ -149,9 +150,10 @@ fn an_upstream_failure_fails_on_every_rank(engine: &Engine, mpi: &Collectives) {
         .ok();
     let err = mpi.all_reduce(&v, Reduce::Sum).blocking_wait().expect_err("failed upstream on rank 1");
     match collective(&err) {
-        CollectiveError::FailedUpstream { ranks, .. } => assert_eq!(ranks, &[1]),
+        CollectiveError::FailedOnRanks { ranks, .. } => assert_eq!(ranks, &[(1, RankFailure::InputError)]),
         other => panic!("not an upstream failure: {other}"),
     }
+    assert!(err.to_string().contains("rank 1: its input carried an error"), "{err}");
     let _ = futures::executor::block_on(engine.wait_for_var(&v));
     engine.wait_for_all().blocking_wait().expect_err("wait_for_all reports the failed collective");
 }
@@ -170,13 +172,37 @@ fn a_collective_refused_on_one_rank_fails_on_every_rank(engine: &Engine, mpi: &C
         assert!(err.is_var_deleted(), "{err}");
     } else {
         match collective(&err) {
-            CollectiveError::FailedUpstream { ranks, .. } => assert_eq!(ranks, &[1]),
-            other => panic!("not an upstream failure: {other}"),
+            CollectiveError::FailedOnRanks { ranks, .. } => {
+                assert_eq!(ranks, &[(1, RankFailure::RefusedVarDeleted)]);
+            }
+            other => panic!("not a failure on rank 1: {other}"),
         }
+        let text = err.to_string();
+        assert!(text.contains("rank 1: its push was refused: its var was deleted"), "{text}");
+        assert!(!text.contains("carried an error"), "no input carried an error: {text}");
     }
     let after = engine.var(vec![1u64]);
     mpi.all_reduce(&after, Reduce::Sum).blocking_wait().expect("in step after a refusal");
     assert_eq!(read(&after), vec![mpi.size() as u64]);
+    let _ = engine.wait_for_all().blocking_wait();
+}
+
+/// A reduce-scatter whose input the ranks cannot cut into equal blocks
+/// fails on every rank, as such: no MPI call was made, so no MPI error is
+/// reported; the collectives after it are in step.
+fn an_uneven_reduce_scatter_fails_without_blaming_mpi(engine: &Engine, mpi: &Collectives) {
+    let size = mpi.size();
+    let (input, output) = (engine.var(vec![1.0f32; size + 1]), engine.var(Vec::<f32>::new()));
+    let err = mpi.reduce_scatter(&input, &output, Reduce::Sum).blocking_wait().expect_err("uneven");
+    match collective(&err) {
+        CollectiveError::Uneven { len, size: s, .. } => assert_eq!((*len, *s), (size + 1, size)),
+        other => panic!("not an uneven input: {other}"),
+    }
+    assert!(!err.to_string().contains("MPI error"), "{err}");
+    let _ = futures::executor::block_on(engine.wait_for_var(&output));
+    let after = engine.var(vec![1u64]);
+    mpi.all_reduce(&after, Reduce::Sum).blocking_wait().expect("in step after an uneven input");
+    assert_eq!(read(&after), vec![size as u64]);
     let _ = engine.wait_for_all().blocking_wait();
 }
 

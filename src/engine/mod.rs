@@ -28,4 +28,6 @@ pub use acquire::AcquireBuilder;
 pub use api::{Engine, Profiler, ShutdownMode, WaitForAll};
 pub use engine_builder::{EngineBuilder, EngineKind, Settings};
 pub use op_builder::OpBuilder;
+#[cfg(feature = "mpi")]
+pub(crate) use recorder::name_profiles_by_rank;
 pub use reserve::Reservation;

@@ -45,6 +45,18 @@ const OPTED_IN: u8 = 2;
 // std's atomic even under loom: a static cannot hold loom's.
 static AUTOSAVING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// This process's rank in an MPI world, plus one (0: none), once MPI is
+/// initialised: every rank then writes the trace to a file of its own.
+static RANK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Names the traces written from now on (`DEPENGINE_PROFILE`) after
+/// `rank`: `trace.json` becomes `trace.rank1.json` on rank 1, so that the
+/// ranks of one `mpirun`, which share the path, do not replace each
+/// other's. Called when MPI is initialised.
+pub(crate) fn name_profiles_by_rank(rank: usize) {
+    RANK.store(rank + 1, std::sync::atomic::Ordering::Relaxed);
+}
+
 pub(super) struct Recorder {
     mode: AtomicU8,
     ring: Mutex<Ring>,
@@ -192,7 +204,11 @@ impl Recorder {
         if self.saved.swap(true, Ordering::AcqRel) {
             return;
         }
-        let path = numbered(given, AUTOSAVING.fetch_add(1, Ordering::Relaxed) + 1);
+        let given = match RANK.load(Ordering::Relaxed) {
+            0 => given.clone(),
+            rank => tagged(given, &format!("rank{}", rank - 1)),
+        };
+        let path = numbered(&given, AUTOSAVING.fetch_add(1, Ordering::Relaxed) + 1);
         let profile = self.profile(false);
         let ops = profile.ops().len();
         match write_atomically(&path, profile.chrome_trace().as_bytes()) {
@@ -217,10 +233,15 @@ fn numbered(path: &Path, n: usize) -> PathBuf {
     if n <= 1 {
         return path.to_owned();
     }
+    tagged(path, &n.to_string())
+}
+
+/// `path` with `.tag` before its extension.
+fn tagged(path: &Path, tag: &str) -> PathBuf {
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let name = match path.extension() {
-        Some(ext) => format!("{stem}.{n}.{}", ext.to_string_lossy()),
-        None => format!("{stem}.{n}"),
+        Some(ext) => format!("{stem}.{tag}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.{tag}"),
     };
     path.with_file_name(name)
 }

@@ -24,18 +24,18 @@ use mpi::datatype::Equivalence;
 use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 
-use super::CollectiveError;
 use super::flight::{Flight, Gone, Pool};
 use super::raw::{self, Buffers, Request};
 use super::sig::{SIG_BYTES, Signature};
+use super::{CollectiveError, RankFailure};
 use crate::error::Error;
 
 /// What the comm thread is told.
 pub(super) enum Msg {
     /// A collective whose op runs.
     Run(Box<dyn Flight>),
-    /// Collective `seq` will never run on this rank.
-    Gone(u64),
+    /// Collective `seq` will never run on this rank, and why.
+    Gone(u64, RankFailure),
     /// No collective after number `pushed - 1` will come: stop once those
     /// are done.
     Stop(u64),
@@ -193,13 +193,13 @@ impl Loop {
                 let seq = flight.signature().seq;
                 self.waiting.insert(seq, flight);
             }
-            Msg::Gone(seq) => {
+            Msg::Gone(seq, why) => {
                 let sig = Signature {
                     seq,
                     kind: 0,
                     elem: 0,
                     op: 0,
-                    failed: true,
+                    failure: why.code(),
                     root: 0,
                     count: 0,
                     tag: String::new(),
@@ -293,12 +293,13 @@ impl Loop {
 /// has no signature to compare), nor if any rank's differs from this one's.
 fn verdict(flight: &dyn Flight, sigs: &[Signature], rank: usize) -> Result<(), CollectiveError> {
     let mine = flight.signature();
-    let failed: Vec<usize> = sigs.iter().enumerate().filter(|(_, s)| s.failed).map(|(r, _)| r).collect();
+    let failed: Vec<(usize, RankFailure)> =
+        sigs.iter().enumerate().filter_map(|(r, s)| Some((r, RankFailure::of_code(s.failure)?))).collect();
     if !failed.is_empty() {
         if let Some(local) = flight.local_error() {
             return Err(local);
         }
-        return Err(CollectiveError::FailedUpstream { seq: mine.seq, what: mine.to_string(), ranks: failed });
+        return Err(CollectiveError::FailedOnRanks { seq: mine.seq, what: mine.to_string(), ranks: failed });
     }
     match sigs.iter().enumerate().find(|(r, s)| *r != rank && !mine.agrees(s)) {
         Some((other, theirs)) => Err(CollectiveError::Mismatch {

@@ -16,7 +16,7 @@ use mpi::topology::SimpleCommunicator;
 
 use super::raw::{self, Buffers, Request};
 use super::sig::Signature;
-use super::{CollectiveError, Element, Reduce, mpi_count};
+use super::{CollectiveError, Element, RankFailure, Reduce, mpi_count};
 use crate::op::op_handle::Completion;
 use crate::var::{ReadGuard, WriteGuard};
 
@@ -73,14 +73,15 @@ impl<T: Element> Typed<T> {
             What::AllGather { .. } if len.checked_mul(size).and_then(mpi_count).is_none() => {
                 Some(CollectiveError::TooLarge { what: what_str, len: len.saturating_mul(size) })
             }
-            What::ReduceScatter { .. } if len % size != 0 => Some(CollectiveError::Mpi {
-                what: format!("{what_str}: the input's length is not a multiple of the world's size {size}"),
-                code: -1,
-            }),
+            What::ReduceScatter { .. } if len % size != 0 => {
+                Some(CollectiveError::Uneven { what: what_str, len, size })
+            }
             _ if mpi_count(len).is_none() => Some(CollectiveError::TooLarge { what: what_str, len }),
             _ => None,
         };
-        sig.failed |= local.is_some();
+        if let (0, Some(local)) = (sig.failure, &local) {
+            sig.failure = RankFailure::of_local(local).code();
+        }
         Box::new(Self { sig, size, what, done, local })
     }
 }

@@ -24,14 +24,17 @@
 //!
 //! **Failure.** A collective whose input carries an error (an op before
 //! it failed on one rank) still takes part, and fails on every rank
-//! together ([`CollectiveError::FailedUpstream`]). A collective pushed but
-//! never run (a cancelling shutdown) takes part as failed. A rank that
+//! together ([`CollectiveError::FailedOnRanks`], which names each failing
+//! rank and its [`RankFailure`]). A collective refused at push, or pushed
+//! but never run (a cancelling shutdown), takes part as failed, saying
+//! why. A rank that
 //! exits makes `mpirun` end the others. Dropping the [`Collectives`]
 //! waits for the collectives in flight.
 //!
 //! `README.md` beside this file has the protocol and its argument.
 
 mod comm_thread;
+mod error;
 mod flight;
 #[cfg(feature = "nccl")]
 mod nccl;
@@ -39,8 +42,9 @@ mod raw;
 mod sig;
 
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
 
 use crate::device::Lane;
 use crate::engine::{Engine, OpBuilder};
@@ -51,6 +55,7 @@ use comm_thread::Msg;
 use flight::{Flight, Typed, What};
 use sig::Signature;
 
+pub use error::{CollectiveError, RankFailure};
 #[cfg(feature = "nccl")]
 pub use nccl::{GpuCollectiveElement, GpuCollectives};
 
@@ -128,82 +133,6 @@ impl Reduce {
     }
 }
 
-/// Why a collective failed. The op's error ([`Error::is_failed`]) has it
-/// as its source: `err.source()` and `downcast_ref::<CollectiveError>()`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CollectiveError {
-    /// The ranks disagree on collective number `seq`: this rank's, and the
-    /// first rank whose differs.
-    Mismatch {
-        /// The collective's number in push order.
-        seq: u64,
-        /// What this rank pushed.
-        mine: String,
-        /// The first rank that pushed something else…
-        rank: usize,
-        /// …and what.
-        theirs: String,
-    },
-    /// An input carried an error on these ranks (or their op never ran):
-    /// every rank fails the collective.
-    FailedUpstream {
-        /// The collective's number in push order.
-        seq: u64,
-        /// What it was.
-        what: String,
-        /// The ranks where it failed before it started.
-        ranks: Vec<usize>,
-    },
-    /// A buffer of more elements than an MPI count holds (2³¹ − 1): split
-    /// it into several vars.
-    TooLarge {
-        /// What it was.
-        what: String,
-        /// Its elements.
-        len: usize,
-    },
-    /// MPI returned an error code.
-    Mpi {
-        /// What it was.
-        what: String,
-        /// The code.
-        code: i32,
-    },
-    /// The [`Collectives`] was dropped before this collective started.
-    Closed {
-        /// What it was.
-        what: String,
-    },
-}
-
-impl fmt::Display for CollectiveError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Mismatch { seq, mine, rank, theirs } => write!(
-                f,
-                "collective #{seq} differs between ranks: this rank pushed {mine}, rank {rank} pushed {theirs} \
-                 (every rank must push the same collectives in the same order)"
-            ),
-            Self::FailedUpstream { seq, what, ranks } => {
-                write!(
-                    f,
-                    "collective #{seq} ({what}) failed: its input carried an error on rank(s) {ranks:?}"
-                )
-            }
-            Self::TooLarge { what, len } => write!(
-                f,
-                "{what}: {len} elements are more than an MPI count holds ({}); split the buffer",
-                i32::MAX
-            ),
-            Self::Mpi { what, code } => write!(f, "{what}: MPI error code {code}"),
-            Self::Closed { what } => write!(f, "{what}: the collectives were closed before it started"),
-        }
-    }
-}
-
-impl std::error::Error for CollectiveError {}
-
 /// An MPI count for `len` elements, or why there is none.
 fn mpi_count(len: usize) -> Option<i32> {
     i32::try_from(len).ok()
@@ -225,13 +154,16 @@ pub struct Collectives {
 }
 
 impl Collectives {
-    /// Initialises MPI on a thread of its own and joins its world.
+    /// Initialises MPI on a thread of its own and joins its world. From
+    /// then on, a trace written to `DEPENGINE_PROFILE` goes to a file of
+    /// this rank's (`trace.json` becomes `trace.rank1.json` on rank 1).
     ///
     /// # Errors
     ///
     /// MPI was initialised already in this process, or could not be.
     pub fn new(engine: &Engine) -> Result<Self, Error> {
         let (tx, thread, rank, size) = comm_thread::start()?;
+        crate::engine::name_profiles_by_rank(rank);
         Ok(Self { engine: engine.clone(), order: Mutex::new((0, tx)), rank, size, thread: Some(thread) })
     }
 
@@ -352,7 +284,7 @@ impl Collectives {
     /// part), on the thread that makes it ready (its body only hands it
     /// to the comm thread).
     fn op(&self, ticket: &Ticket) -> OpBuilder<'_> {
-        self.engine.op(ticket.name.clone()).lane(Lane::Inline).no_skip(true)
+        self.engine.op(ticket.name().to_owned()).lane(Lane::Inline).no_skip(true)
     }
 
     /// Numbers a collective and pushes it, under the order lock.
@@ -362,13 +294,26 @@ impl Collectives {
         // The name says what it waits for, in the explainer and the
         // watchdog's reports: a collective in flight waits for other ranks.
         let name = format!("{name} (collective #{seq}: with every rank)");
-        let ticket = Ticket { seq, name, tx: Some(order.1.clone()) };
+        let ticket = Ticket(Arc::new(TicketInner {
+            seq,
+            name,
+            tx: Mutex::new(Some(order.1.clone())),
+            why: AtomicU8::new(RankFailure::NeverRan.code()),
+        }));
         // A refused push still takes its number: its ticket's drop tells
         // the thread, which takes part in the collective as failed, so that
         // a rank where the engine refused it (closed, full) does not leave
-        // the others waiting.
+        // the others waiting. This reference keeps the ticket until the
+        // refusal's reason is written in it, for the other ranks to read.
+        let kept = ticket.clone();
         order.0 += 1;
-        push(seq, ticket)
+        match push(seq, ticket).pushed() {
+            Ok(handle) => handle,
+            Err(err) => {
+                kept.0.why.store(RankFailure::of_refusal(&err).code(), Ordering::Relaxed);
+                OpHandle::refused(err)
+            }
+        }
     }
 }
 
@@ -395,33 +340,47 @@ fn signature<T: Element>(
     tag: String,
     failed: bool,
 ) -> Signature {
-    Signature { seq, kind, elem: T::CODE, op, failed, root, count: len as u64, tag }
+    let failure = if failed { RankFailure::InputError.code() } else { 0 };
+    Signature { seq, kind, elem: T::CODE, op, failure, root, count: len as u64, tag }
 }
 
 /// A collective's place in the order, carried by its op's body to the
-/// comm thread. Dropped without being sent (the body never ran: a
-/// cancelling shutdown), it tells the thread, which then takes part in
-/// the collective as failed, so that the other ranks are not left
-/// waiting.
-struct Ticket {
+/// comm thread. Dropped without being sent (the body never ran: a refused
+/// push, a cancelling shutdown), it tells the thread why, and the thread
+/// takes part in the collective as failed, so that the other ranks are not
+/// left waiting and know the reason.
+#[derive(Clone)]
+struct Ticket(Arc<TicketInner>);
+
+struct TicketInner {
     seq: u64,
     name: String,
-    tx: Option<Sender<Msg>>,
+    /// Taken by the send; still here when the last reference goes, the
+    /// collective never ran.
+    tx: Mutex<Option<Sender<Msg>>>,
+    /// Why it never ran, if it does not (a `RankFailure` code).
+    why: AtomicU8,
 }
 
 impl Ticket {
-    fn send(mut self, flight: Box<dyn Flight>) {
-        let tx = self.tx.take().expect("a ticket is sent once");
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    fn send(self, flight: Box<dyn Flight>) {
+        let tx = self.0.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let tx = tx.expect("a ticket is sent once");
         if let Err(std::sync::mpsc::SendError(Msg::Run(flight))) = tx.send(Msg::Run(flight)) {
             flight.close();
         }
     }
 }
 
-impl Drop for Ticket {
+impl Drop for TicketInner {
     fn drop(&mut self) {
-        if let Some(tx) = self.tx.take() {
-            let _ = tx.send(Msg::Gone(self.seq));
+        if let Some(tx) = self.tx.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+            let why = RankFailure::of_code(*self.why.get_mut()).unwrap_or(RankFailure::NeverRan);
+            let _ = tx.send(Msg::Gone(self.seq, why));
         }
     }
 }

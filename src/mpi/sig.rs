@@ -21,8 +21,9 @@ pub(super) struct Signature {
     pub(super) elem: u8,
     /// The reduction's code, 0 where there is none.
     pub(super) op: u8,
-    /// The op's input carried an error on this rank, or the op never ran.
-    pub(super) failed: bool,
+    /// Why this rank cannot take part with data
+    /// ([`RankFailure::code`](super::RankFailure::code)), 0 if it can.
+    pub(super) failure: u8,
     /// The broadcast's root, 0 otherwise.
     pub(super) root: u32,
     /// Elements of this rank's input.
@@ -38,7 +39,7 @@ impl Signature {
         out[8] = self.kind;
         out[9] = self.elem;
         out[10] = self.op;
-        out[11] = u8::from(self.failed);
+        out[11] = self.failure;
         out[12..16].copy_from_slice(&self.root.to_le_bytes());
         out[16..24].copy_from_slice(&self.count.to_le_bytes());
         let tag = cut(&self.tag);
@@ -55,7 +56,7 @@ impl Signature {
             kind: b[8],
             elem: b[9],
             op: b[10],
-            failed: b[11] != 0,
+            failure: b[11],
             root: u32::from_le_bytes(b[12..16].try_into().expect("4 bytes")),
             count: word(16..24),
             tag: String::from_utf8_lossy(&tag[..end]).into_owned(),

@@ -38,3 +38,21 @@ for np in 1 2 4; do
     timeout 300 mpirun --bind-to none -np "$np" target/release/examples/data_parallel
 done
 timeout 300 mpirun --bind-to none -np 2 target/release/examples/data_parallel --comm-after-backward
+
+# DEPENGINE_PROFILE under mpirun: each rank writes its trace to a file of
+# its own (the rank in the name), none replacing another's.
+profiles=$(mktemp -d)
+DEPENGINE_PROFILE="$profiles/trace.json" timeout 300 mpirun --bind-to none -x DEPENGINE_PROFILE -np 2 \
+    target/release/examples/data_parallel >/dev/null
+for rank in 0 1; do
+    if [ ! -s "$profiles/trace.rank$rank.json" ]; then
+        echo "tests/mpi/run.sh: no trace of rank $rank in $(ls "$profiles")" >&2
+        exit 1
+    fi
+done
+if [ -e "$profiles/trace.json" ]; then
+    echo "tests/mpi/run.sh: a trace without a rank in its name" >&2
+    exit 1
+fi
+rm -rf "$profiles"
+echo "DEPENGINE_PROFILE under mpirun: one trace per rank"

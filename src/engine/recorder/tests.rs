@@ -58,4 +58,7 @@ fn later_engines_write_their_own_trace() {
     assert_eq!(numbered(&path, 1), path);
     assert_eq!(numbered(&path, 2), Path::new("dir").join("trace.2.json"));
     assert_eq!(numbered(Path::new("trace"), 3), Path::new("trace.3"));
+    let ranked = tagged(&path, "rank1");
+    assert_eq!(ranked, Path::new("dir").join("trace.rank1.json"));
+    assert_eq!(numbered(&ranked, 2), Path::new("dir").join("trace.rank1.2.json"));
 }
