@@ -53,6 +53,7 @@ static RANK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::ne
 /// `rank`: `trace.json` becomes `trace.rank1.json` on rank 1, so that the
 /// ranks of one `mpirun`, which share the path, do not replace each
 /// other's. Called when MPI is initialised.
+#[cfg(feature = "mpi")]
 pub(crate) fn name_profiles_by_rank(rank: usize) {
     RANK.store(rank + 1, std::sync::atomic::Ordering::Relaxed);
 }

@@ -385,3 +385,6 @@ impl<T> fmt::Debug for Tile<T> {
         write!(f, "Tile({} x {})", self.view.rows, self.view.cols)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -43,7 +43,7 @@ fn ops_left_in_a_dropped_feed_are_dropped_once() {
 /// once, and each worker sees its ops in queue order.
 #[test]
 fn racing_takers_take_each_op_once_in_order() {
-    const OPS: usize = 20_000;
+    const OPS: usize = if cfg!(miri) { 300 } else { 20_000 };
     let (mut feed, ring) = Feed::new(Barriers::new());
     let takers: Vec<_> = (0..3)
         .map(|_| {
@@ -84,7 +84,7 @@ fn racing_takers_take_each_op_once_in_order() {
 #[test]
 fn batched_takers_take_each_op_once_in_order() {
     use std::sync::atomic::AtomicUsize;
-    const OPS: usize = 50_000;
+    const OPS: usize = if cfg!(miri) { 300 } else { 50_000 };
     let (mut feed, ring) = Feed::new(Barriers::new());
     // A full ring and a spill before the takers start: batches to take.
     let early = 3 * SLOTS;
