@@ -295,7 +295,7 @@ impl<T> Feed<T> {
     /// was retired (it held no op then).
     pub(crate) fn leave(&mut self, mut each: impl FnMut(T), leave: impl FnOnce(&Arc<FeedShared<T>>)) {
         let raw = self.shared.as_ptr().cast_const();
-        let _ = self.with_ring((), |_, ring, ()| {
+        let kept = self.with_ring((), |_, ring, ()| {
             // The spill is flagged whenever it holds ops: `take` looks at it.
             while let Some(task) = ring.take() {
                 each(task);
@@ -308,7 +308,14 @@ impl<T> Feed<T> {
                 Arc::from_raw(raw)
             };
             leave(&ring);
+            // Dropped by the caller, once `ring` (a reference this closure
+            // was given) is no longer in use: this may be the last count
+            // (`leave` took the ring out of the pool's list, and a worker
+            // may have dropped its own), and a ring must not be freed while
+            // a reference to it is still an argument in use (Miri found it).
+            ring
         });
+        drop(kept);
     }
 }
 
