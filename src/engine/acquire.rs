@@ -159,8 +159,8 @@ pub(super) fn push<I: Item>(shared: &Arc<Shared>, item: I) -> Acquire<I::Guard> 
     let mut decls = Decls(crate::op::DepList::new());
     item.declare(&mut decls);
     let job = AcquireJob { item, slot: slot.clone() };
-    match shared.push_detached_as(Role::Acquire, options(), decls.0, job, Body::Hands) {
-        Ok(()) => Acquire::pending(slot),
+    match shared.push(options(), Role::Acquire, decls.0, job, Body::Hands, true) {
+        Ok(_) => Acquire::pending(slot),
         Err(err) => Acquire::refused(err),
     }
 }
@@ -178,7 +178,7 @@ impl Acquirer for Shared {
     fn push_acquire(self: Arc<Self>, one: Box<dyn OneAcquire>) -> Result<(), Error> {
         let mut decls = crate::op::DepList::new();
         decls.push(Decl { var: one.var(), access: one.access(), typed: true });
-        self.push_detached_as(Role::Acquire, options(), decls, OneJob(one), Body::Hands)
+        self.push(options(), Role::Acquire, decls, OneJob(one), Body::Hands, true).map(drop)
     }
 }
 

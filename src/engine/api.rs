@@ -313,8 +313,8 @@ impl Engine {
         let mut decls = DepList::new();
         decls.push(Decl { var: var.any(), access: Access::Read, typed: false });
         let opts = OpOptions::internal("wait_for_var");
-        let pushed = self.shared().push(opts, Role::WaitForVar, decls, WaitJob, Body::Hands);
-        pushed.map_or_else(OpHandle::refused, OpHandle::of_slot)
+        let pushed = self.shared().push(opts, Role::WaitForVar, decls, WaitJob, Body::Hands, false);
+        OpHandle::of_push(pushed)
     }
 
     /// Resolves once every op pushed before this call has completed (later
@@ -428,9 +428,15 @@ impl Engine {
         let mut decls = DepList::new();
         decls.push(Decl { var: var.any(), access: Access::Write, typed: false });
         let job = DeleteJob { var: var.clone() };
-        let pushed =
-            self.shared().push(OpOptions::internal("delete_var"), Role::Delete, decls, job, Body::Hands);
-        pushed.map_or_else(OpHandle::refused, OpHandle::of_slot)
+        let pushed = self.shared().push(
+            OpOptions::internal("delete_var"),
+            Role::Delete,
+            decls,
+            job,
+            Body::Hands,
+            false,
+        );
+        OpHandle::of_push(pushed)
     }
 
     /// Stops taking work and waits until every pushed op has completed (or,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::shared::{Body, OpOptions, Shared};
+use super::shared::{Body, OpOptions, Role, Shared};
 use crate::device::{Device, Lane};
 use crate::error::{BoxError, Error, Kind};
 use crate::op::DepList;
@@ -505,7 +505,7 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
         F: FnOnce(Rd::Guard, Wr::Guard) -> Result<(), BoxError> + Send + 'static,
     {
         let (shared, opts, decls, reads, writes) = self.declared();
-        shared.push_detached(opts, decls, SyncJob { reads, writes, body }, Body::Sync)
+        shared.push(opts, Role::User, decls, SyncJob { reads, writes, body }, Body::Sync, true).map(drop)
     }
 
     /// Pushes an async op: the body receives a [`Completion`] and the op
@@ -586,7 +586,7 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
                 return OpHandle::refused(err);
             }
         };
-        shared.push_job(opts, decls, job, body).map_or_else(OpHandle::refused, OpHandle::of_slot)
+        OpHandle::of_push(shared.push(opts, Role::User, decls, job, body, false))
     }
 
     /// The builder's parts, with every declaration collected. Inlined into

@@ -309,48 +309,12 @@ impl Shared {
         latch
     }
 
-    /// Pushes a user op; returns its record, for its handle.
-    pub(crate) fn push_job<J: Job>(
-        self: &Arc<Self>,
-        opts: OpOptions,
-        decls: DepList,
-        job: J,
-        body: Body,
-    ) -> Result<SlotRef<J::Output>, Error> {
-        self.push(opts, Role::User, decls, job, body)
-    }
-
-    /// Pushes a user op that nobody holds a handle to: its record is
-    /// referenced by the vars and queues only (no reference taken for a
-    /// handle, none dropped with it).
-    pub(crate) fn push_detached<J: Job<Output = ()>>(
-        self: &Arc<Self>,
-        opts: OpOptions,
-        decls: DepList,
-        job: J,
-        body: Body,
-    ) -> Result<(), Error> {
-        self.push_detached_as(Role::User, opts, decls, job, body)
-    }
-
-    /// [`push_detached`](Self::push_detached) of an op of `role` (a user
-    /// op, or an acquire).
-    pub(super) fn push_detached_as<J: Job<Output = ()>>(
-        self: &Arc<Self>,
-        role: Role,
-        opts: OpOptions,
-        decls: DepList,
-        job: J,
-        body: Body,
-    ) -> Result<(), Error> {
-        if self.bulk.is_on() {
-            return self.push_in_bulk(opts, role, decls, job, body, true).map(drop);
-        }
-        let record = self.build(opts, role, decls, job, body, true)?;
-        self.submit_built(record)
-    }
-
-    /// Pushes an op; returns its record, for its handle.
+    /// The push: check → build → append → dispatch, for every kind of op
+    /// (sync, async, future, GPU, the engine's own; with a handle or
+    /// `detached`), or joins the op to a bulk segment (`bulk/`). Returns
+    /// the record for the handle, unless `detached` (then no reference is
+    /// taken for one, and none dropped).
+    #[inline(always)]
     pub(super) fn push<J: Job>(
         self: &Arc<Self>,
         opts: OpOptions,
@@ -358,39 +322,32 @@ impl Shared {
         decls: DepList,
         job: J,
         body: Body,
-    ) -> Result<SlotRef<J::Output>, Error> {
+        detached: bool,
+    ) -> Result<Option<SlotRef<J::Output>>, Error> {
         if self.bulk.is_on() {
-            let record = self.push_in_bulk(opts, role, decls, job, body, false)?;
-            return Ok(record.expect("a record for the handle of an op pushed with one"));
+            let record = self.push_in_bulk(opts, role, decls, job, body, detached)?;
+            return Ok(record.map(|r| r as SlotRef<J::Output>));
         }
-        let record = self.build(opts, role, decls, job, body, false)?;
-        self.submit_built(record.clone())?;
-        Ok(record)
+        let record = self.build(opts, role, decls, job, body, detached)?;
+        let handle = (!detached).then(|| record.clone() as SlotRef<J::Output>);
+        self.submit(record)?;
+        Ok(handle)
     }
 
-    /// Submits a record `build` made: appends it to its vars and dispatches
-    /// what became ready. A refused one leaves the pushed-ops count as it
-    /// was.
+    /// Appends a record `build` made to its vars and dispatches what became
+    /// ready (a ready op at once: the short path). A refused one leaves the
+    /// pushed-ops count as it was. A profiled op's push ends once it is
+    /// appended (the op may have completed by then, and recorded its push
+    /// as unfinished).
     #[inline]
-    pub(super) fn submit_built<J: Job>(&self, record: Arc<OpCell<J>>) -> Result<(), Error> {
+    pub(super) fn submit<J: Job>(&self, record: Arc<OpCell<J>>) -> Result<(), Error> {
         // Looked at on the record's own type: through `TaskRef`, the header
         // is a call through the vtable on every push.
-        if crate::op::Task::header(&*record).meta.profiled() {
-            return self.submit_profiled(record);
-        }
-        submit(record, |ready| self.dispatcher.dispatch_pushed(ready)).inspect_err(|_| self.uncount())
-    }
-
-    /// [`submit_built`](Self::submit_built) of a profiled op: the end of
-    /// its push marked once it is appended to its vars (the op may have
-    /// completed by then, and recorded its push as unfinished).
-    #[cold]
-    fn submit_profiled(&self, record: TaskRef) -> Result<(), Error> {
-        let kept = record.clone();
+        let profiled = crate::op::Task::header(&*record).meta.profiled().then(|| record.clone() as TaskRef);
         let submitted =
             submit(record, |ready| self.dispatcher.dispatch_pushed(ready)).inspect_err(|_| self.uncount());
-        if let Some(profile) = kept.header().profile() {
-            profile.push_ended();
+        if let Some(record) = profiled {
+            push_ended(&record);
         }
         submitted
     }
@@ -402,10 +359,11 @@ impl Shared {
         self.tracker.with_side(|intake| intake.pushed -= 1);
     }
 
-    /// Checks an op and builds its record, counted in its epoch and in the
-    /// pushed ops; `submit_built` then appends it to its vars. Inlined
-    /// into each push path: called, it would move the options, the deps
-    /// and the body through memory once more.
+    /// Checks an op (its slot among the ops in flight, its placement, its
+    /// declarations) and builds its record, counted in its epoch and in
+    /// the pushed ops; [`submit`](Self::submit) then appends it to its
+    /// vars. Inlined into each push: called, it would move the options,
+    /// the deps and the body through memory once more.
     #[inline(always)]
     pub(super) fn build<J: Job>(
         self: &Arc<Self>,
@@ -437,22 +395,6 @@ impl Shared {
             normalize(&mut deps, &opts.name, Arc::as_ptr(self).cast())
                 .inspect_err(|_| self.refund(counted))?;
         }
-        self.assemble(opts, role, exec, deps, job, (detached, counted))
-    }
-
-    /// Builds the record of an op checked, placed and normalised already
-    /// (its slot among the ops in flight taken, if `counted`), counted in
-    /// its epoch and in the pushed ops.
-    #[inline(always)]
-    fn assemble<J: Job>(
-        self: &Arc<Self>,
-        opts: OpOptions,
-        role: Role,
-        exec: Exec,
-        deps: DepList,
-        job: J,
-        (detached, counted): (bool, bool),
-    ) -> Result<Arc<OpCell<J>>, Error> {
         // The op's count in its epoch, and a spare record to build its record in,
         // or to free just before allocating it: then it is what this
         // thread's allocator hands out.
@@ -467,6 +409,14 @@ impl Shared {
         let profiled = self.recorder.wants(&opts);
         let meta = meta(opts, role, exec, detached, counted, profiled);
         Ok(recycle::build(spare, self, meta, deps, job, epoch))
+    }
+}
+
+/// Marks the end of a profiled op's push.
+#[cold]
+fn push_ended(record: &TaskRef) {
+    if let Some(profile) = record.header().profile() {
+        profile.push_ended();
     }
 }
 

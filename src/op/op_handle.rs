@@ -78,6 +78,14 @@ impl<R: Send + 'static> OpHandle<R> {
         Self { inner: Inner::Refused(Some(err)) }
     }
 
+    /// The handle of a push that asked for one: its record, or its refusal.
+    pub(crate) fn of_push(pushed: Result<Option<SlotRef<R>>, Error>) -> Self {
+        match pushed {
+            Ok(record) => Self::of_slot(record.expect("a record for the handle of an op pushed with one")),
+            Err(err) => Self::refused(err),
+        }
+    }
+
     /// The handle, if its push went through; else the error it was
     /// refused with (a closed engine, a deleted var or one of another
     /// engine, a var declared twice with a write, an invalid device or

@@ -229,7 +229,7 @@ impl Shared {
         // the members with an error.
         let pushed = self
             .build(opts, Role::Segment, deps, Segment::new(members, self.clone()), Body::Async, true)
-            .and_then(|record| self.submit_built(record));
+            .and_then(|record| self.submit(record));
         if let Err(err) = pushed {
             debug_assert!(false, "a bulk segment was refused: {err}");
             tracing::error!(target: "depengine", "a bulk segment was refused: {err}");
