@@ -3,9 +3,9 @@
 //! ([`Error::is_full`]); [`Engine::reserve`](crate::Engine::reserve) waits
 //! for room instead, cancel safe (a dropped wait or reservation gives its
 //! place back). An op gives its slot back when it completes (when its
-//! handle resolves: `op::cell`'s publication, through `Host::op_left`),
+//! handle resolves: `op::cell`'s publication, through `Note::Left`),
 //! or, if it was resolved early (cancelled before its vars let it
-//! through), once it has left its vars (`Host::op_gone`): its record is
+//! through), once it has left its vars (`Note::Gone`): its record is
 //! kept until then.
 
 use std::sync::Arc;

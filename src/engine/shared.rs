@@ -21,7 +21,7 @@ use crate::op::job::Job;
 use crate::op::op_cell::{OpCell, SlotRef};
 use crate::op::recycle::{self, Spare, SpareRecords};
 use crate::op::{
-    DepList, Exec, Flags, HandleKind, Help, Host, Meta, PackedDevice, ReadyList, TaskRef, submit,
+    DepList, Exec, Flags, HandleKind, Help, Host, Meta, Note, PackedDevice, ReadyList, TaskRef, Wait, submit,
 };
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::coarse::Keeper;
@@ -69,7 +69,7 @@ pub(crate) struct Shared {
     /// The bound on user ops in flight, if there is one.
     limit: Option<Limit>,
     /// Ops resolved early and still queued on their vars (see
-    /// `Host::op_lingers`): the pools run until they are gone.
+    /// `Note::Lingers`): the pools run until they are gone.
     lingering: CountLatch,
     /// The watchdog, if the engine has one (see `engine/watchdog.rs`).
     watchdog: std::sync::OnceLock<Watchdog>,
@@ -87,10 +87,30 @@ impl Host for Shared {
         self.cancelling.load(Ordering::Acquire)
     }
 
-    fn note_error(&self, err: &Error) {
-        let mut failures = lock(&self.failures);
-        if failures.len() < KEPT_FAILURES {
-            failures.push(err.clone());
+    #[inline]
+    fn note(&self, note: Note<'_>) {
+        match note {
+            Note::Done { counted } => {
+                self.counts.completed.add_one();
+                if counted {
+                    self.slot_freed();
+                }
+            }
+            Note::Left => self.slot_freed(),
+            Note::Lingers => self.lingering.add(),
+            Note::Gone { counted } => {
+                if counted {
+                    self.slot_freed();
+                }
+                self.lingering.release();
+            }
+            Note::Failed { err, for_wait_all } => {
+                self.counts.failed(err);
+                if for_wait_all {
+                    self.keep_failure(err);
+                }
+            }
+            Note::ForWaitAll(err) => self.keep_failure(err),
         }
     }
 
@@ -98,41 +118,14 @@ impl Host for Shared {
         &self.graves
     }
 
-    fn release_held(&self) {
-        self.bulk.flush();
-    }
-
-    fn help(&self) -> Help {
-        crate::exec::help()
-    }
-
-    fn op_left(&self) {
-        if let Some(limit) = &self.limit {
-            limit.give();
+    fn wait(&self, wait: Wait) -> Help {
+        match wait {
+            Wait::OnNested => {
+                self.bulk.flush();
+                Help::Nothing
+            }
+            Wait::Blocked => crate::exec::help(),
         }
-    }
-
-    #[inline]
-    fn op_done(&self, counted: bool) {
-        self.counts.completed.add_one();
-        if counted {
-            self.op_left();
-        }
-    }
-
-    fn op_lingers(&self) {
-        self.lingering.add();
-    }
-
-    fn op_gone(&self, counted: bool) {
-        if counted {
-            self.op_left();
-        }
-        self.lingering.release();
-    }
-
-    fn op_failed(&self, err: &Error) {
-        self.counts.failed(err);
     }
 
     fn profiled(&self, op: crate::profile::OpRecord) {
@@ -141,6 +134,21 @@ impl Host for Shared {
 }
 
 impl Shared {
+    /// A slot among the ops in flight is free again.
+    fn slot_freed(&self) {
+        if let Some(limit) = &self.limit {
+            limit.give();
+        }
+    }
+
+    /// Keeps a failure for `wait_for_all` (the first few).
+    fn keep_failure(&self, err: &Error) {
+        let mut failures = lock(&self.failures);
+        if failures.len() < KEPT_FAILURES {
+            failures.push(err.clone());
+        }
+    }
+
     pub(super) fn new(config: Config, runtime: Option<tokio::runtime::Handle>) -> Arc<Self> {
         let bulk_size = if config.kind == EngineKind::Naive { 1 } else { config.bulk_size };
         Arc::new_cyclic(|weak| {
@@ -189,7 +197,7 @@ impl Shared {
     /// did not use.
     #[cold]
     pub(super) fn give_slot(&self) {
-        self.op_left();
+        self.slot_freed();
     }
 
     /// Gives back the slot a refused push took (`counted`), before its
@@ -197,7 +205,7 @@ impl Shared {
     #[cold]
     fn refund(&self, counted: bool) {
         if counted {
-            self.op_left();
+            self.slot_freed();
         }
     }
 

@@ -5,6 +5,7 @@
 //! Only ops on an error path take the lock: `has_errors` says whether the
 //! state holds anything, and the error-free path reads only that flag.
 
+use super::host::Note;
 use super::nest::Handoff;
 use super::record::Header;
 use crate::error::{Error, Kind};
@@ -145,7 +146,7 @@ impl Header {
             self.deps.iter().find(|d| d.var.id() == var).map_or_else(|| format!("#{var}"), |d| d.var.label());
         let message = format!("a write guard of var {label} was dropped while its thread panicked");
         let err = Error::new(Kind::Panicked { op: self.meta.name.clone(), message });
-        self.host.note_error(&err);
+        self.host.note(Note::ForWaitAll(&err));
         lock(&self.errors).rare().poisoned.push((var, err));
         self.has_errors.store(true, Ordering::Release);
     }

@@ -19,7 +19,7 @@ use crate::sync::small::SmallList;
 /// Ops a completion made ready, in the order their vars let them through.
 pub(crate) type ReadyList = SmallList<TaskRef, 4>;
 
-/// What an op needs of the engine that pushed it.
+/// What an op needs of the engine that pushed it: six methods.
 pub(crate) trait Host: Send + Sync + 'static {
     /// Runs the ops in `ready` (leaving it empty) where their placement
     /// says: called by the completion that made them ready.
@@ -28,53 +28,66 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// Whether ops that have not started are to be cancelled, not run.
     fn is_cancelling(&self) -> bool;
 
-    /// Records an op's failure for `wait_for_all`.
-    fn note_error(&self, err: &Error);
+    /// What happened to an op that the engine counts or keeps (see
+    /// [`Note`]).
+    fn note(&self, note: Note<'_>);
 
     /// Where records of finished ops wait to be rebuilt by pushes.
     fn spare_records(&self) -> &SpareRecords;
 
-    /// A nested op's handle is waited on: its parent may still be held
-    /// back by the engine, which is to push it now (see `nest.rs`).
-    fn release_held(&self);
-
-    /// A thread blocks on an op's handle that has not completed: runs one
-    /// op this thread may run meanwhile (one it queued to run after its
-    /// current op; on a worker, one of its pool's queue, where the op
-    /// waited for may be), and says what it found.
-    fn help(&self) -> Help;
-
-    /// An op counted against the engine's limit of ops in flight will not
-    /// be published (its push was refused after its record was built): its
-    /// slot is free.
-    fn op_left(&self);
-
-    /// An op was published (completed, or resolved early): counted for
-    /// metrics, and, if `counted` against the limit of ops in flight, its
-    /// slot is free (an op resolved early keeps its slot until
-    /// [`op_gone`](Self::op_gone)).
-    fn op_done(&self, counted: bool);
-
-    /// An op is resolved early (`Task::resolve_early`): it stays queued on
-    /// its vars until they let it through, and is counted until then, so
-    /// that its record counts against the limit of ops in flight and no
-    /// pool stops while it may still be sent there.
-    fn op_lingers(&self);
-
-    /// An op resolved early has completed on its vars: it is the engine's
-    /// no more, and, if `counted` against the limit of ops in flight, its
-    /// slot is free.
-    fn op_gone(&self, counted: bool);
-
-    /// An op failed, was skipped or was cancelled with `err` (counted for
-    /// metrics; called once per op, before it is published).
-    fn op_failed(&self, err: &Error);
+    /// A thread waits on an op's handle that has not completed (see
+    /// [`Wait`]).
+    fn wait(&self, wait: Wait) -> Help;
 
     /// A profiled op completed: its record, for the profiler.
     fn profiled(&self, op: OpRecord);
 }
 
-/// What [`Host::help`] found to do.
+/// What an op tells its engine as it goes, for the engine's counts, its
+/// limit of ops in flight and `wait_for_all`.
+#[derive(Debug)]
+pub(crate) enum Note<'a> {
+    /// An op counted against the engine's limit of ops in flight will not
+    /// be published (its push was refused after its record was built): its
+    /// slot is free.
+    Left,
+    /// An op was published (completed, or resolved early): counted for
+    /// metrics, and, if `counted` against the limit of ops in flight, its
+    /// slot is free (an op resolved early keeps its slot until
+    /// [`Gone`](Self::Gone)).
+    Done { counted: bool },
+    /// An op is resolved early (`Task::resolve_early`): it stays queued on
+    /// its vars until they let it through, and is counted until then, so
+    /// that its record counts against the limit of ops in flight and no
+    /// pool stops while it may still be sent there.
+    Lingers,
+    /// An op resolved early has completed on its vars: it is the engine's
+    /// no more, and, if `counted` against the limit of ops in flight, its
+    /// slot is free.
+    Gone { counted: bool },
+    /// An op failed, was skipped or was cancelled with this error (counted
+    /// for metrics; once per op, before it is published); `for_wait_all`:
+    /// `wait_for_all` reports it too.
+    Failed { err: &'a Error, for_wait_all: bool },
+    /// A failure that only `wait_for_all` reports (an error an op passes on
+    /// to its vars, already counted).
+    ForWaitAll(&'a Error),
+}
+
+/// Why a thread waiting on an op's handle calls [`Host::wait`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// A nested op's handle is waited on: its parent may still be held
+    /// back by the engine, which is to push it now (see `nest.rs`).
+    OnNested,
+    /// A thread blocks on the handle: run one op this thread may run
+    /// meanwhile (one it queued to run after its current op; on a worker,
+    /// one of its pool's queue, where the op waited for may be), and say
+    /// what it found.
+    Blocked,
+}
+
+/// What [`Host::wait`] found to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Help {
     /// It ran an op.

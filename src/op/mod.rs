@@ -28,6 +28,6 @@ mod record;
 pub(crate) mod recycle;
 mod slot;
 
-pub(crate) use host::{Help, Host, ReadyList};
+pub(crate) use host::{Help, Host, Note, ReadyList, Wait};
 pub(crate) use life::{LiveRef, submit};
 pub(crate) use record::{DepList, Exec, Flags, HandleKind, Header, Meta, PackedDevice, Task, TaskRef};

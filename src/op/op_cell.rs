@@ -13,7 +13,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use super::host::Host;
+use super::host::{Host, Note};
 use super::job::{Job, Running};
 use super::life::{release_body, release_body_late};
 use super::record::{DepList, Header, Meta, Task, TaskRef};
@@ -101,7 +101,7 @@ impl<J: Job> Drop for OpCell<J> {
         // SAFETY: `&mut self`: no other access to the epoch.
         let unpublished = self.epoch.with_mut(|epoch| unsafe { (*epoch).is_some() });
         if unpublished && self.header.meta.counted() {
-            self.header.host.op_left();
+            self.header.host.note(Note::Left);
         }
     }
 }
@@ -113,7 +113,7 @@ impl<J: Job> OpCell<J> {
     fn through_early(&self, this: &TaskRef) {
         if self.slot.mark_through() {
             release_body(this);
-            self.header.host.op_gone(self.header.meta.counted());
+            self.header.host.note(Note::Gone { counted: self.header.meta.counted() });
         }
     }
 
@@ -121,7 +121,7 @@ impl<J: Job> OpCell<J> {
     /// (first, as a rule), then by the completion on its vars, or by a
     /// bulk segment that abandons it, in whatever order. Whoever publishes
     /// first finds the epoch and counts the op as done; none gives its slot
-    /// among the ops in flight back: `Host::op_gone` does, once it has left
+    /// among the ops in flight back: `Note::Gone` does, once it has left
     /// its vars.
     #[cold]
     fn publish_resolved(&self) {
@@ -146,7 +146,7 @@ impl<J: Job> OpCell<J> {
             if self.header.meta.profiled() {
                 self.header.profile_finished();
             }
-            self.header.host.op_done(false);
+            self.header.host.note(Note::Done { counted: false });
         }
         if let Some(waker) = waker {
             waker.wake();
@@ -207,7 +207,7 @@ impl<J: Job> Task for OpCell<J> {
         // Its slot among the ops in flight goes back before anyone waiting
         // for the op (its handle, `wait_for_all`) can be told: a caller
         // that saw it complete can push again at the bound.
-        self.header.host.op_done(self.header.meta.counted());
+        self.header.host.note(Note::Done { counted: self.header.meta.counted() });
         // Nobody reads a detached op's result: the slot is left alone.
         if !self.header.meta.detached() {
             if let Published::First(Some(waker)) = self.slot.publish() {
@@ -244,21 +244,22 @@ impl<J: Job> Task for OpCell<J> {
         // What `store` does, but the op does not complete: its vars have
         // not let it through.
         if !self.header.meta.clears_error() {
-            self.header.host.op_failed(&err);
+            self.header.host.note(Note::Failed { err: &err, for_wait_all: pass_on });
+        } else if pass_on {
+            self.header.host.note(Note::ForWaitAll(&err));
         }
         if self.header.meta.profiled() {
             self.header.profile_ended(Some(&err));
         }
         if pass_on {
             self.header.record_outcome(Err(&err));
-            self.header.host.note_error(&err);
         }
         let _ = self.slot.store(Err(err));
-        self.header.host.op_lingers();
+        self.header.host.note(Note::Lingers);
         self.publish_resolved();
         if self.slot.mark_early() {
             release_body_late(this);
-            self.header.host.op_gone(self.header.meta.counted());
+            self.header.host.note(Note::Gone { counted: self.header.meta.counted() });
         }
         true
     }
@@ -296,8 +297,7 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
         self.header.record_outcome(outcome.as_ref().map(|_| ()));
         if let Err(err) = outcome {
             if !self.header.meta.clears_error() {
-                self.header.host.op_failed(&err);
-                self.header.host.note_error(&err);
+                self.header.host.note(Note::Failed { err: &err, for_wait_all: true });
             }
         }
         release_body(this);

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use super::host::Help;
+use super::host::{Help, Wait};
 use super::job::{token_left_by_own_body, waits_for_current_body};
 use super::op_cell::SlotRef;
 use super::record::Header;
@@ -239,7 +239,7 @@ impl<R: Send + 'static> OpHandle<R> {
             if let Poll::Ready(result) = Pin::new(&mut self).poll(&mut cx) {
                 return result;
             }
-            match host.help() {
+            match host.wait(Wait::Blocked) {
                 Help::Ran => {}
                 Help::Later => std::thread::park_timeout(HELP_PARK),
                 Help::Nothing => std::thread::park(),
@@ -331,7 +331,7 @@ fn let_go<R: 'static>(slot: SlotRef<R>) {
 /// A wait on a nested op: its parent may be held back (see `nest.rs`).
 fn release_held(header: &Header) {
     if header.meta.nested() {
-        header.host.release_held();
+        header.host.wait(Wait::OnNested);
     }
 }
 
