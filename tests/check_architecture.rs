@@ -37,8 +37,9 @@ const LAYERS: &[(&str, u32)] = &[
 /// Imports against the order that are allowed: (file, module imported,
 /// the only items it may name there).
 const INHERENT: &[(&str, &str, &[&str])] = &[
-    // A var's queue holds op records, and its guards keep their op running.
-    ("var/handle.rs", "op", &["TaskRef"]),
+    // A var's queue holds op records, and its guards keep their op running
+    // (handed over by the var's own acquires, whose traits are with `Owner`).
+    ("var/handle.rs", "op", &["LiveRef", "TaskRef"]),
     ("var/guard.rs", "op", &["LiveRef"]),
     // A var's own acquire hands its guard the op's live count.
     ("var/acquire.rs", "op", &["LiveRef"]),
@@ -393,4 +394,96 @@ fn the_checker_catches_imports_against_the_layers() {
     assert!(violations("exec/x.rs", test_module).is_empty());
     assert!(violations("exec/x.rs", &format!("{test_module}use crate::engine::y;\n")).len() == 1);
     assert!(uses_unsafe("fn f() { unsafe { g() } }") && !uses_unsafe("fn not_unsafe_at_all() {}"));
+}
+
+/// Folders whose files name one another in one direction only: no file
+/// circle, so that each file can be read after the files it names.
+const NO_FILE_CIRCLES: &[&str] = &["var", "gpu"];
+
+/// The siblings (file stems of `folder`) that `code`, a file of it, names:
+/// `super::x`, `self::x`, `crate::<folder>::x`, or `x` in a `use super::{..}`
+/// group.
+fn siblings_named(code: &str, folder: &str, siblings: &[String]) -> Vec<String> {
+    let mut named = Vec::new();
+    let prefixes = ["super::".to_owned(), "self::".to_owned(), format!("crate::{folder}::")];
+    for prefix in &prefixes {
+        for (at, _) in code.match_indices(prefix.as_str()) {
+            let before = code[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            let rest = &code[at + prefix.len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                let end = group.find('}').unwrap_or(group.len());
+                named.extend(group[..end].split(',').map(|p| ident_at(p.trim()).to_owned()));
+            } else {
+                named.push(ident_at(rest).to_owned());
+            }
+        }
+    }
+    named.retain(|n| siblings.contains(n));
+    named.sort();
+    named.dedup();
+    named
+}
+
+/// The files of `folder` that reach themselves through the siblings they
+/// name (every file of every circle).
+fn file_circles(folder: &str) -> Vec<String> {
+    let dir = src().join(folder);
+    let mut files: Vec<(String, String)> = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let is_module = path.extension().is_some_and(|e| e == "rs") && !stem.ends_with("tests");
+        if is_module {
+            files.push((stem, without_tests(&code_only(&std::fs::read_to_string(&path).unwrap()))));
+        }
+    }
+    let names: Vec<String> = files.iter().map(|(n, _)| n.clone()).collect();
+    let edges: Vec<Vec<usize>> = files
+        .iter()
+        .map(|(me, code)| {
+            siblings_named(code, folder, &names)
+                .iter()
+                .filter(|n| *n != me)
+                .map(|n| names.iter().position(|m| m == n).unwrap())
+                .collect()
+        })
+        .collect();
+    let reaches_itself = |start: usize| {
+        let (mut seen, mut todo) = (vec![false; names.len()], edges[start].clone());
+        while let Some(k) = todo.pop() {
+            if k == start {
+                return true;
+            }
+            if !std::mem::replace(&mut seen[k], true) {
+                todo.extend(&edges[k]);
+            }
+        }
+        false
+    };
+    let mut circle: Vec<String> =
+        (0..names.len()).filter(|&k| reaches_itself(k)).map(|k| names[k].clone()).collect();
+    circle.sort();
+    circle
+}
+
+#[test]
+fn no_file_circles_where_there_must_be_none() {
+    for folder in NO_FILE_CIRCLES {
+        let circle = file_circles(folder);
+        assert!(circle.is_empty(), "files of {folder}/ that name one another in a circle: {circle:?}");
+    }
+}
+
+#[test]
+fn the_checker_catches_a_file_circle() {
+    let siblings = ["a".to_owned(), "b".to_owned()];
+    assert_eq!(siblings_named("use super::{a, b::X};\nfn f() { super::a::g() }", "f", &siblings), ["a", "b"]);
+    assert!(
+        siblings_named("// super::a\nlet x = 1;", "f", &siblings).len() == 1,
+        "the raw text still names it"
+    );
+    assert!(siblings_named(&code_only("// super::a\nlet x = 1;"), "f", &siblings).is_empty());
 }

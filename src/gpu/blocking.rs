@@ -5,6 +5,10 @@
 //! not check. CPU workers carry a mark of their own: the engine keeps its
 //! own blocking calls (freeing page-locked memory) off them too, but a CPU
 //! op's body may make such calls.
+//!
+//! Page-locked memory dropped on an engine thread (`cuMemFreeHost` may
+//! synchronize the device) is freed by one thread of its own, made on
+//! first use, which drops what it is sent.
 
 use std::cell::Cell;
 
@@ -35,5 +39,26 @@ pub(crate) fn is_engine_thread() -> bool {
 pub(crate) fn check(what: &str) {
     if cfg!(debug_assertions) && ENGINE_GPU_THREAD.with(Cell::get) {
         panic!("{what} would block an engine thread on the GPU: GPU work completes by polled events");
+    }
+}
+
+/// Runs `free` on the thread that frees page-locked memory; on this
+/// thread where the OS gives none.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn run_off_engine_threads(free: Box<dyn FnOnce() + Send>) {
+    type Sender = std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>;
+    static FREER: std::sync::OnceLock<Option<std::sync::Mutex<Sender>>> = std::sync::OnceLock::new();
+    let freer = FREER.get_or_init(|| {
+        let (send, receive) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
+        let thread = std::thread::Builder::new().name("gpu-host-free".to_owned());
+        let run = move || receive.into_iter().for_each(|free| free());
+        thread.spawn(run).ok().map(|_| std::sync::Mutex::new(send))
+    });
+    let refused = match freer {
+        Some(send) => send.lock().unwrap_or_else(|e| e.into_inner()).send(free).err().map(|e| e.0),
+        None => Some(free),
+    };
+    if let Some(free) = refused {
+        free();
     }
 }

@@ -256,7 +256,7 @@ impl<T> Drop for Pinned<T> {
             }
         };
         if super::blocking::is_engine_thread() {
-            super::drain::run_off_engine_threads(Box::new(free));
+            super::blocking::run_off_engine_threads(Box::new(free));
         } else {
             free();
         }

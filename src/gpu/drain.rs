@@ -11,10 +11,6 @@
 //! sticky fault: it becomes the device's, so every later op of the device
 //! is refused with it. This is a failure path only; an op that recorded its
 //! event never comes here.
-//!
-//! And the freeing of page-locked memory dropped on a GPU worker or a
-//! poller (`cuMemFreeHost` may synchronize the device): one thread, made
-//! on first use, drops what it is sent.
 
 use std::sync::Arc;
 
@@ -57,25 +53,4 @@ impl GpuDevice {
 
 fn take<T>(cell: &std::sync::Mutex<Option<T>>) -> Option<T> {
     cell.lock().unwrap_or_else(|e| e.into_inner()).take()
-}
-
-/// Runs `free` on the thread that frees page-locked memory; on this
-/// thread where the OS gives none.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) fn run_off_engine_threads(free: Box<dyn FnOnce() + Send>) {
-    type Sender = std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>;
-    static FREER: std::sync::OnceLock<Option<std::sync::Mutex<Sender>>> = std::sync::OnceLock::new();
-    let freer = FREER.get_or_init(|| {
-        let (send, receive) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
-        let thread = std::thread::Builder::new().name("gpu-host-free".to_owned());
-        let run = move || receive.into_iter().for_each(|free| free());
-        thread.spawn(run).ok().map(|_| std::sync::Mutex::new(send))
-    });
-    let refused = match freer {
-        Some(send) => send.lock().unwrap_or_else(|e| e.into_inner()).send(free).err().map(|e| e.0),
-        None => Some(free),
-    };
-    if let Some(free) = refused {
-        free();
-    }
 }

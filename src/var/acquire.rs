@@ -13,32 +13,10 @@ use std::task::{Context, Poll, Waker};
 
 use super::gate::Access;
 use super::guard::{ReadGuard, WriteGuard};
-use super::handle::{AnyVar, Var};
+use super::handle::{AnyVar, OneAcquire, Var};
 use crate::error::{Error, Kind, panic_message, refuse_in_runtime};
 use crate::op::LiveRef;
 use crate::sync::{Mutex, lock};
-
-/// The way up from a var to the engine that made it, for the var's own
-/// acquires (the engine layer implements it).
-pub(crate) trait Acquirer: std::any::Any + Send + Sync {
-    /// Pushes `one`, an acquire of one var, in push order on it: the
-    /// engine calls its `grant` once the var lets it through, or its
-    /// `refuse` with the error that skips it. A refused push is returned.
-    fn push_acquire(self: Arc<Self>, one: Box<dyn OneAcquire>) -> Result<(), Error>;
-}
-
-/// An acquire of one var, its data type erased for the engine.
-pub(crate) trait OneAcquire: Send {
-    /// The var, for the op's declaration.
-    fn var(&self) -> AnyVar;
-    /// Its access.
-    fn access(&self) -> Access;
-    /// The var let it through: its guard, kept running by `live`, goes to
-    /// the future. A panic making it (the gate broken) fails the acquire.
-    fn grant(self: Box<Self>, live: LiveRef) -> Result<(), Error>;
-    /// It was skipped or cancelled with `err`: the future resolves to it.
-    fn refuse(self: Box<Self>, err: &Error);
-}
 
 impl<T: Send + Sync + 'static> Var<T> {
     /// Waits, in push order, for shared access: resolves once every write

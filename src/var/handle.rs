@@ -18,13 +18,36 @@ use std::sync::{Arc, Weak};
 
 use super::data::DataCell;
 use super::gate::Access;
-use super::var_cell::{Grant, VarCell, label};
-use crate::op::TaskRef;
+use super::var_cell::{VarCell, label};
+use crate::error::Error;
+use crate::op::{LiveRef, TaskRef};
 
 /// The engine a var belongs to, opaque at this layer but for the way up of
 /// the var's own acquires (a push refuses vars of another engine, and
 /// `Var::read` pushes on the var's own).
-pub(crate) type Owner = Arc<dyn super::acquire::Acquirer>;
+pub(crate) type Owner = Arc<dyn Acquirer>;
+
+/// The way up from a var to the engine that made it, for the var's own
+/// acquires (the engine layer implements it).
+pub(crate) trait Acquirer: std::any::Any + Send + Sync {
+    /// Pushes `one`, an acquire of one var, in push order on it: the
+    /// engine calls its `grant` once the var lets it through, or its
+    /// `refuse` with the error that skips it. A refused push is returned.
+    fn push_acquire(self: Arc<Self>, one: Box<dyn OneAcquire>) -> Result<(), Error>;
+}
+
+/// An acquire of one var, its data type erased for the engine.
+pub(crate) trait OneAcquire: Send {
+    /// The var, for the op's declaration.
+    fn var(&self) -> AnyVar;
+    /// Its access.
+    fn access(&self) -> Access;
+    /// The var let it through: its guard, kept running by `live`, goes to
+    /// the future. A panic making it (the gate broken) fails the acquire.
+    fn grant(self: Box<Self>, live: LiveRef) -> Result<(), Error>;
+    /// It was skipped or cancelled with `err`: the future resolves to it.
+    fn refuse(self: Box<Self>, err: &Error);
+}
 
 /// The engine-side state of a var, whatever its data type. It lives at the
 /// start of its var's [`VarInner`], so that a typed handle and an untyped
@@ -192,20 +215,6 @@ impl<T: Send + Sync + 'static> Var<T> {
     /// ```
     pub fn version(&self) -> u64 {
         self.any().version()
-    }
-
-    /// A snapshot of the var's gate, for debugging (see
-    /// [`AnyVar::debug_state`]).
-    ///
-    /// ```
-    /// let engine = depengine::Engine::new();
-    /// let v = engine.var_named("counter", 0u32);
-    /// let state = v.debug_state();
-    /// assert_eq!((state.version, state.queued.len()), (0, 0));
-    /// assert_eq!(state.name.as_deref(), Some("counter"));
-    /// ```
-    pub fn debug_state(&self) -> VarDebug {
-        self.any().debug_state()
     }
 
     /// The name given at creation ([`Engine::var_named`](crate::Engine::var_named)), if any.
@@ -385,42 +394,6 @@ impl AnyVar {
     pub(crate) fn is_idle(&self) -> bool {
         self.cell().lock().gate.is_idle()
     }
-
-    /// A snapshot of the var's queue, for debugging apparent hangs: how
-    /// many reads run and whether a write runs (not which ops they are),
-    /// the ops queued in order by name (a bulk segment as one op named
-    /// `bulk`), the version and the error.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let engine = depengine::Engine::builder().cpu_workers(1).build()?;
-    /// let v = engine.var_named("model", 0);
-    /// let (tx, rx) = std::sync::mpsc::channel::<()>();
-    /// let slow = engine.op("slow").write(&v).run(move |(), _| { rx.recv().ok(); Ok(()) });
-    /// let next = engine.op("next").read(&v).run(|_, ()| Ok(()));
-    /// while v.any().debug_state().queued.is_empty() {
-    ///     std::thread::yield_now();
-    /// }
-    /// assert_eq!(v.any().debug_state().queued, [(false, "next".to_owned())]);
-    /// tx.send(()).unwrap();
-    /// slow.blocking_wait()?;
-    /// next.blocking_wait()?;
-    /// # Ok::<(), depengine::Error>(())
-    /// ```
-    pub fn debug_state(&self) -> VarDebug {
-        let state = self.cell().lock();
-        VarDebug {
-            id: self.id(),
-            name: self.name().map(str::to_owned),
-            version: state.gate.version(),
-            running_reads: state.gate.running_reads(),
-            write_running: state.gate.write_running(),
-            queued: state.gate.queued().map(|(a, t)| (*a == Access::Write, t.name().to_string())).collect(),
-            error: state.error.as_ref().map(ToString::to_string),
-            deleted: state.deleted,
-        }
-    }
 }
 
 impl Clone for AnyVar {
@@ -447,26 +420,4 @@ impl fmt::Debug for AnyVar {
             None => f.debug_tuple("AnyVar").field(&self.id()).finish(),
         }
     }
-}
-
-/// What a var is doing, as [`AnyVar::debug_state`] saw it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct VarDebug {
-    /// The var's id.
-    pub id: u64,
-    /// Its name, if it was given one.
-    pub name: Option<String>,
-    /// Completed writes.
-    pub version: u64,
-    /// Reads let through and not yet completed.
-    pub running_reads: usize,
-    /// Whether a write is let through and not yet completed.
-    pub write_running: bool,
-    /// Ops waiting in the var's queue, in order: (is a write, op name).
-    pub queued: Vec<(bool, String)>,
-    /// The error the var carries, if any.
-    pub error: Option<String>,
-    /// Whether the var has been deleted.
-    pub deleted: bool,
 }

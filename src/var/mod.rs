@@ -6,8 +6,10 @@
 //! * `var_cell.rs`: its lock, the multi-var append, error slots; `inbox.rs`:
 //!   one-var pushes without the lock;
 //! * `data.rs`: the data and its borrow check; `guard.rs`: the guards;
-//! * `handle.rs`: [`Var`] and [`AnyVar`]; `acquire.rs`: a var's own
-//!   acquires (`Var::read`, `Var::write`) and their future, [`Acquire`].
+//! * `handle.rs`: [`Var`] and [`AnyVar`], and the way up to the engine
+//!   that made a var (`Owner`, `Acquirer`); `acquire.rs`: a var's own
+//!   acquires (`Var::read`, `Var::write`) and their future, [`Acquire`];
+//!   `debug.rs`: a snapshot of a var's gate ([`VarDebug`]).
 //!
 //! The var layer sits below the op layer but names two of its types: the
 //! queues hold op records (`op::TaskRef`) and guards keep their op running
@@ -16,6 +18,7 @@
 
 mod acquire;
 mod data;
+mod debug;
 mod gate;
 mod guard;
 mod handle;
@@ -23,9 +26,10 @@ pub(crate) mod inbox;
 mod var_cell;
 
 pub use acquire::Acquire;
-pub(crate) use acquire::{AcquireSlot, Acquirer, OneAcquire};
+pub(crate) use acquire::AcquireSlot;
+pub use debug::VarDebug;
 pub(crate) use gate::Access;
 pub use guard::{ReadGuard, WriteGuard};
-pub use handle::{AnyVar, Var, VarDebug};
-pub(crate) use handle::{Owner, Queue};
+pub(crate) use handle::{Acquirer, OneAcquire, Owner, Queue};
+pub use handle::{AnyVar, Var};
 pub(crate) use var_cell::{Grant, VarCell, append_all};
