@@ -47,26 +47,27 @@ const INHERENT: &[(&str, &str, &[&str])] = &[
 
 /// The files allowed to use `unsafe`, each for an invariant of its own.
 const UNSAFE_FILES: &[&str] = &[
-    "sync/prefetch.rs",   // the prefetch instruction
-    "sync/spin.rs",       // the spin lock's cell
-    "sync/epoch.rs",      // counted epoch references
-    "var/inbox.rs",       // the lock-free inbox, linked through its records
-    "var/data.rs",        // a var's data, checked by its borrow count
-    "var/guard.rs",       // guards reaching a var's data
-    "var/var_cell.rs",    // a one-var append whose var may go meanwhile
-    "var/handle.rs",      // an untyped handle sharing its var's one count
-    "op/slot.rs",         // an op's result slot, a state word instead of a lock
-    "op/op_cell.rs",      // an op's body and epoch, claimed once
-    "op/life.rs",         // the one-var append of a push
-    "op/job.rs",          // the body running on this thread, by address
-    "exec/feed.rs",       // a pushing thread's ring of ops
-    "gpu/cuda.rs",        // cudarc's unsafe probes of the driver
-    "mpi/raw.rs",         // MPI's immediate collectives on owned buffers
-    "mpi/flight.rs",      // a collective's buffers, kept until MPI is done
-    "mpi/comm_thread.rs", // the signatures' buffers, likewise
-    "mpi/nccl.rs",        // NCCL calls on device pointers and a raw communicator
-    "scope/view.rs",      // views of borrowed memory as var data
-    "scope/mod.rs",       // the views made, kept valid by the scope's end
+    "sync/prefetch.rs",    // the prefetch instruction
+    "sync/spin.rs",        // the spin lock's cell
+    "sync/epoch.rs",       // counted epoch references
+    "var/inbox.rs",        // the lock-free inbox, linked through its records
+    "var/data.rs",         // a var's data, checked by its borrow count
+    "var/guard.rs",        // guards reaching a var's data
+    "var/var_cell.rs",     // a one-var append whose var may go meanwhile
+    "var/handle.rs",       // an untyped handle sharing its var's one count
+    "op/slot.rs",          // an op's result slot, a state word instead of a lock
+    "op/op_cell.rs",       // an op's body and epoch, claimed once
+    "op/op_cell/early.rs", // the same, by a resolution before the op starts
+    "op/life.rs",          // the one-var append of a push
+    "op/body.rs",          // the body running on this thread, by address
+    "exec/feed.rs",        // a pushing thread's ring of ops
+    "gpu/cuda.rs",         // cudarc's unsafe probes of the driver
+    "mpi/raw.rs",          // MPI's immediate collectives on owned buffers
+    "mpi/flight.rs",       // a collective's buffers, kept until MPI is done
+    "mpi/comm_thread.rs",  // the signatures' buffers, likewise
+    "mpi/nccl.rs",         // NCCL calls on device pointers and a raw communicator
+    "scope/view.rs",       // views of borrowed memory as var data
+    "scope/mod.rs",        // the views made, kept valid by the scope's end
 ];
 
 fn src() -> PathBuf {
@@ -398,14 +399,15 @@ fn the_checker_catches_imports_against_the_layers() {
 
 /// Folders whose files name one another in one direction only: no file
 /// circle, so that each file can be read after the files it names.
-const NO_FILE_CIRCLES: &[&str] = &["var", "gpu"];
+const NO_FILE_CIRCLES: &[&str] = &["var", "gpu", "op", "op/record"];
 
 /// The siblings (file stems of `folder`) that `code`, a file of it, names:
 /// `super::x`, `self::x`, `crate::<folder>::x`, or `x` in a `use super::{..}`
 /// group.
 fn siblings_named(code: &str, folder: &str, siblings: &[String]) -> Vec<String> {
     let mut named = Vec::new();
-    let prefixes = ["super::".to_owned(), "self::".to_owned(), format!("crate::{folder}::")];
+    let path = folder.replace('/', "::");
+    let prefixes = ["super::".to_owned(), "self::".to_owned(), format!("crate::{path}::")];
     for prefix in &prefixes {
         for (at, _) in code.match_indices(prefix.as_str()) {
             let before = code[..at].chars().next_back();
@@ -421,10 +423,63 @@ fn siblings_named(code: &str, folder: &str, siblings: &[String]) -> Vec<String> 
             }
         }
     }
+    let reexports = reexports(folder);
+    for name in &mut named {
+        if let Some((_, home)) = reexports.iter().find(|(item, _)| item == name) {
+            name.clone_from(home);
+        }
+    }
     named.retain(|n| siblings.contains(n));
     named.sort();
     named.dedup();
     named
+}
+
+/// The items `folder`'s `mod.rs` re-exports from its files, as (item, file
+/// stem): a file that names `super::Item` names that file.
+fn reexports(folder: &str) -> Vec<(String, String)> {
+    let Ok(text) = std::fs::read_to_string(src().join(folder).join("mod.rs")) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for line in code_only(&text).lines() {
+        let Some(path) = line.trim().strip_suffix(';').and_then(|l| l.split_once("use ")).map(|(_, p)| p)
+        else {
+            continue;
+        };
+        let Some((home, items)) = path.split_once("::") else { continue };
+        let items = items.trim_start_matches('{').trim_end_matches('}');
+        for item in items.split(',') {
+            let item = item.trim();
+            let name = item.rsplit(" as ").next().unwrap_or(item);
+            found.push((ident_at(name.rsplit("::").next().unwrap_or(name)).to_owned(), home.to_owned()));
+        }
+    }
+    found
+}
+
+/// A sub-folder's code as its parent folder sees it, one node of the
+/// parent's graph: its `mod.rs` as written, and its children with their way
+/// up to the parent (`super::super::`) written as `mod.rs` would write it
+/// (`super::`), and their way to their own siblings hidden.
+fn folder_as_one_file(dir: &std::path::Path) -> String {
+    let mut code = String::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if path.extension().is_none_or(|e| e != "rs") || stem.ends_with("tests") {
+            continue;
+        }
+        let text = without_tests(&code_only(&std::fs::read_to_string(&path).unwrap()));
+        if stem == "mod" {
+            code.push_str(&text);
+        } else {
+            let up = text.replace("super::super::", "\u{0}").replace("super::", "below::");
+            code.push_str(&up.replace('\u{0}', "super::"));
+        }
+        code.push('\n');
+    }
+    code
 }
 
 /// The files of `folder` that reach themselves through the siblings they
@@ -438,6 +493,8 @@ fn file_circles(folder: &str) -> Vec<String> {
         let is_module = path.extension().is_some_and(|e| e == "rs") && !stem.ends_with("tests");
         if is_module {
             files.push((stem, without_tests(&code_only(&std::fs::read_to_string(&path).unwrap()))));
+        } else if path.join("mod.rs").is_file() {
+            files.push((stem, folder_as_one_file(&path)));
         }
     }
     let names: Vec<String> = files.iter().map(|(n, _)| n.clone()).collect();
@@ -486,4 +543,16 @@ fn the_checker_catches_a_file_circle() {
         "the raw text still names it"
     );
     assert!(siblings_named(&code_only("// super::a\nlet x = 1;"), "f", &siblings).is_empty());
+}
+
+#[test]
+fn a_sub_folder_is_one_node_named_by_its_way_up() {
+    let dir = std::env::temp_dir().join(format!("depengine-circles-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("mod.rs"), "use super::a::X;\nmod child;\n").unwrap();
+    std::fs::write(dir.join("child.rs"), "use super::super::b::Y;\nuse super::mine::Z;\n").unwrap();
+    let code = folder_as_one_file(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let siblings = ["a".to_owned(), "b".to_owned(), "mine".to_owned()];
+    assert_eq!(siblings_named(&code, "f", &siblings), ["a", "b"], "{code}");
 }

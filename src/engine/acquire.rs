@@ -11,8 +11,9 @@ use std::sync::Arc;
 use super::shared::{Body, OpOptions, Role, Shared};
 use crate::device::Lane;
 use crate::error::Error;
+use crate::op::Decl;
 use crate::op::LiveRef;
-use crate::op::access::{Append, AsVar, Decl, Decls, Item, OpToken, Reading, Writing, held_of};
+use crate::op::access::{Append, AsVar, Decls, Item, OpToken, Reading, Writing, held_of};
 use crate::op::job::{Job, Running};
 use crate::var::{Acquire, AcquireSlot, Acquirer, OneAcquire};
 

@@ -18,8 +18,10 @@ use crate::error::{Error, Kind};
 use crate::exec::{Dispatcher, Runs};
 use crate::op::access::normalize;
 use crate::op::job::Job;
-use crate::op::op_cell::{OpCell, SlotRef};
-use crate::op::recycle::{self, Spare, SpareRecords};
+use crate::op::op_cell::OpCell;
+use crate::op::op_handle::SlotRef;
+use crate::op::record::{Spare, SpareRecords};
+use crate::op::recycle;
 use crate::op::{
     DepList, Exec, Flags, HandleKind, Help, Host, Meta, Note, PackedDevice, ReadyList, TaskRef, Wait, submit,
 };

@@ -46,7 +46,7 @@ use super::stats::{PoolStats, Sums};
 use super::this_thread;
 use super::worker::Worker;
 use crate::op::TaskRef;
-use crate::op::job::in_user_body;
+use crate::op::body::in_user_body;
 
 static NEXT_POOL_ID: AtomicUsize = AtomicUsize::new(1);
 

@@ -3,29 +3,10 @@
 
 use std::sync::Arc;
 
+use super::GpuElement;
 use super::gpu_device::GpuDevice;
 use super::sim::{SimBuffer, SimGpu};
 use crate::error::{Error, GpuFault};
-
-/// What a GPU buffer may hold: plain data, for CUDA's copies and kernels
-/// (with feature `cuda`: cudarc's `DeviceRepr` and `ValidAsZeroBits`).
-#[cfg(feature = "cuda")]
-pub trait GpuElement:
-    cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Clone + Send + Sync + 'static
-{
-}
-#[cfg(feature = "cuda")]
-impl<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Clone + Send + Sync + 'static>
-    GpuElement for T
-{
-}
-
-/// What a GPU buffer may hold: plain data, for CUDA's copies and kernels
-/// (with feature `cuda`: cudarc's `DeviceRepr` and `ValidAsZeroBits`).
-#[cfg(not(feature = "cuda"))]
-pub trait GpuElement: Clone + Send + Sync + 'static {}
-#[cfg(not(feature = "cuda"))]
-impl<T: Clone + Send + Sync + 'static> GpuElement for T {}
 
 /// Page-locked host memory for copies to and from a GPU, to be held in a
 /// var (`Var<HostBuffer<T>>`): a copy op on a GPU's copy lane reads or

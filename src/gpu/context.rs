@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use super::GpuElement;
 use super::backend::Stream;
-use super::buffer::{BufferKind, Gpu, GpuBuffer, GpuElement, HostBuffer, HostKind};
+use super::buffer::{BufferKind, Gpu, GpuBuffer, HostBuffer, HostKind};
 use super::sim::SimBuffer;
 use crate::device::{Device, Lane};
 use crate::error::{Error, GpuFault};

@@ -13,6 +13,7 @@ mod context;
 mod cuda;
 mod drain;
 pub(crate) mod early_release;
+mod element;
 pub(crate) mod event;
 mod gpu_device;
 mod poller;
@@ -23,9 +24,10 @@ use std::sync::Arc;
 
 pub use crate::error::GpuFault;
 pub use backend::Stream;
-pub use buffer::{Gpu, GpuBuffer, GpuElement, HostBuffer};
+pub use buffer::{Gpu, GpuBuffer, HostBuffer};
 pub use context::GpuContext;
 pub(crate) use early_release::{FenceWait, Fences};
+pub use element::GpuElement;
 pub(crate) use event::Event;
 pub(crate) use gpu_device::GpuDevice;
 

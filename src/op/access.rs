@@ -7,18 +7,9 @@
 
 use std::sync::Arc;
 
-use super::{DepList, LiveRef, TaskRef};
+use super::{Decl, DepList, LiveRef, TaskRef};
 use crate::error::Error;
-use crate::var::{Access, AnyVar, ReadGuard, Var, WriteGuard};
-
-/// One declared access, before normalisation.
-#[derive(Clone)]
-pub(crate) struct Decl {
-    pub(crate) var: AnyVar,
-    pub(crate) access: Access,
-    /// Declared through the typed API: the op receives a guard for it.
-    pub(crate) typed: bool,
-}
+use crate::var::{Access, ReadGuard, Var, WriteGuard};
 
 /// The declarations an item adds (opaque outside the crate).
 #[allow(unreachable_pub, missing_debug_implementations)] // sealed

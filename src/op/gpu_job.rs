@@ -5,9 +5,10 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use super::access::{Item, OpToken};
-use super::job::{Job, Running, in_body, op_result};
+use super::body::in_body;
+use super::job::{Job, Running, op_result};
 use super::life::release_vars_early;
-use super::op_cell::SlotRef;
+use super::op_handle::SlotRef;
 use crate::error::GpuFault;
 use crate::error::{BoxError, Error};
 use crate::gpu::early_release::{self, Released};

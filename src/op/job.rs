@@ -1,22 +1,8 @@
 //! Op bodies: the [`Job`] trait a typed record runs, and the bodies of
 //! the user API (a sync closure, a closure with a completion token, a
-//! future on the Tokio runtime).
-//!
-//! The op layer is also the one that knows when user code runs on a
-//! thread: [`in_user_body`] tells the workers (`exec`) not to keep an op
-//! made ready from inside a body in their next slot, since the body may
-//! block until that op has run.
-//!
-//! Why `unsafe`: the op whose body runs on this thread is kept in a
-//! thread-local by address (a thread-local cannot hold a borrow), set only for the
-//! body's call, while the running thread holds the record; a counted
-//! reference there would cost every op two atomic operations, the cost
-//! PERFORMANCE.md's *An op runs on its worker's reference* took out of the
-//! run.
+//! future on the Tokio runtime). Which body runs on this thread is
+//! `body.rs`'s.
 
-#![allow(unsafe_code)]
-
-use std::cell::Cell;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -25,11 +11,10 @@ use std::sync::Arc;
 use futures::FutureExt;
 
 use super::access::{Item, OpToken};
-use super::op_cell::{OpSlot, SlotRef};
-use super::op_handle::Completion;
+use super::body::{FUTURE_OP_OF, in_body, in_body_with_token};
+use super::op_handle::{Completion, OpSlot, SlotRef};
 use super::record::{Header, TaskRef};
 use crate::error::{BoxError, Error, Kind, panic_message};
-use crate::var::Access;
 
 /// An op's body, typed.
 pub(crate) trait Job: Send + 'static {
@@ -71,115 +56,6 @@ impl<R: 'static> Running<'_, R> {
     pub(crate) fn to_owned(&self) -> SlotRef<R> {
         self.slot.to_owned(self.task)
     }
-}
-
-thread_local! {
-    /// The op whose user body runs on this thread (innermost), or null.
-    static BODY: Cell<*const Header> = const { Cell::new(std::ptr::null()) };
-    /// Whether that body dropped its own [`Completion`] unsignalled.
-    static TOKEN_LEFT: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether user code of an op body is running on this thread: an op it
-/// makes ready (by signalling a completion, dropping a guard) must not wait
-/// for it to return.
-#[inline]
-pub(crate) fn in_user_body() -> bool {
-    !BODY.with(Cell::get).is_null()
-}
-
-/// The op whose user body runs on this thread (the innermost one, if
-/// bodies nest), for checks that would otherwise wait for it.
-pub(crate) fn current_body<T>(look: impl FnOnce(Option<&Header>) -> T) -> T {
-    let header = BODY.with(Cell::get);
-    // SAFETY: a non-null pointer is set by `in_body` for the duration of
-    // the body's call, during which the thread running it holds a
-    // reference to the record (`Running::task`).
-    look(unsafe { header.as_ref() })
-}
-
-tokio::task_local! {
-    /// The engine (its host's address) whose future op this task runs.
-    static FUTURE_OP_OF: usize;
-}
-
-/// Whether the caller runs inside a body of an op of the engine `host`: a
-/// body on this thread (the innermost one), or a future op's task. An
-/// engine-wide wait there would wait for that very op.
-pub(crate) fn inside_op_of(host: *const ()) -> bool {
-    let on_thread = current_body(|body| body.is_some_and(|b| std::ptr::addr_eq(Arc::as_ptr(&b.host), host)));
-    on_thread || FUTURE_OP_OF.try_with(|&of| of == host as usize).unwrap_or(false)
-}
-
-/// Whether waiting, inside the body running on this thread, for `other`
-/// (not complete) could never end: it is that op, or it needs a var that op
-/// holds, with a write on either side, so it waits for that op to complete.
-pub(crate) fn waits_for_current_body(other: &Header) -> bool {
-    current_body(|body| body.is_some_and(|body| std::ptr::eq(body, other) || conflict(body, other)))
-}
-
-/// Whether two ops share a var that one of them writes (deps are sorted by
-/// var id, one per var).
-fn conflict(a: &Header, b: &Header) -> bool {
-    let (mut a, mut b) = (a.deps.iter().peekable(), b.deps.iter().peekable());
-    while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
-        match x.var.id().cmp(&y.var.id()) {
-            std::cmp::Ordering::Less => drop(a.next()),
-            std::cmp::Ordering::Greater => drop(b.next()),
-            std::cmp::Ordering::Equal => {
-                if x.access == Access::Write || y.access == Access::Write {
-                    return true;
-                }
-                a.next();
-                b.next();
-            }
-        }
-    }
-    false
-}
-
-/// Whether the body running on this thread holds `var` (declared it).
-pub(crate) fn current_body_holds(var: u64) -> bool {
-    current_body(|body| body.is_some_and(|body| body.deps.iter().any(|d| d.var.id() == var)))
-}
-
-/// Called by a [`Completion`] dropped unsignalled: if it is dropped by its
-/// own op's body, on the thread running it, the body's end decides what
-/// the op's result is (a panic, or a dropped token), and this returns true.
-pub(super) fn token_left_by_own_body(header: &Header) -> bool {
-    let own = std::ptr::eq(BODY.with(Cell::get), header);
-    if own {
-        TOKEN_LEFT.with(|left| left.set(true));
-    }
-    own
-}
-
-/// Runs the user body of `header`'s op, marking this thread as busy with
-/// it.
-#[inline]
-pub(super) fn in_body<R>(header: &Header, body: impl FnOnce() -> R) -> R {
-    struct Leave(*const Header);
-    impl Drop for Leave {
-        fn drop(&mut self) {
-            BODY.with(|b| b.set(self.0));
-        }
-    }
-    let _leave = Leave(BODY.with(|b| b.replace(header)));
-    body()
-}
-
-/// [`in_body`] for a body that receives a token: also returns whether it
-/// dropped its own token unsignalled.
-fn in_body_with_token(header: &Header, body: impl FnOnce()) -> bool {
-    struct Leave(bool);
-    impl Drop for Leave {
-        fn drop(&mut self) {
-            TOKEN_LEFT.with(|left| left.set(self.0));
-        }
-    }
-    let _leave = Leave(TOKEN_LEFT.with(|left| left.replace(false)));
-    in_body(header, body);
-    TOKEN_LEFT.with(Cell::get)
 }
 
 /// Maps a body's outcome, panics included, to the op's result.

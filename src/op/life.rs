@@ -16,9 +16,7 @@ use crate::sync::atomic::Ordering;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::errors::LeftOnVars;
-use super::host::ReadyList;
-use super::record::{Header, Task, TaskRef, prefetch};
+use super::record::{Header, LeftOnVars, ReadyList, Task, TaskRef, prefetch};
 use crate::error::Error;
 use crate::sync::small::{self, SmallList};
 use crate::var::{Grant, VarCell};

@@ -13,37 +13,14 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use super::host::{Host, Note};
 use super::job::{Job, Running};
-use super::life::{release_body, release_body_late};
-use super::record::{DepList, Header, Meta, Task, TaskRef};
+use super::life::release_body;
+use super::op_handle::{OpSlot, SlotRef};
+use super::record::{DepList, Header, Host, Meta, Note, Task, TaskRef};
 use super::slot::{Published, ResultSlot};
 use crate::error::Error;
 use crate::sync::cell::UnsafeCell;
 use crate::sync::epoch::EpochRef;
-
-/// The handle-facing side of a typed op.
-pub(crate) trait OpSlot<R>: Task {
-    /// Stores the body's result; the first call wins. Releases the body's
-    /// live count, so the op may complete inside this call. `this` is a
-    /// reference to this very record, held until the call returns.
-    fn store(&self, this: &TaskRef, result: Result<R, Error>);
-
-    /// [`store`](Self::store) for the holder of an owned reference.
-    fn store_owned(self: Arc<Self>, result: Result<R, Error>);
-
-    /// An owned, typed reference to this record, given `this`, a reference
-    /// to it.
-    fn to_owned(&self, this: &TaskRef) -> SlotRef<R>;
-
-    /// Takes the result once the op has completed.
-    fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<R, Error>>;
-
-    /// Whether the op has completed.
-    fn is_complete(&self) -> bool;
-}
-
-pub(crate) type SlotRef<R> = Arc<dyn OpSlot<R>>;
 
 /// The header first (`repr(C)`): its hot prefix must follow the record's
 /// reference counts (see [`Header`]).
@@ -103,55 +80,6 @@ impl<J: Job> Drop for OpCell<J> {
         if unpublished && self.header.meta.counted() {
             self.header.host.note(Note::Left);
         }
-    }
-}
-
-impl<J: Job> OpCell<J> {
-    /// An op resolved early (`Task::resolve_early`) is let through by its
-    /// vars (or its segment): it completes on them now if the resolution
-    /// has ended, else the resolution's end completes it.
-    fn through_early(&self, this: &TaskRef) {
-        if self.slot.mark_through() {
-            release_body(this);
-            self.header.host.note(Note::Gone { counted: self.header.meta.counted() });
-        }
-    }
-
-    /// Publishes an op that an early resolution claimed: by the resolution
-    /// (first, as a rule), then by the completion on its vars, or by a
-    /// bulk segment that abandons it, in whatever order. Whoever publishes
-    /// first finds the epoch and counts the op as done; none gives its slot
-    /// among the ops in flight back: `Note::Gone` does, once it has left
-    /// its vars.
-    #[cold]
-    fn publish_resolved(&self) {
-        // Nobody reads a detached op's result: the slot is left alone.
-        let waker = if self.header.meta.detached() {
-            None
-        } else {
-            let Published::First(waker) = self.slot.publish() else {
-                // Another publication came first: a completion racing with
-                // the resolution (a bulk segment publishing its vetoed
-                // members, say) may come before it.
-                return;
-            };
-            waker
-        };
-        // SAFETY: of an op with a handle, this call published first; a
-        // detached op resolved early is published by its resolution, and
-        // again only once the resolution has ended (its vars let it through
-        // after `mark_early`). So only this call reads `epoch`.
-        let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
-        if epoch.is_some() {
-            if self.header.meta.profiled() {
-                self.header.profile_finished();
-            }
-            self.header.host.note(Note::Done { counted: false });
-        }
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-        drop(epoch);
     }
 }
 
@@ -230,38 +158,7 @@ impl<J: Job> Task for OpCell<J> {
     }
 
     fn resolve_early(&self, this: &TaskRef, err: Error, pass_on: bool) -> bool {
-        debug_assert!(std::ptr::addr_eq(Arc::as_ptr(this), self), "`this` is this record");
-        if !self.slot.start_early() {
-            return false;
-        }
-        // SAFETY: this call claimed the start (`ResultSlot::start`), which
-        // makes it the only one to touch the job.
-        let job = self.job.with_mut(|job| unsafe { (*job).take() });
-        if let Some(job) = job {
-            // Drops the body: a panic of its destructor is contained.
-            let _ = catch_unwind(AssertUnwindSafe(|| job.vetoed(&err)));
-        }
-        // What `store` does, but the op does not complete: its vars have
-        // not let it through.
-        if !self.header.meta.clears_error() {
-            self.header.host.note(Note::Failed { err: &err, for_wait_all: pass_on });
-        } else if pass_on {
-            self.header.host.note(Note::ForWaitAll(&err));
-        }
-        if self.header.meta.profiled() {
-            self.header.profile_ended(Some(&err));
-        }
-        if pass_on {
-            self.header.record_outcome(Err(&err));
-        }
-        let _ = self.slot.store(Err(err));
-        self.header.host.note(Note::Lingers);
-        self.publish_resolved();
-        if self.slot.mark_early() {
-            release_body_late(this);
-            self.header.host.note(Note::Gone { counted: self.header.meta.counted() });
-        }
-        true
+        self.resolve_now(this, err, pass_on)
     }
 
     fn is_resolved_early(&self) -> bool {
@@ -323,5 +220,6 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
     }
 }
 
+mod early;
 #[cfg(all(test, not(depengine_loom), target_pointer_width = "64"))]
 mod tests;

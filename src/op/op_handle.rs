@@ -8,12 +8,33 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use super::host::{Help, Wait};
-use super::job::{token_left_by_own_body, waits_for_current_body};
-use super::op_cell::SlotRef;
+use super::body::{token_left_by_own_body, waits_for_current_body};
 use super::record::Header;
-use super::record::{HandleKind, TaskRef};
+use super::record::{HandleKind, Help, Task, TaskRef, Wait};
 use crate::error::{BoxError, Error, Kind, panic_message, refuse_in_runtime};
+
+/// The handle-facing side of a typed op.
+pub(crate) trait OpSlot<R>: Task {
+    /// Stores the body's result; the first call wins. Releases the body's
+    /// live count, so the op may complete inside this call. `this` is a
+    /// reference to this very record, held until the call returns.
+    fn store(&self, this: &TaskRef, result: Result<R, Error>);
+
+    /// [`store`](Self::store) for the holder of an owned reference.
+    fn store_owned(self: Arc<Self>, result: Result<R, Error>);
+
+    /// An owned, typed reference to this record, given `this`, a reference
+    /// to it.
+    fn to_owned(&self, this: &TaskRef) -> SlotRef<R>;
+
+    /// Takes the result once the op has completed.
+    fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<R, Error>>;
+
+    /// Whether the op has completed.
+    fn is_complete(&self) -> bool;
+}
+
+pub(crate) type SlotRef<R> = Arc<dyn OpSlot<R>>;
 
 /// How long a blocking wait watches for completion before parking.
 const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(20);

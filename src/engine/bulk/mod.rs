@@ -37,7 +37,7 @@ use super::shared::{Body, OpOptions, Role, Shared};
 use crate::device::{Device, Lane};
 use crate::error::{Error, Kind};
 use crate::exec::HeldBack;
-use crate::op::access::Decl;
+use crate::op::Decl;
 use crate::op::job::Job;
 use crate::op::op_cell::OpCell;
 use crate::op::{DepList, Task, TaskRef, submit};

@@ -14,7 +14,7 @@ use super::index::VarIndex;
 use crate::engine::shared::Shared;
 use crate::error::{Error, Kind};
 use crate::op::job::{Job, Running};
-use crate::op::op_cell::SlotRef;
+use crate::op::op_handle::SlotRef;
 use crate::op::recycle::Returns;
 use crate::op::{DepList, Header, Task, TaskRef};
 use crate::sync::small::SmallList;

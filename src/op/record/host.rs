@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use super::TaskRef;
-use super::recycle::SpareRecords;
+use super::spares::SpareRecords;
 use crate::error::Error;
 use crate::profile::OpRecord;
 use crate::sync::small::SmallList;

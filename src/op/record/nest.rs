@@ -30,7 +30,7 @@
 //! lock, so exactly one of them runs it: the runner if the op finished
 //! first, the finisher otherwise.
 
-use super::record::Header;
+use super::Header;
 use crate::sync::lock;
 
 /// A parent's continuation, run once its nested op completes.
@@ -81,7 +81,7 @@ impl Header {
 
     /// Of a nested op completing after its guards: marks it completed and
     /// takes what its parent does next, if it waits for it.
-    pub(super) fn nested_finished(&self) -> Option<Resume> {
+    pub(in crate::op) fn nested_finished(&self) -> Option<Resume> {
         lock(&self.errors).rare().handoff.finish()
     }
 }

@@ -5,17 +5,26 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use super::access::Decl;
-use super::errors::OpErrors;
-use super::host::HostRef;
-use super::profile::OpProfile;
+mod errors;
+mod host;
+mod nest;
+mod profile;
+mod spares;
+
+pub(in crate::op) use errors::LeftOnVars;
+pub(crate) use host::{Help, Host, HostRef, Note, ReadyList, Wait};
+pub(crate) use profile::now_ns;
+pub(crate) use spares::{Spare, SpareRecords};
+
 use crate::device::{Device, Lane};
 use crate::error::Error;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use crate::sync::countdown::Countdown;
-use crate::var::Access;
 use crate::var::inbox::{Link, Linked};
+use crate::var::{Access, AnyVar};
+use errors::OpErrors;
+use profile::OpProfile;
 
 /// A shared reference to an erased op.
 pub(crate) type TaskRef = Arc<dyn Task>;
@@ -200,6 +209,15 @@ impl Meta {
     pub(crate) fn device(&self) -> Device {
         self.device.get()
     }
+}
+
+/// One declared access, before normalisation.
+#[derive(Clone)]
+pub(crate) struct Decl {
+    pub(crate) var: AnyVar,
+    pub(crate) access: Access,
+    /// Declared through the typed API: the op receives a guard for it.
+    pub(crate) typed: bool,
 }
 
 /// An op's declarations; after normalisation, its deps: sorted by var id,

@@ -5,9 +5,9 @@
 //! Only ops on an error path take the lock: `has_errors` says whether the
 //! state holds anything, and the error-free path reads only that flag.
 
+use super::Header;
 use super::host::Note;
 use super::nest::Handoff;
-use super::record::Header;
 use crate::error::{Error, Kind};
 use crate::sync::atomic::Ordering;
 use crate::sync::lock;
@@ -23,12 +23,12 @@ pub(crate) struct OpErrors {
 }
 
 impl OpErrors {
-    pub(super) fn rare(&mut self) -> &mut ErrorDetail {
+    pub(in crate::op) fn rare(&mut self) -> &mut ErrorDetail {
         self.rare.get_or_insert_with(Box::default)
     }
 
     /// Whether it holds anything beyond the flag-guarded errors.
-    pub(super) fn has_detail(&self) -> bool {
+    pub(in crate::op) fn has_detail(&self) -> bool {
         self.rare.is_some()
     }
 }
@@ -47,14 +47,14 @@ pub(crate) struct ErrorDetail {
     /// each carries unless the op leaves another there.
     poisoned: Vec<(u64, Error)>,
     /// Of a nested op: its handoff with its parent (`nest.rs`).
-    pub(super) handoff: Handoff,
+    pub(in crate::op) handoff: Handoff,
 }
 
 impl Header {
     /// Notes the error slot of `var` as the op is let through on it
     /// (called under the var's lock): a `wait_for_var` takes the error, any
     /// other op sees it.
-    pub(super) fn on_grant(&self, var: u64, error: &mut Option<Error>) {
+    pub(in crate::op) fn on_grant(&self, var: u64, error: &mut Option<Error>) {
         if error.is_some() && self.meta.repairs() && self.writes(var) {
             // A repair takes the error; it runs whatever it was.
             *error = None;
@@ -141,7 +141,7 @@ impl Header {
     /// else the error for each var.
     /// A write guard of `var` was dropped while its thread panicked (see
     /// `LiveRef::poison`); recorded for `wait_for_all` too.
-    pub(super) fn poison(&self, var: u64) {
+    pub(in crate::op) fn poison(&self, var: u64) {
         let label =
             self.deps.iter().find(|d| d.var.id() == var).map_or_else(|| format!("#{var}"), |d| d.var.label());
         let message = format!("a write guard of var {label} was dropped while its thread panicked");
@@ -152,7 +152,7 @@ impl Header {
     }
 
     #[inline]
-    pub(super) fn left_on_vars(&self) -> Option<Box<LeftOnVars>> {
+    pub(in crate::op) fn left_on_vars(&self) -> Option<Box<LeftOnVars>> {
         if !self.has_errors.load(Ordering::Acquire) {
             return None;
         }
@@ -190,7 +190,7 @@ impl Header {
 }
 
 /// The errors a completing op leaves on its vars.
-pub(super) struct LeftOnVars {
+pub(in crate::op) struct LeftOnVars {
     carry: Option<Error>,
     each: Vec<(u64, Error)>,
     poisoned: Vec<(u64, Error)>,
@@ -198,7 +198,7 @@ pub(super) struct LeftOnVars {
 
 impl LeftOnVars {
     /// The error var `id` is left with.
-    pub(super) fn on(&self, id: u64) -> Option<&Error> {
+    pub(in crate::op) fn on(&self, id: u64) -> Option<&Error> {
         let own = if self.each.is_empty() {
             self.carry.as_ref()
         } else {
@@ -208,7 +208,7 @@ impl LeftOnVars {
     }
 
     /// Whether the op completes with no error to pass on.
-    pub(super) fn is_ok(&self) -> bool {
+    pub(in crate::op) fn is_ok(&self) -> bool {
         self.carry.is_none() && self.poisoned.is_empty()
     }
 }

@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use super::record::Header;
+use super::Header;
 use crate::profile::{Dep, OpRecord, Outcome};
 use crate::sync::{Mutex, lock};
 

@@ -1,0 +1,108 @@
+//! Early resolution, all of it: an op that has not started is resolved at
+//! once (a cancelling shutdown, a GPU's sticky fault) though its vars let
+//! it through only later. The protocol and why each op leaves its vars
+//! exactly once, in push order: `../README.md`, *Resolved early*. The slot's
+//! bits it relies on (`EARLY`, `THROUGH`) are claimed in `../slot.rs`; the
+//! engine's one hook is `Note::Lingers` / `Note::Gone` (`../record/host.rs`),
+//! which keep a shutdown waiting until every such op has left its vars.
+//!
+//! Why `unsafe`: the body and the epoch are the record's (`../op_cell.rs`),
+//! claimed once through the slot's state word; modelled in
+//! `../slot/loom_tests.rs`.
+
+#![allow(unsafe_code)]
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use super::super::job::Job;
+use super::super::life::{release_body, release_body_late};
+use super::super::record::{Note, TaskRef};
+use super::super::slot::Published;
+use super::OpCell;
+use crate::error::Error;
+
+impl<J: Job> OpCell<J> {
+    /// Resolves the op now, unstarted: see `Task::resolve_early`.
+    pub(super) fn resolve_now(&self, this: &TaskRef, err: Error, pass_on: bool) -> bool {
+        debug_assert!(std::ptr::addr_eq(Arc::as_ptr(this), self), "`this` is this record");
+        if !self.slot.start_early() {
+            return false;
+        }
+        // SAFETY: this call claimed the start (`ResultSlot::start`), which
+        // makes it the only one to touch the job.
+        let job = self.job.with_mut(|job| unsafe { (*job).take() });
+        if let Some(job) = job {
+            // Drops the body: a panic of its destructor is contained.
+            let _ = catch_unwind(AssertUnwindSafe(|| job.vetoed(&err)));
+        }
+        // What `store` does, but the op does not complete: its vars have
+        // not let it through.
+        if !self.header.meta.clears_error() {
+            self.header.host.note(Note::Failed { err: &err, for_wait_all: pass_on });
+        } else if pass_on {
+            self.header.host.note(Note::ForWaitAll(&err));
+        }
+        if self.header.meta.profiled() {
+            self.header.profile_ended(Some(&err));
+        }
+        if pass_on {
+            self.header.record_outcome(Err(&err));
+        }
+        let _ = self.slot.store(Err(err));
+        self.header.host.note(Note::Lingers);
+        self.publish_resolved();
+        if self.slot.mark_early() {
+            release_body_late(this);
+            self.header.host.note(Note::Gone { counted: self.header.meta.counted() });
+        }
+        true
+    }
+
+    /// An op resolved early (`Task::resolve_early`) is let through by its
+    /// vars (or its segment): it completes on them now if the resolution
+    /// has ended, else the resolution's end completes it.
+    pub(super) fn through_early(&self, this: &TaskRef) {
+        if self.slot.mark_through() {
+            release_body(this);
+            self.header.host.note(Note::Gone { counted: self.header.meta.counted() });
+        }
+    }
+
+    /// Publishes an op that an early resolution claimed: by the resolution
+    /// (first, as a rule), then by the completion on its vars, or by a
+    /// bulk segment that abandons it, in whatever order. Whoever publishes
+    /// first finds the epoch and counts the op as done; none gives its slot
+    /// among the ops in flight back: `Note::Gone` does, once it has left
+    /// its vars.
+    #[cold]
+    pub(super) fn publish_resolved(&self) {
+        // Nobody reads a detached op's result: the slot is left alone.
+        let waker = if self.header.meta.detached() {
+            None
+        } else {
+            let Published::First(waker) = self.slot.publish() else {
+                // Another publication came first: a completion racing with
+                // the resolution (a bulk segment publishing its vetoed
+                // members, say) may come before it.
+                return;
+            };
+            waker
+        };
+        // SAFETY: of an op with a handle, this call published first; a
+        // detached op resolved early is published by its resolution, and
+        // again only once the resolution has ended (its vars let it through
+        // after `mark_early`). So only this call reads `epoch`.
+        let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
+        if epoch.is_some() {
+            if self.header.meta.profiled() {
+                self.header.profile_finished();
+            }
+            self.header.host.note(Note::Done { counted: false });
+        }
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        drop(epoch);
+    }
+}

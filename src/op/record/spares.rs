@@ -1,0 +1,216 @@
+//! Spare records: stripped op records kept for pushes to rebuild in place
+//! (`../recycle.rs` has why and when), and what stripping and rebuilding
+//! do to a record's header.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use super::{DepList, Header, Meta, Task, TaskRef, extras, prefetch};
+use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use crate::sync::countdown::Countdown;
+use crate::sync::{Mutex, lock, small};
+
+/// Spare records kept at most; beyond, workers free their batches themselves.
+const MAX_SPARES: usize = 1024;
+
+pub(crate) struct SpareRecords {
+    /// Where workers keep their batches.
+    kept: Mutex<KeptSpares>,
+    /// `kept.list.len()`, readable without the lock.
+    len: AtomicUsize,
+}
+
+#[derive(Default)]
+struct KeptSpares {
+    list: Vec<Spare>,
+    closed: bool,
+}
+
+impl SpareRecords {
+    pub(crate) fn new() -> Self {
+        Self { kept: Mutex::new(KeptSpares::default()), len: AtomicUsize::new(0) }
+    }
+
+    /// Takes a worker's batch of spare records (leaving `batch` empty); frees them
+    /// on this thread instead if the spare records is full or closed.
+    pub(crate) fn keep_spares(&self, batch: &mut Vec<Spare>) {
+        let refused = {
+            let mut kept = lock(&self.kept);
+            if kept.closed || kept.list.len() + batch.len() > MAX_SPARES {
+                std::mem::take(batch)
+            } else {
+                kept.list.append(batch);
+                self.len.store(kept.list.len(), Ordering::Relaxed);
+                Vec::new()
+            }
+        };
+        drop(refused);
+    }
+
+    /// Takes one spare record; frees it on this thread instead if the spare records is
+    /// full or closed.
+    pub(crate) fn keep_one(&self, shell: Spare) {
+        let refused = {
+            let mut kept = lock(&self.kept);
+            if kept.closed || kept.list.len() >= MAX_SPARES {
+                Some(shell)
+            } else {
+                kept.list.push(shell);
+                self.len.store(kept.list.len(), Ordering::Relaxed);
+                None
+            }
+        };
+        drop(refused);
+    }
+
+    /// Takes a spare record from `ready`, the pushes' list, for a push to reuse (or
+    /// free, if its op type differs), refilling `ready` with every kept
+    /// spare record when it is empty. Also returns one more spare record, to be freed by
+    /// the caller (outside its lock), while more than half of
+    /// [`MAX_SPARES`] wait, so that the spare records drains when it fills
+    /// faster than pushes take (never in a steady stream of pushes).
+    pub(crate) fn take(&self, ready: &mut Vec<Spare>) -> (Option<Spare>, Option<Spare>) {
+        let refilled = ready.is_empty();
+        if refilled {
+            if self.len.load(Ordering::Relaxed) == 0 {
+                return (None, None);
+            }
+            let mut kept = lock(&self.kept);
+            std::mem::swap(ready, &mut kept.list);
+            self.len.store(0, Ordering::Relaxed);
+        }
+        let shell = ready.pop();
+        // This spare record's lines were asked for by the push before, unless the
+        // list was just refilled; the next push's, all at once, ahead.
+        if let (true, Some(shell)) = (refilled, &shell) {
+            shell.prefetch();
+        }
+        if let Some(next) = ready.last() {
+            next.prefetch();
+        }
+        let extra = if ready.len() > MAX_SPARES / 2 { ready.pop() } else { None };
+        (shell, extra)
+    }
+
+    /// Frees every kept spare record and refuses later burials: spare records hold
+    /// references to the engine that owns this spare records. (The pushes'
+    /// list is freed by its owner.)
+    pub(crate) fn close(&self) {
+        let kept = {
+            let mut kept = lock(&self.kept);
+            kept.closed = true;
+            self.len.store(0, Ordering::Relaxed);
+            std::mem::take(&mut kept.list)
+        };
+        drop(kept);
+    }
+
+    /// KeptSpares spare records.
+    #[cfg(all(test, not(depengine_loom)))]
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.kept).list.len()
+    }
+
+    /// Where the spare records' records are, `ready`'s (the pushes' list) and the
+    /// kept ones; the last is the one a push takes next.
+    #[cfg(all(test, not(depengine_loom)))]
+    pub(crate) fn addresses(&self, ready: &[Spare]) -> Vec<*const ()> {
+        let kept = lock(&self.kept);
+        let (rest, next) = if ready.is_empty() { (ready, &*kept.list) } else { (&*kept.list, ready) };
+        rest.iter().chain(next).map(Spare::addr).collect()
+    }
+}
+
+/// A stripped op record that nothing else references: a push rebuilds it
+/// in place without looking at its reference counts again. Not `Clone`, and
+/// it lends out no `TaskRef`, so it stays the only reference to its record.
+pub(crate) struct Spare(TaskRef);
+
+impl Spare {
+    /// Strips `task` and makes it a spare record if it is the only reference to
+    /// its record; else hands it back. Stripping drops what the record
+    /// held, which may run user code (a result nobody took): a panic there
+    /// is caught and handed back with the record, for the caller to drop
+    /// once the unwinding is over.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn strip(mut task: TaskRef) -> Result<Self, (TaskRef, Option<Box<dyn std::any::Any + Send>>)> {
+        let Some(op) = Arc::get_mut(&mut task) else {
+            return Err((task, None));
+        };
+        match catch_unwind(AssertUnwindSafe(|| op.strip())) {
+            Ok(()) => Ok(Self(task)),
+            Err(payload) => Err((task, Some(payload))),
+        }
+    }
+
+    pub(crate) fn header(&self) -> &Header {
+        self.0.header()
+    }
+
+    /// Where the record is.
+    #[cfg(all(test, not(depengine_loom)))]
+    pub(crate) fn addr(&self) -> *const () {
+        Arc::as_ptr(&self.0).cast()
+    }
+
+    /// Fetches the record for writing (see `record::prefetch`).
+    pub(crate) fn prefetch(&self) {
+        prefetch(&self.0);
+    }
+
+    /// The record as a `T`, to be rebuilt in place; `None` (the spare record
+    /// freed) if it is of another type.
+    pub(crate) fn downcast<T: Task>(self) -> Option<Unique<T>> {
+        let any: Arc<dyn std::any::Any + Send + Sync> = self.0;
+        any.downcast::<T>().ok().map(Unique)
+    }
+}
+
+/// The only reference to a record (made from a [`Spare`]).
+pub(crate) struct Unique<T>(Arc<T>);
+
+impl<T> Unique<T> {
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        Arc::get_mut(&mut self.0).expect("a spare record is its record's only reference")
+    }
+
+    pub(crate) fn into_arc(self) -> Arc<T> {
+        self.0
+    }
+}
+
+impl Header {
+    /// Makes a stripped header (see [`strip`](Self::strip)) the header of a
+    /// new op of the same engine: its engine reference stays as it is.
+    pub(crate) fn rebuild(&mut self, meta: Meta, deps: DepList) {
+        debug_assert!(self.deps.is_empty() && self.extra.is_none(), "only a stripped header is rebuilt");
+        self.pending = Countdown::new(deps.len());
+        self.live = Countdown::new(1);
+        self.has_errors = AtomicBool::new(false);
+        self.vars_gone = AtomicBool::new(false);
+        self.ready_at = AtomicU32::new(crate::sync::coarse::now_ms() as u32);
+        self.meta = meta;
+        // The stripped fields hold nothing: what they are replaced with is
+        // not dropped (a drop call each, for nothing, on every push).
+        let extra = std::mem::replace(&mut self.extra, extras(&self.meta));
+        std::mem::forget(extra);
+        small::discard(std::mem::replace(&mut self.deps, deps));
+    }
+
+    /// Drops the var references, span and errors (see [`Task::strip`]).
+    /// Fields that hold nothing are left alone.
+    pub(crate) fn strip(&mut self) {
+        if !self.deps.is_empty() {
+            self.deps = DepList::new();
+        }
+        if let Some(extra) = self.extra.take() {
+            drop(extra);
+        }
+        // Errors are stored only with `has_errors` set; a nested op's
+        // handoff state without it.
+        let errors = self.errors.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.has_errors.load(Ordering::Relaxed) || errors.has_detail() {
+            *errors = Default::default();
+        }
+    }
+}
