@@ -47,27 +47,28 @@ const INHERENT: &[(&str, &str, &[&str])] = &[
 
 /// The files allowed to use `unsafe`, each for an invariant of its own.
 const UNSAFE_FILES: &[&str] = &[
-    "sync/prefetch.rs",    // the prefetch instruction
-    "sync/spin.rs",        // the spin lock's cell
-    "sync/epoch.rs",       // counted epoch references
-    "var/inbox.rs",        // the lock-free inbox, linked through its records
-    "var/data.rs",         // a var's data, checked by its borrow count
-    "var/guard.rs",        // guards reaching a var's data
-    "var/var_cell.rs",     // a one-var append whose var may go meanwhile
-    "var/handle.rs",       // an untyped handle sharing its var's one count
-    "op/slot.rs",          // an op's result slot, a state word instead of a lock
-    "op/op_cell.rs",       // an op's body and epoch, claimed once
-    "op/op_cell/early.rs", // the same, by a resolution before the op starts
-    "op/life.rs",          // the one-var append of a push
-    "op/body.rs",          // the body running on this thread, by address
-    "exec/feed.rs",        // a pushing thread's ring of ops
-    "gpu/cuda.rs",         // cudarc's unsafe probes of the driver
-    "mpi/raw.rs",          // MPI's immediate collectives on owned buffers
-    "mpi/flight.rs",       // a collective's buffers, kept until MPI is done
-    "mpi/comm_thread.rs",  // the signatures' buffers, likewise
-    "mpi/nccl.rs",         // NCCL calls on device pointers and a raw communicator
-    "scope/view.rs",       // views of borrowed memory as var data
-    "scope/mod.rs",        // the views made, kept valid by the scope's end
+    "sync/prefetch.rs",       // the prefetch instruction
+    "sync/spin.rs",           // the spin lock's cell
+    "sync/epoch.rs",          // counted epoch references
+    "var/inbox.rs",           // the lock-free inbox, linked through its records
+    "var/data.rs",            // a var's data, checked by its borrow count
+    "var/guard.rs",           // guards reaching a var's data
+    "var/var_cell.rs",        // a one-var append whose var may go meanwhile
+    "var/handle.rs",          // an untyped handle sharing its var's one count
+    "op/slot.rs",             // an op's result slot, a state word instead of a lock
+    "op/op_cell.rs",          // an op's body and epoch, claimed once
+    "op/op_cell/early.rs",    // the same, by a resolution before the op starts
+    "op/op_cell/complete.rs", // the body's reference passed to the last guard
+    "op/life.rs",             // the one-var append of a push
+    "op/body.rs",             // the body running on this thread, by address
+    "exec/feed.rs",           // a pushing thread's ring of ops
+    "gpu/cuda.rs",            // cudarc's unsafe probes of the driver
+    "mpi/raw.rs",             // MPI's immediate collectives on owned buffers
+    "mpi/flight.rs",          // a collective's buffers, kept until MPI is done
+    "mpi/comm_thread.rs",     // the signatures' buffers, likewise
+    "mpi/nccl.rs",            // NCCL calls on device pointers and a raw communicator
+    "scope/view.rs",          // views of borrowed memory as var data
+    "scope/mod.rs",           // the views made, kept valid by the scope's end
 ];
 
 fn src() -> PathBuf {

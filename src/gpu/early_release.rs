@@ -7,7 +7,7 @@
 //!   the same-device work in flight on its vars (`cuStreamWaitEvent`);
 //! * [`release_at_enqueue`]: once its work is enqueued, it records that
 //!   work on its vars, then lets them go through the op layer's one hook
-//!   (`op::life::release_vars_early`); [`Released::completed`] forgets the
+//!   (`op::op_cell::release_vars_early`); [`Released::completed`] forgets the
 //!   work once the poller saw it run;
 //! * [`Fences::held`]: any other consumer (a CPU op, a wait, an acquire, a
 //!   deletion, another device's op) is held back until that work completes,

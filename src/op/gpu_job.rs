@@ -7,7 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use super::access::{Item, OpToken};
 use super::body::in_body;
 use super::job::{Job, Running, op_result};
-use super::life::release_vars_early;
+use super::op_cell::release_vars_early;
 use super::op_handle::SlotRef;
 use crate::error::GpuFault;
 use crate::error::{BoxError, Error};

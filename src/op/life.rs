@@ -1,7 +1,7 @@
-//! An op's life after it is built: appended to its vars (submit), let
-//! through, run, and completed once its body has stored its result and
-//! every guard is gone (finalize). `README.md` beside this file has the
-//! states and who owns the record in each.
+//! An op's life after it is built: appended to its vars (submit), and kept
+//! from completing by its guards ([`LiveRef`]); the completion itself is
+//! `op_cell/complete.rs`. `README.md` beside this file has the states and
+//! who owns the record in each.
 //!
 //! Why `unsafe`: a guard's live count keeps its op's record alive without a
 //! reference of its own, and the body's reference passes to the last guard
@@ -12,11 +12,10 @@
 
 #![allow(unsafe_code)]
 
-use crate::sync::atomic::Ordering;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::record::{Header, LeftOnVars, ReadyList, Task, TaskRef, prefetch};
+use super::record::{Header, Task, TaskRef, prefetch};
 use crate::error::Error;
 use crate::sync::small::{self, SmallList};
 use crate::var::{Grant, VarCell};
@@ -86,150 +85,13 @@ pub(crate) fn submit(task: TaskRef, mut dispatch: impl FnMut(TaskRef)) -> Result
     Ok(())
 }
 
-/// Releases the body's live count, once its result is stored: the call
-/// that reaches zero completes the op. `task` is a reference to the op
-/// held by the caller until this returns.
-///
-/// If guards are still alive, one of them completes the op: the live count
-/// then owns a reference to the record, which the [`LiveRef`] whose drop
-/// reaches zero takes back (so a guard holds no reference of its own). It is
-/// taken here before the release, so that the guard cannot take back one not
-/// yet given. Without guards, nothing but this call can reach the count
-/// (no guard can be made once the body has returned), so it releases it
-/// with a plain store.
-#[inline]
-pub(crate) fn release_body(task: &TaskRef) {
-    release(task, false);
-}
-
-/// [`release_body`] for an op resolved early (`Task::resolve_early`) whose
-/// resolution ended after its vars let it through: for a nested op, as if a
-/// guard had outlived its body, since its parent saw it unfinished and
-/// waits to be told.
-pub(crate) fn release_body_late(task: &TaskRef) {
-    release(task, true);
-}
-
-#[inline]
-fn release(task: &TaskRef, late: bool) {
-    let live = &task.header().live;
-    // Acquire: the writes made through guards already dropped happen
-    // before the completion below.
-    if live.get() > 1 {
-        let passed = Arc::into_raw(task.clone());
-        if !live.release(1) {
-            return;
-        }
-        // SAFETY: the guards were dropped meanwhile, and this call reached
-        // zero, so no `LiveRef` took back `passed` (the reference made
-        // just above by `Arc::into_raw`): it is still this call's to drop.
-        drop(unsafe { Arc::from_raw(passed) });
-        finalize(task, true);
-    } else {
-        live.release_sole();
-        finalize(task, late);
-    }
-}
-
-/// Lets a running GPU op's vars go before it completes (early release, see
-/// `gpu/README.md`): each var completed in turn, as `finalize` would, and
-/// the ops that became ready dispatched; the op itself completes later, and
-/// `finalize` then leaves the vars alone (`vars_gone`: read by whoever
-/// completes the op, after the poller saw the event that this thread
-/// registered after setting it). Refused (false) for an op that carries an
-/// error to its vars: it releases them at completion, with the error.
-pub(crate) fn release_vars_early(task: &TaskRef) -> bool {
-    let header = task.header();
-    if header.meta.nested() || header.left_on_vars().is_some() {
-        return false;
-    }
-    header.vars_gone.store(true, Ordering::Relaxed);
-    complete_vars(task, None);
-    true
-}
-
-/// Completes the op on each of its vars in turn (one lock at a time),
-/// leaving on each what `left_on_vars` says, and dispatches the ops that became
-/// ready: let through on a var here, and on every other var already.
-#[inline(always)]
-fn complete_vars(task: &TaskRef, left_on_vars: Option<&LeftOnVars>) {
-    let header = task.header();
-    let who = task.held();
-    let mut ready = ReadyList::new();
-    for dep in header.deps.iter() {
-        let carry = left_on_vars.and_then(|c| c.on(dep.var.id()));
-        dep.var.cell().complete(who, dep.access, carry, &mut |op: TaskRef| {
-            if op.header().pending.release(1) {
-                ready.push(op);
-            }
-        });
-    }
-    // What a profiled op released (an op released by one that is not
-    // profiled counts as ready when it starts).
-    if header.meta.profiled() && !ready.is_empty() {
-        profile_released(header, &ready);
-    }
-    if !ready.is_empty() {
-        header.host.dispatch_ready(&mut ready);
-    }
-    small::discard(ready);
-}
-
-/// Profiled ops in `ready` are ready: their last dependency was released
-/// by `by`.
-#[cold]
-fn profile_released(by: &Header, ready: &ReadyList) {
-    for op in ready {
-        let Some(profile) = op.header().profile() else { continue };
-        profile.ready();
-        if let Some(by) = by.profile() {
-            by.released(profile.seq);
-        }
-    }
-}
-
-/// Completes an op whose body has finished and whose guards are gone: each
-/// var completed in turn (one lock at a time), successors dispatched, the
-/// result published. `after_guards`: a guard outlived the body.
-fn finalize(task: &TaskRef, after_guards: bool) {
-    let header = task.header();
-    if header.meta.nested() {
-        finalize_nested(header, after_guards);
-        return;
-    }
-    let left_on_vars = header.left_on_vars();
-    // A GPU op whose vars went early (`release_vars_early`) has them no more.
-    if !header.deps.is_empty() && !header.vars_gone.load(Ordering::Relaxed) {
-        complete_vars(task, left_on_vars.as_deref());
-    }
-    let ok = match left_on_vars {
-        None => true,
-        Some(left_on_vars) => left_on_vars.is_ok(),
-    };
-    // Most ops have no span: the event is logged without a closure then.
-    match header.span() {
-        Some(span) => span.in_scope(|| tracing::debug!(target: "depengine::op", ok, "finished")),
-        None => tracing::debug!(target: "depengine::op", ok, "finished"),
-    }
-    task.publish();
-}
-
-/// Completes a nested op: its parent holds its vars and publishes it (see
-/// `nest.rs`); a parent waiting for its guards goes on.
-fn finalize_nested(header: &Header, after_guards: bool) {
-    header.in_span(|| tracing::debug!(target: "depengine::op", ok = header.carry().is_none(), "finished"));
-    if let Some(then) = after_guards.then(|| header.nested_finished()).flatten() {
-        then();
-    }
-}
-
 /// Keeps an op from completing until dropped: the op completes only once
 /// its body has finished and every `LiveRef` is gone. Held by guards.
 ///
 /// It holds no reference count of its own, and needs none: while the body
 /// has not stored its result, whoever will store it holds a reference (the
 /// job's slot, a `Completion`); after that, the body's reference belongs to
-/// the live count ([`release_body`]), and the `LiveRef` whose drop brings
+/// the live count (`OpCell::release_body`), and the `LiveRef` whose drop brings
 /// the count to zero takes it back. Either way the record outlives every
 /// `LiveRef`.
 pub(crate) struct LiveRef(NonNull<dyn Task>);
@@ -279,7 +141,7 @@ impl Drop for LiveRef {
             // pointer `Arc::as_ptr` gave this `LiveRef`), and only the
             // release that reaches zero takes it back.
             let task = unsafe { Arc::from_raw(self.0.as_ptr().cast_const()) };
-            finalize(&task, true);
+            task.complete(&task);
         }
     }
 }

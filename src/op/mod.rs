@@ -13,12 +13,17 @@
 //!   (the one way up, to the engine that pushed the op) and `spares.rs`
 //!   (stripped records kept for later pushes, and the header's strip and
 //!   rebuild);
-//! * `access.rs`: what an op declares; `body.rs`: the op whose body runs on
-//!   this thread;
+//! * `life.rs`: submit, and the guards' [`LiveRef`]; `slot.rs`: the result
+//!   slot's state word; `body.rs`: the op whose body runs on this thread;
+//! * `access.rs`: what an op declares;
 //! * `op_handle.rs`: the result slot's shared part and what the pusher holds;
-//! * `slot.rs`, `job.rs`, `gpu_job.rs`: the result slot and the typed bodies;
-//! * `op_cell.rs`: the typed record; `life.rs`: submit, completion, and the
-//!   guards' [`LiveRef`]; `recycle.rs`: a typed record rebuilt for a push.
+//! * `job.rs`: the typed body;
+//! * `op_cell.rs`: the typed record, with its completion
+//!   (`op_cell/complete.rs`: vars released, ready ops dispatched, result
+//!   published, in one function) and its early resolution
+//!   (`op_cell/early.rs`);
+//! * `gpu_job.rs`: a GPU op's body; `recycle.rs`: a typed record rebuilt
+//!   for a push.
 
 pub(crate) mod access;
 pub(crate) mod body;

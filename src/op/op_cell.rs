@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use super::job::{Job, Running};
-use super::life::release_body;
 use super::op_handle::{OpSlot, SlotRef};
 use super::record::{DepList, Header, Host, Meta, Note, Task, TaskRef};
 use super::slot::{Published, ResultSlot};
@@ -83,6 +82,36 @@ impl<J: Job> Drop for OpCell<J> {
     }
 }
 
+impl<J: Job> OpCell<J> {
+    /// Makes the stored result visible to the handle and wakes it, then
+    /// releases the op's count in its epoch: the last step of
+    /// [`complete`](Self::complete), and a nested op's, by its parent.
+    fn publish_now(&self) {
+        if self.slot.is_resolving() {
+            return self.publish_resolved();
+        }
+        // Not resolved early: this is the op's one publication, by the
+        // `complete` whose release of the live count reached zero (a
+        // `Countdown` reports zero exactly once).
+        // SAFETY: so only this call reads `epoch`.
+        let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
+        if self.header.meta.profiled() {
+            self.header.profile_finished();
+        }
+        // Its slot among the ops in flight goes back before anyone waiting
+        // for the op (its handle, `wait_for_all`) can be told: a caller
+        // that saw it complete can push again at the bound.
+        self.header.host.note(Note::Done { counted: self.header.meta.counted() });
+        // Nobody reads a detached op's result: the slot is left alone.
+        if !self.header.meta.detached() {
+            if let Published::First(Some(waker)) = self.slot.publish() {
+                waker.wake();
+            }
+        }
+        drop(epoch);
+    }
+}
+
 impl<J: Job> Task for OpCell<J> {
     fn header(&self) -> &Header {
         &self.header
@@ -121,28 +150,11 @@ impl<J: Job> Task for OpCell<J> {
     }
 
     fn publish(&self) {
-        if self.slot.is_resolving() {
-            return self.publish_resolved();
-        }
-        // Not resolved early: this is the op's one publication, by the
-        // `finalize` whose release of the live count reached zero (a
-        // `Countdown` reports zero exactly once).
-        // SAFETY: so only this call reads `epoch`.
-        let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
-        if self.header.meta.profiled() {
-            self.header.profile_finished();
-        }
-        // Its slot among the ops in flight goes back before anyone waiting
-        // for the op (its handle, `wait_for_all`) can be told: a caller
-        // that saw it complete can push again at the bound.
-        self.header.host.note(Note::Done { counted: self.header.meta.counted() });
-        // Nobody reads a detached op's result: the slot is left alone.
-        if !self.header.meta.detached() {
-            if let Published::First(Some(waker)) = self.slot.publish() {
-                waker.wake();
-            }
-        }
-        drop(epoch);
+        self.publish_now();
+    }
+
+    fn complete(&self, this: &TaskRef) {
+        OpCell::complete(self, this, true);
     }
 
     fn abandon(&self, this: &TaskRef, err: Error) {
@@ -197,7 +209,7 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
                 self.header.host.note(Note::Failed { err: &err, for_wait_all: true });
             }
         }
-        release_body(this);
+        self.release_body(this, false);
     }
 
     fn store_owned(self: Arc<Self>, result: Result<J::Output, Error>) {
@@ -220,6 +232,11 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
     }
 }
 
+mod complete;
 mod early;
+
+pub(crate) use complete::release_vars_early;
+#[cfg(all(test, depengine_loom))]
+mod loom_tests;
 #[cfg(all(test, not(depengine_loom), target_pointer_width = "64"))]
 mod tests;

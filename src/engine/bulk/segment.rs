@@ -240,6 +240,12 @@ impl Task for ResumeTask {
 
     fn publish(&self) {}
 
+    /// Never reached: a resume task hands out no guards, and it is never
+    /// queued on a var, so nothing but its `execute` finishes it.
+    fn complete(&self, _this: &TaskRef) {
+        unreachable!("a resume task has no guard to outlive it")
+    }
+
     fn strip(&mut self) {
         self.header.strip();
         drop(self.take());

@@ -16,7 +16,6 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use super::super::job::Job;
-use super::super::life::{release_body, release_body_late};
 use super::super::record::{Note, TaskRef};
 use super::super::slot::Published;
 use super::OpCell;
@@ -53,7 +52,7 @@ impl<J: Job> OpCell<J> {
         self.header.host.note(Note::Lingers);
         self.publish_resolved();
         if self.slot.mark_early() {
-            release_body_late(this);
+            self.release_body(this, true);
             self.header.host.note(Note::Gone { counted: self.header.meta.counted() });
         }
         true
@@ -64,7 +63,7 @@ impl<J: Job> OpCell<J> {
     /// has ended, else the resolution's end completes it.
     pub(super) fn through_early(&self, this: &TaskRef) {
         if self.slot.mark_through() {
-            release_body(this);
+            self.release_body(this, false);
             self.header.host.note(Note::Gone { counted: self.header.meta.counted() });
         }
     }

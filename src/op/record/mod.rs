@@ -240,7 +240,7 @@ pub(crate) struct Header {
     /// Whether `errors` holds anything: the common, error-free path never
     /// takes its lock.
     pub(super) has_errors: AtomicBool,
-    /// A GPU op let its vars go at enqueue (`life::release_vars_early`):
+    /// A GPU op let its vars go at enqueue (`op_cell::release_vars_early`):
     /// its completion leaves them alone. In the padding before `link`.
     pub(super) vars_gone: AtomicBool,
     /// Until the op is ready, when it was pushed, on the explainer's
@@ -371,6 +371,14 @@ pub(crate) trait Task: std::any::Any + Send + Sync {
     /// releases the op's count in its epoch. Called once, after the op's
     /// vars are released.
     fn publish(&self);
+
+    /// Completes the op once its last guard is gone (the [`LiveRef`]
+    /// whose drop released the live count to zero): its vars released, the
+    /// ops that became ready dispatched, its result published. `this` is
+    /// the reference the live count owned.
+    ///
+    /// [`LiveRef`]: super::LiveRef
+    fn complete(&self, this: &TaskRef);
 
     /// Drops everything the record holds that anyone could observe (var
     /// references, the result, the span, errors), leaving a spare record whose

@@ -6,7 +6,7 @@
 //! to no var: its parent holds its vars. So it differs from an ordinary op
 //! in three places, all behind `Meta::nested`:
 //!
-//! * **completion** (`life::finalize`): it releases no var and publishes
+//! * **completion** (`OpCell::complete`): it releases no var and publishes
 //!   nothing; its parent publishes it once the parent has released its own
 //!   vars, so that its handle resolves once its effects are visible, as any
 //!   op's does;

@@ -1,0 +1,99 @@
+//! The completion of the code that ships (`complete.rs`), under loom: the
+//! body's store and the drop of a guard that outlives it race to release
+//! the live count; the op must complete exactly once, after both, and the
+//! body's reference that passes to the guard must be dropped exactly once.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use super::OpCell;
+use crate::device::{Device, Lane};
+use crate::op::LiveRef;
+use crate::op::job::{Job, Running};
+use crate::op::op_handle::OpSlot;
+use crate::op::record::{
+    DepList, Exec, Flags, HandleKind, Help, Host, Meta, Note, PackedDevice, ReadyList, SpareRecords, TaskRef,
+    Wait,
+};
+use crate::profile::OpRecord;
+use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::epoch::Tracker;
+
+/// An engine that counts publications and refuses everything else a
+/// var-less op might ask of it.
+struct Counts {
+    done: AtomicUsize,
+    spares: SpareRecords,
+}
+
+impl Host for Counts {
+    fn dispatch_ready(&self, ready: &mut ReadyList) {
+        assert!(ready.is_empty(), "an op without vars makes nothing ready");
+    }
+
+    fn is_cancelling(&self) -> bool {
+        false
+    }
+
+    fn note(&self, note: Note<'_>) {
+        if let Note::Done { .. } = note {
+            self.done.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn spare_records(&self) -> &SpareRecords {
+        &self.spares
+    }
+
+    fn wait(&self, _: Wait) -> Help {
+        Help::Nothing
+    }
+
+    fn profiled(&self, _: OpRecord) {}
+}
+
+/// A body the test stands in for: it stores through the slot itself.
+struct Body;
+
+impl Job for Body {
+    type Output = u32;
+
+    fn start(self, _: Running<'_, u32>) {
+        unreachable!("the model stores the result itself")
+    }
+}
+
+fn meta() -> Meta {
+    Meta {
+        device: PackedDevice::new(Device::Cpu(0)).expect("CPU 0 packs"),
+        priority: 0,
+        lane: Lane::Normal,
+        exec: Exec::Pool,
+        flags: Flags::default(),
+        handle: HandleKind::Handle,
+        repairs: false,
+        name: Cow::Borrowed("modelled"),
+    }
+}
+
+#[test]
+fn the_body_and_its_last_guard_complete_the_op_once() {
+    loom::model(|| {
+        let host = Arc::new(Counts { done: AtomicUsize::new(0), spares: SpareRecords::new() });
+        let tracker = Tracker::<()>::new();
+        let (epoch, ()) = tracker.enter(|_| ()).expect("the tracker is open");
+        let cell = OpCell::new(&host, meta(), DepList::new(), Body, epoch);
+        let task: TaskRef = cell.clone();
+        // The body has started and handed out a guard.
+        assert!(cell.slot.start());
+        let guard = LiveRef::new(&task);
+        let other = loom::thread::spawn(move || drop(guard));
+        cell.store(&task, Ok(7));
+        other.join().unwrap();
+        assert_eq!(host.done.load(Ordering::Relaxed), 1, "completed once");
+        assert!(cell.is_complete(), "published");
+        // `cell` and `task`, no more: the reference the body passed to the
+        // live count was taken back and dropped exactly once.
+        assert_eq!(Arc::strong_count(&task), 2);
+    });
+}
