@@ -475,8 +475,9 @@ fn folder_as_one_file(dir: &std::path::Path) -> String {
         if stem == "mod" {
             code.push_str(&text);
         } else {
-            let up = text.replace("super::super::", "\u{0}").replace("super::", "below::");
-            code.push_str(&up.replace('\u{0}', "super::"));
+            // Every `super::` of a child is its own folder's (`below::`);
+            // two of them in a row are the parent's.
+            code.push_str(&text.replace("super::", "below::").replace("below::below::", "super::"));
         }
         code.push('\n');
     }
