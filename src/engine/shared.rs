@@ -23,7 +23,8 @@ use crate::op::op_handle::SlotRef;
 use crate::op::record::{Spare, SpareRecords};
 use crate::op::recycle;
 use crate::op::{
-    DepList, Exec, Flags, HandleKind, Help, Host, Meta, Note, PackedDevice, ReadyList, TaskRef, Wait, submit,
+    DepList, Dispatch, Exec, Flags, HandleKind, Help, Host, Meta, Note, PackedDevice, ReadyList, TaskRef,
+    Wait, submit,
 };
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::coarse::Keeper;
@@ -81,8 +82,9 @@ pub(crate) struct Shared {
 }
 
 impl Host for Shared {
-    fn dispatch_ready(&self, ready: &mut ReadyList) {
-        self.dispatcher.dispatch_successors(ready.drain(..));
+    #[inline]
+    fn dispatcher(&self) -> &dyn Dispatch {
+        &self.dispatcher
     }
 
     fn is_cancelling(&self) -> bool {

@@ -253,7 +253,7 @@ impl Gpus {
                     let host = task.header().host.clone();
                     let mut ready = crate::op::ReadyList::new();
                     ready.push(task);
-                    host.dispatch_ready(&mut ready);
+                    host.dispatcher().dispatch_ready(&mut ready);
                 };
                 pools.device().after_all(events, Box::new(again));
                 None

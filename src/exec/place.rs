@@ -12,7 +12,7 @@ use crate::device::{Device, Lane};
 use crate::error::Error;
 use crate::gpu::{Gpu, GpuLane};
 use crate::metrics::PoolMetrics;
-use crate::op::{Exec, TaskRef};
+use crate::op::{Dispatch, Exec, ReadyList, TaskRef};
 use crate::sync::small::SmallList;
 
 /// Whether a ready op may run on the thread that pushed it when that
@@ -77,6 +77,12 @@ pub(crate) struct Dispatcher {
     gpu: Gpus,
     /// What the engine holds back, for idle CPU workers to push.
     held: Option<Arc<dyn HeldBack>>,
+}
+
+impl Dispatch for Dispatcher {
+    fn dispatch_ready(&self, ready: &mut ReadyList) {
+        self.dispatch_successors(ready.drain(..));
+    }
 }
 
 impl Dispatcher {

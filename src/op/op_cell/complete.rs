@@ -126,7 +126,7 @@ fn release_vars(task: &TaskRef, left_on_vars: Option<&LeftOnVars>) {
         profile_released(header, &ready);
     }
     if !ready.is_empty() {
-        header.host.dispatch_ready(&mut ready);
+        header.host.dispatcher().dispatch_ready(&mut ready);
     }
     small::discard(ready);
 }

@@ -12,8 +12,8 @@ use crate::op::LiveRef;
 use crate::op::job::{Job, Running};
 use crate::op::op_handle::OpSlot;
 use crate::op::record::{
-    DepList, Exec, Flags, HandleKind, Help, Host, Meta, Note, PackedDevice, ReadyList, SpareRecords, TaskRef,
-    Wait,
+    DepList, Dispatch, Exec, Flags, HandleKind, Help, Host, Meta, Note, PackedDevice, ReadyList,
+    SpareRecords, TaskRef, Wait,
 };
 use crate::profile::OpRecord;
 use crate::sync::atomic::{AtomicUsize, Ordering};
@@ -26,9 +26,15 @@ struct Counts {
     spares: SpareRecords,
 }
 
-impl Host for Counts {
+impl Dispatch for Counts {
     fn dispatch_ready(&self, ready: &mut ReadyList) {
         assert!(ready.is_empty(), "an op without vars makes nothing ready");
+    }
+}
+
+impl Host for Counts {
+    fn dispatcher(&self) -> &dyn Dispatch {
+        self
     }
 
     fn is_cancelling(&self) -> bool {

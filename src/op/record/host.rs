@@ -3,7 +3,8 @@
 //!
 //! An op completes deep inside the op layer (the last guard dropped, a
 //! completion signalled), and its completion has consequences up there:
-//! the ops it made ready must run where their placement says, a failure is
+//! the ops it made ready must run where their placement says (the exec
+//! layer's [`Dispatch`], reached through [`Host::dispatcher`]), a failure is
 //! recorded for `wait_for_all`, a cancelling shutdown vetoes ops that have
 //! not started. Every record holds its engine as a [`HostRef`], and reaches
 //! it only through this trait (`engine::Shared` implements it).
@@ -19,11 +20,19 @@ use crate::sync::small::SmallList;
 /// Ops a completion made ready, in the order their vars let them through.
 pub(crate) type ReadyList = SmallList<TaskRef, 4>;
 
-/// What an op needs of the engine that pushed it: six methods.
-pub(crate) trait Host: Send + Sync + 'static {
+/// Where ops made ready run: the exec layer's dispatcher, which the op
+/// layer reaches without a call through the engine (the engine only hands
+/// out the reference, [`Host::dispatcher`]).
+pub(crate) trait Dispatch: Send + Sync {
     /// Runs the ops in `ready` (leaving it empty) where their placement
     /// says: called by the completion that made them ready.
     fn dispatch_ready(&self, ready: &mut ReadyList);
+}
+
+/// What an op needs of the engine that pushed it: six methods.
+pub(crate) trait Host: Send + Sync + 'static {
+    /// The engine's dispatcher, which runs the ops a completion made ready.
+    fn dispatcher(&self) -> &dyn Dispatch;
 
     /// Whether ops that have not started are to be cancelled, not run.
     fn is_cancelling(&self) -> bool;
