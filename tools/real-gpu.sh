@@ -39,8 +39,9 @@ build() {
             | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
         cp "$exe" "$bundle/$test"
     done
-    cargo build --release --features cuda --example gpu_bench --example gpu_pipeline
-    cp target/release/examples/gpu_bench target/release/examples/gpu_pipeline "$bundle/"
+    for exe in gpu_bench gpu_pipeline; do
+        cp "$(tools/built.sh build --release --features cuda --example $exe)" "$bundle/"
+    done
     # The NCCL collectives (feature `nccl`), where Open MPI is here to
     # build them (they run under the GPU machine's mpirun).
     exe=$(cargo test --release --features nccl --test mpi_collectives --no-run --message-format=json 2>/dev/null \

@@ -16,10 +16,11 @@ secs=${2:-8}
 shift 2 || true
 variants=("${@:-engine rwlock}")
 read -r -a variants <<<"${variants[*]}"
-cargo build --release --example serve >/dev/null 2>&1
-bin=target/release/examples/serve
+bin=$(tools/built.sh build --release --example serve 2>/dev/null)
 dir=$(mktemp -d)
-trap 'rm -rf "$dir"; pkill -f "$bin --addr 127.0.0.1:3999" || true' EXIT
+# Ends only the server this script started, by its id.
+pid=
+trap 'rm -rf "$dir"; [ -z "$pid" ] || kill "$pid" 2>/dev/null || true' EXIT
 
 cat >"$dir/mixed.lua" <<'LUA'
 local n = 0

@@ -19,12 +19,9 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 # Built with feature `nccl` (which brings `mpi` and `cuda`): its GPU
 # collectives' checks run on a machine with a GPU per rank and skip,
 # saying so, elsewhere.
-bin=$(cargo test --release --features nccl --test mpi_collectives --no-run 2>&1 |
-    sed -n 's/.*Executable .*(\(.*\))$/\1/p' | tail -1)
-if [ -z "$bin" ]; then
-    echo "tests/mpi/run.sh: the test binary was not built" >&2
-    exit 1
-fi
+# Binaries are run from where cargo put them (tools/built.sh), so that a
+# CARGO_TARGET_DIR elsewhere works.
+bin=$(tools/built.sh test --release --features nccl --test mpi_collectives --no-run)
 for np in 1 2 4; do
     echo "mpi_collectives under mpirun -np $np"
     timeout 300 mpirun --bind-to none -np "$np" "$bin"
@@ -32,18 +29,18 @@ done
 
 # The data-parallel example checks itself: the same weights on every rank,
 # bit for bit, and those of one process training on the whole batch.
-cargo build --release --features mpi --example data_parallel
+example=$(tools/built.sh build --release --features mpi --example data_parallel)
 for np in 1 2 4; do
     echo "data_parallel under mpirun -np $np"
-    timeout 300 mpirun --bind-to none -np "$np" target/release/examples/data_parallel
+    timeout 300 mpirun --bind-to none -np "$np" "$example"
 done
-timeout 300 mpirun --bind-to none -np 2 target/release/examples/data_parallel --comm-after-backward
+timeout 300 mpirun --bind-to none -np 2 "$example" --comm-after-backward
 
 # DEPENGINE_PROFILE under mpirun: each rank writes its trace to a file of
 # its own (the rank in the name), none replacing another's.
 profiles=$(mktemp -d)
 DEPENGINE_PROFILE="$profiles/trace.json" timeout 300 mpirun --bind-to none -x DEPENGINE_PROFILE -np 2 \
-    target/release/examples/data_parallel >/dev/null
+    "$example" >/dev/null
 for rank in 0 1; do
     if [ ! -s "$profiles/trace.rank$rank.json" ]; then
         echo "tests/mpi/run.sh: no trace of rank $rank in $(ls "$profiles")" >&2
