@@ -81,6 +81,8 @@
 // `#![allow(unsafe_code)]`; `tests/check_architecture.rs` holds their list and
 // fails when another file uses it.
 #![deny(unsafe_code)]
+// On the docs host, every item that needs a feature says which.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![deny(unreachable_pub)]
 #![warn(missing_docs, missing_debug_implementations)]
