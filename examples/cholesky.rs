@@ -233,7 +233,7 @@ fn best(reps: usize, mut run: impl FnMut() -> Duration) -> Duration {
 type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 fn run_size(engine: &Engine, n: usize, b: usize, reps: usize, profile: Option<&str>) -> BoxResult<bool> {
-    assert!(b > 0 && n % b == 0, "the tile size must divide n");
+    assert!(b > 0 && n.is_multiple_of(b), "the tile size must divide n");
     let a = spd(n);
     let mut seq_l = aligned::from_slice(&a);
     let seq = best(reps, || {

@@ -287,7 +287,7 @@ fn main() {
     let engine = Engine::new();
     let mpi = Collectives::new(&engine).expect("MPI");
     let (rank, size) = (mpi.rank(), mpi.size());
-    assert!(BATCH % size == 0, "the batch of {BATCH} is shared evenly by 1, 2, 4, 8… ranks");
+    assert!(BATCH.is_multiple_of(size), "the batch of {BATCH} is shared evenly by 1, 2, 4, 8… ranks");
     let vars = |n: usize| (0..n).map(|_| engine.var(Vec::new())).collect::<Vec<_>>();
     let model = Model {
         params: (0..LAYERS).map(|l| engine.var_named(format!("params {l}"), initial(l))).collect(),

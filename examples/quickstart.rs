@@ -48,7 +48,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = args.into_iter();
     let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(512);
     let t: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(64);
-    assert!(n % t == 0, "N must be a multiple of TILE");
+    assert!(n.is_multiple_of(t), "N must be a multiple of TILE");
     let tiles = n / t;
 
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;

@@ -364,10 +364,10 @@ fn unit_tests_in_sibling_files() {
         for line in text.lines() {
             let line = line.trim_start();
             let named = line.strip_prefix("mod ").and_then(|rest| rest.split_once(" {"));
-            if let Some((name, _)) = named {
-                if name.contains("test") {
-                    inline.push(format!("{file}: {line}"));
-                }
+            if let Some((name, _)) = named
+                && name.contains("test")
+            {
+                inline.push(format!("{file}: {line}"));
             }
         }
     }

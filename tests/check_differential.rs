@@ -213,7 +213,7 @@ fn push(engine: &Engine, vars: &[Var<u64>], op: &OpSpec, opt_in: bool) -> OpHand
     let mut b = engine.op(format!("op{}", op.id)).lane(op.lane).priority(op.priority).no_skip(op.no_skip);
     // One op in three may run on the pushing thread (which is a Tokio
     // runtime's: only ops that opt in may), without changing the program.
-    if opt_in && common::mix(op.id as u64, 3) % 3 == 0 {
+    if opt_in && common::mix(op.id as u64, 3).is_multiple_of(3) {
         b = b.inline_when_idle(true);
     }
     for e in &op.extra_reads {
@@ -238,7 +238,7 @@ fn push(engine: &Engine, vars: &[Var<u64>], op: &OpSpec, opt_in: bool) -> OpHand
             result
         }),
         Body::Async => b.run_async(move |(rs,), (mut ws,), done: Completion<u64>| {
-            let on_thread = spec.id % 2 == 0;
+            let on_thread = spec.id.is_multiple_of(2);
             let work = move || {
                 if spec.fail == Fail::DropCompletion {
                     drop(done);

@@ -56,7 +56,7 @@ extern "C" __global__ void mix_op(unsigned long long* w0, unsigned long long* w1
 
     /// Var `v` is on the device when `v` is even, on the host when odd.
     fn on_device(v: usize) -> bool {
-        v % 2 == 0
+        v.is_multiple_of(2)
     }
 
     #[derive(Clone, Copy, Debug, PartialEq)]

@@ -147,7 +147,7 @@ impl<'a> Worker<'a> {
         // A look at the clock is not free: a sweep is considered once per
         // `SWEEP_IDLES` idle turns (and when parking for long).
         self.idles = self.idles.wrapping_add(1);
-        if self.idles % SWEEP_IDLES == 0 {
+        if self.idles.is_multiple_of(SWEEP_IDLES) {
             self.pool.feeds.sweep(self.pool.parking.barriers());
         }
         match self.wait() {

@@ -43,10 +43,10 @@ impl GpuDevice {
                 .name(format!("gpu{}-drain", self.ordinal))
                 .spawn(move || take(&shared).map(|wait| wait()))
         };
-        if spawned.is_err() {
-            if let Some(wait) = take(&shared) {
-                wait();
-            }
+        if spawned.is_err()
+            && let Some(wait) = take(&shared)
+        {
+            wait();
         }
     }
 }

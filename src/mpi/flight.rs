@@ -73,7 +73,7 @@ impl<T: Element> Typed<T> {
             What::AllGather { .. } if len.checked_mul(size).and_then(mpi_count).is_none() => {
                 Some(CollectiveError::TooLarge { what: what_str, len: len.saturating_mul(size) })
             }
-            What::ReduceScatter { .. } if len % size != 0 => {
+            What::ReduceScatter { .. } if !len.is_multiple_of(size) => {
                 Some(CollectiveError::Uneven { what: what_str, len, size })
             }
             _ if mpi_count(len).is_none() => Some(CollectiveError::TooLarge { what: what_str, len }),

@@ -103,10 +103,10 @@ impl<J: Job> OpCell<J> {
         // that saw it complete can push again at the bound.
         self.header.host.note(Note::Done { counted: self.header.meta.counted() });
         // Nobody reads a detached op's result: the slot is left alone.
-        if !self.header.meta.detached() {
-            if let Published::First(Some(waker)) = self.slot.publish() {
-                waker.wake();
-            }
+        if !self.header.meta.detached()
+            && let Published::First(Some(waker)) = self.slot.publish()
+        {
+            waker.wake();
         }
         drop(epoch);
     }
@@ -197,17 +197,17 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
         // result nobody reads: only its outcome is kept, and an error (a
         // user's type, whose drop may panic) is stored all the same, so that
         // it is dropped with the record, where such a panic is contained.
-        if !(self.header.meta.detached() && result.is_ok()) {
-            if let Err(ignored) = self.slot.store(result) {
-                drop(ignored);
-                return;
-            }
+        if !(self.header.meta.detached() && result.is_ok())
+            && let Err(ignored) = self.slot.store(result)
+        {
+            drop(ignored);
+            return;
         }
         self.header.record_outcome(outcome.as_ref().map(|_| ()));
-        if let Err(err) = outcome {
-            if !self.header.meta.clears_error() {
-                self.header.host.note(Note::Failed { err: &err, for_wait_all: true });
-            }
+        if let Err(err) = outcome
+            && !self.header.meta.clears_error()
+        {
+            self.header.host.note(Note::Failed { err: &err, for_wait_all: true });
         }
         self.release_body(this, false);
     }

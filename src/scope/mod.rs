@@ -265,7 +265,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         tile_rows: usize,
         tile_cols: usize,
     ) -> Result<Vec<Vec<ScopedVar<'scope, TileView<T>>>>, Error> {
-        if cols == 0 || tile_rows == 0 || tile_cols == 0 || data.len() % cols != 0 {
+        if cols == 0 || tile_rows == 0 || tile_cols == 0 || !data.len().is_multiple_of(cols) {
             return Err(Error::invalid(format!(
                 "tiles of {tile_rows} x {tile_cols} of a matrix of {} elements in rows of {cols}",
                 data.len()

@@ -271,10 +271,10 @@ impl<T: Grant + Linked> VarCell<T> {
         if let Some(at) = state.holders.iter().position(|h| h.0 == who) {
             state.holders.swap_remove(at);
         }
-        if access == Access::Write {
-            if let Some(err) = carry {
-                state.error = Some(err.clone());
-            }
+        if access == Access::Write
+            && let Some(err) = carry
+        {
+            state.error = Some(err.clone());
         }
         let mut moved = false;
         let mut pass = |op: T| {

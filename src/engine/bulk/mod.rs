@@ -97,10 +97,10 @@ impl Bulk {
 
     /// Pushes the open segment, if it holds members.
     pub(super) fn flush(&self) {
-        if self.any.load(Ordering::Relaxed) {
-            if let Some(shared) = self.shared.upgrade() {
-                shared.flush_open(&mut lock(&self.open));
-            }
+        if self.any.load(Ordering::Relaxed)
+            && let Some(shared) = self.shared.upgrade()
+        {
+            shared.flush_open(&mut lock(&self.open));
         }
     }
 
