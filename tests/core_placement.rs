@@ -232,3 +232,56 @@ fn a_crowded_pushing_thread_runs_its_ops_itself_where_it_may() {
     crowded.wait_for_all().blocking_wait().unwrap();
     assert_eq!(here.load(Ordering::SeqCst), 0, "inside a body");
 }
+
+#[test]
+fn thread_hooks_run_on_every_worker_of_every_pool() {
+    use std::sync::{Arc, Mutex};
+    thread_local! {
+        static SET_UP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    let name = || std::thread::current().name().unwrap_or("unnamed").to_owned();
+    let (started, stopped) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
+    let (up, down) = (started.clone(), stopped.clone());
+    let engine = Engine::builder()
+        .cpu_workers(2)
+        .priority_workers(1)
+        .simulated_gpus(1)
+        .thread_name("hooked")
+        .on_thread_start(move || {
+            SET_UP.with(|s| s.set(true));
+            up.lock().unwrap().push(name());
+        })
+        .on_thread_stop(move || down.lock().unwrap().push(name()))
+        .build()
+        .unwrap();
+    // A body sees what the start hook set up on its thread.
+    let seen = engine.op("cpu").run(|(), ()| Ok(SET_UP.with(std::cell::Cell::get)));
+    assert!(seen.blocking_wait().unwrap());
+    let seen = engine.op("prio").lane(Lane::Prioritized).run(|(), ()| Ok(SET_UP.with(std::cell::Cell::get)));
+    assert!(seen.blocking_wait().unwrap());
+    // Opening the GPU starts its lanes' workers.
+    let _gpu = engine.gpu(0).unwrap();
+    let mut names = started.lock().unwrap().clone();
+    names.sort();
+    for prefix in ["hooked-cpu0-0", "hooked-cpu0-1", "hooked-prio-0", "hooked-gpu0-"] {
+        assert!(names.iter().any(|n| n.starts_with(prefix)), "no start hook on {prefix}*: {names:?}");
+    }
+    assert!(stopped.lock().unwrap().is_empty(), "no worker stopped while the engine runs");
+    // A shutdown waits for every worker to end, its stop hook run.
+    engine.blocking_shutdown(depengine::ShutdownMode::Drain).unwrap();
+    let mut ended = stopped.lock().unwrap().clone();
+    ended.sort();
+    assert_eq!(ended, names, "every worker that started runs the stop hook as the engine shuts down");
+}
+
+#[test]
+fn a_panicking_start_hook_fails_the_push_that_needs_its_pool() {
+    let engine =
+        Engine::builder().on_thread_start(|| panic!("no NUMA node for this thread")).build().unwrap();
+    let err = engine.op("never").run(|(), ()| Ok(())).blocking_wait().unwrap_err();
+    assert!(err.is_pool_unavailable(), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("start hook panicked") && text.contains("no NUMA node"), "{text}");
+    // A pool whose hook panicked runs nothing: the engine still shuts down.
+    drop(engine);
+}

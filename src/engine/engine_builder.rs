@@ -8,7 +8,7 @@ use super::recorder::{DEFAULT_KEEP, ENV_PROFILE_KEEP};
 
 use super::Engine;
 use crate::error::Error;
-use crate::exec::{GpuSettings, Topology};
+use crate::exec::{GpuSettings, Hook, ThreadHooks, Topology};
 
 /// How the engine executes ops.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -155,6 +155,7 @@ pub struct EngineBuilder {
     watchdog: Option<Duration>,
     track_holders: Option<bool>,
     pusher_runs_at: Option<usize>,
+    hooks: ThreadHooks,
 }
 
 impl EngineBuilder {
@@ -364,6 +365,77 @@ impl EngineBuilder {
     /// ```
     pub fn thread_name(mut self, prefix: impl Into<String>) -> Self {
         self.thread_name = Some(prefix.into());
+        self
+    }
+
+    /// Runs `start` on each worker thread as it starts, before it takes
+    /// any op, after the engine's own set-up (a GPU worker has bound its
+    /// device's context): where to set up per-thread state (a tracing
+    /// dispatcher, an allocator arena), pin the thread near its device or
+    /// lower its priority. The thread's name says its pool
+    /// ([`thread_name`](Self::thread_name)). Every worker of every pool
+    /// runs it, pools started on first use included; the naive engine has
+    /// no workers, and the engine's service threads (GPU pollers, the
+    /// watchdog) run no user code and no hook. A panic in it is caught: that
+    /// pool does not start, and the push that needed it fails
+    /// ([`Error::is_pool_unavailable`], saying which thread's hook
+    /// panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// let (started, stopped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    /// let (up, down) = (started.clone(), stopped.clone());
+    /// let engine = depengine::Engine::builder()
+    ///     .cpu_workers(2)
+    ///     .on_thread_start(move || _ = up.fetch_add(1, Ordering::Relaxed))
+    ///     .on_thread_stop(move || _ = down.fetch_add(1, Ordering::Relaxed))
+    ///     .build()?;
+    /// engine.op("first").run(|(), ()| Ok(())).blocking_wait()?;
+    /// assert_eq!(started.load(Ordering::Relaxed), 2);
+    /// engine.blocking_shutdown(depengine::ShutdownMode::Drain)?; // waits for the workers to end
+    /// assert_eq!(stopped.load(Ordering::Relaxed), 2);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
+    pub fn on_thread_start(mut self, start: impl Fn() + Send + Sync + 'static) -> Self {
+        self.hooks.start = Some(std::sync::Arc::new(start) as Hook);
+        self
+    }
+
+    /// Runs `stop` on each worker thread as it ends, after its last op:
+    /// where per-thread state set up by
+    /// [`on_thread_start`](Self::on_thread_start) is torn down.
+    /// [`Engine::shutdown`](crate::Engine::shutdown) returns once every
+    /// worker has run it; a dropped engine's workers run it as they end,
+    /// soon after. A panic in it is caught and logged (`tracing`, target
+    /// `depengine`).
+    pub fn on_thread_stop(mut self, stop: impl Fn() + Send + Sync + 'static) -> Self {
+        self.hooks.stop = Some(std::sync::Arc::new(stop) as Hook);
+        self
+    }
+
+    /// The stack size of each worker thread, in bytes. Default: the
+    /// standard library's (`RUST_MIN_STACK`, else 2 MiB). Ops whose bodies
+    /// recurse deeply or keep large arrays on the stack need more. Zero is
+    /// refused by [`build`](Self::build).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// // A body that keeps 3 MiB on its stack (more than the default 2 MiB).
+    /// let engine = depengine::Engine::builder().thread_stack_size(32 << 20).build()?;
+    /// let sum = engine.op("deep").run(|(), ()| {
+    ///     let block = std::hint::black_box([1u8; 3 << 20]);
+    ///     Ok(block.iter().map(|&b| u64::from(b)).sum::<u64>())
+    /// });
+    /// assert_eq!(sum.blocking_wait()?, 3 << 20);
+    /// assert!(depengine::Engine::builder().thread_stack_size(0).build().unwrap_err().is_invalid_argument());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
+    pub fn thread_stack_size(mut self, bytes: usize) -> Self {
+        self.hooks.stack_size = Some(bytes);
         self
     }
 
@@ -657,6 +729,9 @@ impl EngineBuilder {
             Some(kind) => kind,
             None => env_kind()?.unwrap_or_default(),
         };
+        if self.hooks.stack_size == Some(0) {
+            return Err(Error::invalid("a worker thread's stack size must be above zero"));
+        }
         let default_workers = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
         let topology = Topology {
             naive: kind == EngineKind::Naive,
@@ -692,6 +767,7 @@ impl EngineBuilder {
                 early_release: self.gpu_early_release.unwrap_or(true),
                 spin: spin(self.gpu_spin, ENV_GPU_SPIN_US, Self::DEFAULT_GPU_SPIN)?,
             },
+            hooks: self.hooks,
         };
         let bulk_size = setting("bulk_size", self.bulk_size, ENV_BULK_SIZE, 1, usize::MAX)?;
         let max_in_flight = match (self.max_in_flight, std::env::var(ENV_MAX_IN_FLIGHT)) {

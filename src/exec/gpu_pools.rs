@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::lazy::Lazy;
-use super::pool::{Pool, ThreadInit};
+use super::pool::{Pool, ThreadHooks, ThreadInit};
 use crate::device::{Device, Lane};
 use crate::error::{Error, GpuFault};
 use crate::gpu::{self, FenceWait as Fenced, Fences, Gpu, GpuDevice, GpuLane, MAX_GPU_DEVICES};
@@ -46,6 +46,8 @@ pub(super) struct Gpus {
     spin: Duration,
     /// Whether workers measure queue waits and run times (metrics).
     timing: bool,
+    /// What the program runs on each worker thread.
+    hooks: ThreadHooks,
     /// Each opened on first use; a device whose pools cannot start is
     /// tried again only after a back-off (`lazy.rs`).
     devices: Vec<Lazy<GpuPools>>,
@@ -135,18 +137,18 @@ fn start_lane(
     let owner = device.clone();
     let init: ThreadInit = Arc::new(move |k| gpu::become_worker(&owner, lane, streams[k].clone()));
     // GPU ops never run on the thread that pushes them.
-    let pool = Pool::start(name, workers, None, (gpus.spin, gpus.timing, 0), Some(init))
+    let pool = Pool::start(name, workers, None, (gpus.spin, gpus.timing, 0), Some(init), &gpus.hooks)
         .map_err(|e| Error::pool_unavailable(name, &e))?;
     let early = gpus.settings.early_release;
     Ok((pool, GpuLane::new(device.clone(), lane, fallback, gpus.fences.clone(), early)))
 }
 
 impl Gpus {
-    pub(super) fn new(settings: GpuSettings, thread_name: String, timing: bool) -> Self {
+    pub(super) fn new(settings: GpuSettings, thread_name: String, timing: bool, hooks: ThreadHooks) -> Self {
         let spin = settings.spin;
         let devices = (0..MAX_GPU_DEVICES).map(|_| Lazy::default()).collect();
         let (fences, opened) = (Arc::default(), AtomicUsize::new(0));
-        Self { settings, thread_name, spin, timing, devices, fences, opened }
+        Self { settings, thread_name, spin, timing, hooks, devices, fences, opened }
     }
 
     /// Whether any var has GPU work in flight (one load: see `gpu/early_release.rs`).

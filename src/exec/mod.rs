@@ -22,7 +22,7 @@ mod worker;
 
 pub(crate) use gpu_pools::GpuSettings;
 pub(crate) use place::{Dispatcher, Runs, Topology};
-pub(crate) use pool::HeldBack;
 #[cfg(all(test, not(depengine_loom)))]
 pub(crate) use pool::{FAIL_SPAWN_AT, SPAWNS_REFUSED};
+pub(crate) use pool::{HeldBack, Hook, ThreadHooks};
 pub(crate) use this_thread::help;

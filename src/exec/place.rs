@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::gpu_pools::{GpuSettings, Gpus};
 use super::lazy::Lazy;
-use super::pool::{HeldBack, Pool};
+use super::pool::{HeldBack, Pool, ThreadHooks};
 use super::this_thread;
 use crate::device::{Device, Lane};
 use crate::error::Error;
@@ -53,6 +53,8 @@ pub(crate) struct Topology {
     pub(crate) pusher_runs_at: usize,
     /// The GPU devices' settings.
     pub(crate) gpu: GpuSettings,
+    /// What the program runs on each worker thread, and its stack size.
+    pub(crate) hooks: ThreadHooks,
 }
 
 /// What an op's body is, as far as its placement goes.
@@ -88,7 +90,12 @@ impl Dispatch for Dispatcher {
 impl Dispatcher {
     pub(crate) fn new(topology: Topology, held: Option<Arc<dyn HeldBack>>) -> Self {
         let cpu = (0..topology.cpu_devices).map(|_| Lazy::default()).collect();
-        let gpu = Gpus::new(topology.gpu.clone(), topology.thread_name.clone(), topology.timing);
+        let gpu = Gpus::new(
+            topology.gpu.clone(),
+            topology.thread_name.clone(),
+            topology.timing,
+            topology.hooks.clone(),
+        );
         Self { topology, cpu, priority: Lazy::default(), gpu, held }
     }
 
@@ -353,7 +360,8 @@ impl Dispatcher {
         };
         let start = || {
             let tuning = (self.topology.spin, self.topology.timing, self.topology.pusher_runs_at);
-            Pool::start(&name, workers, held, tuning, None).map_err(|e| Error::pool_unavailable(&name, &e))
+            Pool::start(&name, workers, held, tuning, None, &self.topology.hooks)
+                .map_err(|e| Error::pool_unavailable(&name, &e))
         };
         self.cell(device, lane).get_or_start(start, |_| true)
     }

@@ -65,6 +65,42 @@ pub(crate) trait HeldBack: Send + Sync {
 /// device and takes its stream).
 pub(crate) type ThreadInit = Arc<dyn Fn(usize) + Send + Sync>;
 
+/// Code of the program's, run on each worker thread of every pool.
+pub(crate) type Hook = Arc<dyn Fn() + Send + Sync>;
+
+/// What the program asks of each worker thread (`EngineBuilder::
+/// on_thread_start`, `on_thread_stop`, `thread_stack_size`).
+#[derive(Clone, Default)]
+pub(crate) struct ThreadHooks {
+    /// Run as the thread starts, after the engine's own set-up (a GPU
+    /// worker has bound its device), before it takes any op.
+    pub(crate) start: Option<Hook>,
+    /// Run as the thread ends, after its last op.
+    pub(crate) stop: Option<Hook>,
+    /// The thread's stack, in bytes; `None`: the standard library's.
+    pub(crate) stack_size: Option<usize>,
+}
+
+impl std::fmt::Debug for ThreadHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadHooks")
+            .field("start", &self.start.is_some())
+            .field("stop", &self.stop.is_some())
+            .field("stack_size", &self.stack_size)
+            .finish()
+    }
+}
+
+/// Runs a hook of the program's; a panic in it is reported as an error
+/// (the thread does not run ops then), not unwound through the engine.
+fn run_hook(hook: Option<&Hook>, which: &str, thread: &str) -> Result<(), String> {
+    let Some(hook) = hook else { return Ok(()) };
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook())).map_err(|payload| {
+        let message = crate::error::panic_message(payload.as_ref());
+        format!("the thread {which} hook panicked on {thread}: {message}")
+    })
+}
+
 pub(crate) struct Pool {
     /// Its threads' name prefix.
     name: String,
@@ -125,6 +161,7 @@ impl Pool {
         held: Option<Arc<dyn HeldBack>>,
         (spin, timing, crowded_at): (Duration, bool, usize),
         init: Option<ThreadInit>,
+        hooks: &ThreadHooks,
     ) -> std::io::Result<Self> {
         let workers = workers.max(1);
         let shared = Arc::new(PoolShared {
@@ -152,29 +189,46 @@ impl Pool {
         // process. One at a time, a refusal comes from the start itself,
         // where it is an error the push returns.
         for k in 0..workers {
-            let (shared, init) = (pool.shared.clone(), init.clone());
-            let (up, set_up) = std::sync::mpsc::channel::<()>();
+            let (shared, init, hooks) = (pool.shared.clone(), init.clone(), hooks.clone());
+            let (up, set_up) = std::sync::mpsc::channel::<Result<(), String>>();
+            let thread = format!("{name}-{k}");
+            let mut builder = std::thread::Builder::new().name(thread.clone());
+            if let Some(bytes) = hooks.stack_size {
+                builder = builder.stack_size(bytes);
+            }
             let started = spawn_failure(k).map_or_else(
                 || {
-                    std::thread::Builder::new().name(format!("{name}-{k}")).spawn(move || {
+                    builder.spawn(move || {
                         crate::gpu::blocking::mark_worker_thread();
                         if let Some(init) = init {
                             init(k);
                         }
+                        if let Err(err) = run_hook(hooks.start.as_ref(), "start", &thread) {
+                            let _ = up.send(Err(err));
+                            return;
+                        }
                         this_thread::become_worker(&shared);
                         let worker = Worker::new(&shared, k);
-                        let _ = up.send(());
+                        let _ = up.send(Ok(()));
                         drop(up);
                         worker.work();
+                        if let Err(err) = run_hook(hooks.stop.as_ref(), "stop", &thread) {
+                            tracing::error!(target: "depengine", "{err}");
+                        }
                     })
                 },
                 Err,
             );
-            if started.is_ok() {
-                // A thread that ends before it is set up (it panicked) drops
-                // its sender: the wait ends either way.
-                let _ = set_up.recv();
-            }
+            // A thread that ends before it is set up (it panicked) drops
+            // its sender: the wait ends either way. One whose start hook
+            // failed says why, and the pool does not start.
+            let started = match (started, set_up.recv()) {
+                (Ok(thread), Ok(Err(hook))) => {
+                    let _ = thread.join();
+                    Err(std::io::Error::other(hook))
+                }
+                (started, _) => started,
+            };
             match started {
                 Ok(thread) => lock(&pool.threads).push(thread),
                 Err(err) => {
@@ -449,10 +503,10 @@ impl PoolShared {
         view: &mut FeedView,
         mut take: impl FnMut(&FeedShared<TaskRef>, u32) -> Option<(TaskRef, u32)>,
     ) -> Option<TaskRef> {
-        if self.urgent.load(Ordering::Relaxed) > 0 {
-            if let Some(task) = self.pop_heap(|p| p > 0) {
-                return Some(task);
-            }
+        if self.urgent.load(Ordering::Relaxed) > 0
+            && let Some(task) = self.pop_heap(|p| p > 0)
+        {
+            return Some(task);
         }
         self.feeds.refresh(view);
         // The injector is source `n`, after the feeds.
