@@ -157,7 +157,7 @@ fn gpu_settings_follow_the_same_precedence() {
     let out = child("child_with_defaults", &[("DEPENGINE_GPU_WORKERS", "0")]);
     assert!(out.contains("DEPENGINE_GPU_WORKERS must be at least 1"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_SIM_GPUS", "65")]);
-    assert!(out.contains("simulated_gpus=65 is past its bound of 64"), "{out}");
+    assert!(out.contains("DEPENGINE_SIM_GPUS=65 is past its bound of 64"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_SIM_GPUS", "two")]);
     assert!(out.contains("DEPENGINE_SIM_GPUS=\"two\": expected a number of devices"), "{out}");
     let engine = Engine::builder().gpu_workers(2).simulated_gpus(1).build().unwrap();
@@ -216,4 +216,55 @@ fn watchdog_is_a_setting() {
     assert!(out.contains("DEPENGINE_PROFILE_KEEP must be at least 1"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_TRACK_HOLDERS", "perhaps")]);
     assert!(out.contains("DEPENGINE_TRACK_HOLDERS=\"perhaps\": expected 1 or 0"), "{out}");
+}
+
+#[test]
+#[ignore = "run by the other tests of this file in a child process"]
+fn child_ignoring_the_environment() {
+    report(Engine::builder().ignore_environment().bulk_size(1).build());
+}
+
+#[test]
+#[ignore = "run by the other tests of this file in a child process"]
+fn child_with_engine_new() {
+    // What `Engine::new` reports goes to tracing: print it where the parent
+    // reads it.
+    let subscriber = tracing_subscriber::fmt().with_writer(std::io::stdout).with_ansi(false).finish();
+    let engine = tracing::subscriber::with_default(subscriber, Engine::new);
+    report(Ok(engine));
+}
+
+#[test]
+fn a_builder_that_ignores_the_environment_reads_no_variable() {
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let env = [
+        ("DEPENGINE_TYPE", "naive"),
+        ("DEPENGINE_CPU_WORKERS", "3"),
+        ("DEPENGINE_SPIN_US", "not a number"),
+        ("DEPENGINE_MAX_IN_FLIGHT", "5"),
+        ("DEPENGINE_SIM_GPUS", "2"),
+        ("DEPENGINE_METRICS_TIMING", "1"),
+    ];
+    let out = child("child_ignoring_the_environment", &env);
+    let expected = format!(
+        "config: kind=Threaded workers={cores} bulk=1 spin=10µs gpu_workers=1 gpu_copy_workers=1 sim_gpus=0 \
+         max_in_flight=None timing=false"
+    );
+    assert!(out.contains(&expected), "{out}");
+    // The same environment reaches a builder that reads it.
+    let out = child("child_with_defaults", &env);
+    assert!(out.contains("config error: invalid argument: DEPENGINE_SPIN_US=\"not a number\""), "{out}");
+}
+
+#[test]
+fn engine_new_reports_an_invalid_variable_and_uses_the_default() {
+    let env =
+        [("DEPENGINE_CPU_WORKERS", "many"), ("DEPENGINE_BULK_SIZE", "16"), ("DEPENGINE_SPIN_US", "5000000")];
+    let out = child("child_with_engine_new", &env);
+    let cores = std::thread::available_parallelism().unwrap().get();
+    // The valid variable applies; the invalid ones take their defaults.
+    assert!(out.contains(&format!("config: kind=Threaded workers={cores} bulk=16 spin=10µs")), "{out}");
+    assert!(out.contains("DEPENGINE_CPU_WORKERS=\"many\": expected a positive integer"), "{out}");
+    assert!(out.contains("spin 5s is past its bound of 1s"), "{out}");
+    assert!(out.contains("ignored, the setting's default is used"), "{out}");
 }

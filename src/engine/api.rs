@@ -79,10 +79,16 @@ pub enum ShutdownMode {
 impl Engine {
     /// An engine configured from the machine and the environment.
     ///
+    /// An environment variable read by [`EngineBuilder`] whose value is
+    /// invalid is reported (a `tracing` warning, target `depengine`) and
+    /// ignored: its setting takes its default. `Engine::builder().build()`
+    /// returns such a value as an error instead, and
+    /// [`EngineBuilder::ignore_environment`] reads no variable at all.
+    ///
     /// # Panics
     ///
-    /// If an environment variable read by [`EngineBuilder`] is invalid; use
-    /// `Engine::builder().build()` to get that as an error.
+    /// Only if the watchdog that `DEPENGINE_WATCHDOG_MS` asks for cannot
+    /// start its thread (the OS refuses one).
     ///
     /// # Examples
     ///
@@ -94,7 +100,7 @@ impl Engine {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn new() -> Self {
-        Self::builder().build().expect("invalid depengine configuration in the environment")
+        Self::builder().build_leniently().expect("the default configuration builds")
     }
 
     /// A builder to configure an engine.

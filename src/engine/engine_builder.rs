@@ -2,9 +2,10 @@
 //! the code left unset.
 
 use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use super::recorder::{DEFAULT_KEEP, ENV_PROFILE_KEEP};
+use super::recorder::{DEFAULT_KEEP, ENV_PROFILE, ENV_PROFILE_KEEP};
 
 use super::Engine;
 use crate::error::Error;
@@ -114,6 +115,9 @@ pub(crate) struct Config {
     pub(crate) track_holders: bool,
     /// How many completed ops the profiler keeps.
     pub(crate) profile_keep: usize,
+    /// Where the profiler saves every op's record at shutdown, if the
+    /// environment says (`DEPENGINE_PROFILE`).
+    pub(crate) profile_to: Option<PathBuf>,
 }
 
 /// Configures and builds an [`Engine`].
@@ -123,7 +127,13 @@ pub(crate) struct Config {
 /// code leaves open without a rebuild, as with MXNet's variables), the
 /// default. This is the order of rayon's `ThreadPoolBuilder`: an explicit
 /// call wins, and an environment variable is not even read for a setting
-/// the code gave.
+/// the code gave. The program has the last word:
+/// [`ignore_environment`](Self::ignore_environment) reads no variable at
+/// all (for an engine that a library builds for itself, which the
+/// process's `DEPENGINE_*` variables, meant for the application's engine,
+/// should not reach). A variable whose value is invalid makes
+/// [`build`](Self::build) fail, saying which; [`Engine::new`] reports it
+/// and uses the default.
 ///
 /// # Examples
 ///
@@ -156,6 +166,7 @@ pub struct EngineBuilder {
     track_holders: Option<bool>,
     pusher_runs_at: Option<usize>,
     hooks: ThreadHooks,
+    ignore_environment: bool,
 }
 
 impl EngineBuilder {
@@ -365,6 +376,27 @@ impl EngineBuilder {
     /// ```
     pub fn thread_name(mut self, prefix: impl Into<String>) -> Self {
         self.thread_name = Some(prefix.into());
+        self
+    }
+
+    /// Reads no `DEPENGINE_*` environment variable: every setting is this
+    /// builder's or its default, whatever the process's environment says
+    /// (the profiler's `DEPENGINE_PROFILE` included). For an engine a
+    /// library builds for itself, or a test that must not depend on the
+    /// machine's environment.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::engine::EngineKind;
+    /// // Whatever DEPENGINE_TYPE or DEPENGINE_CPU_WORKERS say:
+    /// let engine = depengine::Engine::builder().ignore_environment().cpu_workers(2).build()?;
+    /// assert_eq!(engine.settings().kind, EngineKind::Threaded);
+    /// assert_eq!(engine.settings().cpu_workers, 2);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
+    pub fn ignore_environment(mut self) -> Self {
+        self.ignore_environment = true;
         self
     }
 
@@ -725,17 +757,30 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn build(self) -> Result<Engine, Error> {
-        let kind = match self.kind {
-            Some(kind) => kind,
-            None => env_kind()?.unwrap_or_default(),
-        };
+        let env = Env { read: !self.ignore_environment, lenient: false };
+        self.build_with(&env)
+    }
+
+    /// [`build`](Self::build), with bad environment values ignored (and
+    /// reported) when `lenient`: for [`Engine::new`].
+    pub(crate) fn build_leniently(self) -> Result<Engine, Error> {
+        let env = Env { read: !self.ignore_environment, lenient: true };
+        self.build_with(&env)
+    }
+
+    fn build_with(self, env: &Env) -> Result<Engine, Error> {
         if self.hooks.stack_size == Some(0) {
             return Err(Error::invalid("a worker thread's stack size must be above zero"));
         }
+        let kind = match self.kind {
+            Some(kind) => kind,
+            None => env_kind(env)?.unwrap_or_default(),
+        };
         let default_workers = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
         let topology = Topology {
             naive: kind == EngineKind::Naive,
             cpu_workers: setting(
+                env,
                 "cpu_workers",
                 self.cpu_workers,
                 ENV_CPU_WORKERS,
@@ -743,146 +788,215 @@ impl EngineBuilder {
                 MAX_WORKERS,
             )?,
             priority_workers: setting(
+                env,
                 "priority_workers",
                 self.priority_workers,
                 ENV_PRIORITY_WORKERS,
                 1,
                 MAX_WORKERS,
             )?,
-            cpu_devices: setting("cpu_devices", self.cpu_devices, "", 1, MAX_CPU_DEVICES)?,
+            cpu_devices: setting(env, "cpu_devices", self.cpu_devices, "", 1, MAX_CPU_DEVICES)?,
             thread_name: thread_name(self.thread_name)?,
-            spin: spin(self.spin, ENV_SPIN_US, DEFAULT_SPIN)?,
-            timing: flag(self.metrics_timing, ENV_METRICS_TIMING, false)?,
-            pusher_runs_at: pusher_runs_at(self.pusher_runs_at)?,
+            spin: spin(env, self.spin, ENV_SPIN_US, DEFAULT_SPIN)?,
+            timing: flag(env, self.metrics_timing, ENV_METRICS_TIMING, false)?,
+            pusher_runs_at: pusher_runs_at(env, self.pusher_runs_at)?,
             gpu: GpuSettings {
-                workers: setting("gpu_workers", self.gpu_workers, ENV_GPU_WORKERS, 1, MAX_WORKERS)?,
+                workers: setting(env, "gpu_workers", self.gpu_workers, ENV_GPU_WORKERS, 1, MAX_WORKERS)?,
                 copy_workers: setting(
+                    env,
                     "gpu_copy_workers",
                     self.gpu_copy_workers,
                     ENV_GPU_COPY_WORKERS,
                     1,
                     MAX_WORKERS,
                 )?,
-                simulated: simulated_gpus(self.simulated_gpus)?,
+                simulated: simulated_gpus(env, self.simulated_gpus)?,
                 early_release: self.gpu_early_release.unwrap_or(true),
-                spin: spin(self.gpu_spin, ENV_GPU_SPIN_US, Self::DEFAULT_GPU_SPIN)?,
+                spin: spin(env, self.gpu_spin, ENV_GPU_SPIN_US, Self::DEFAULT_GPU_SPIN)?,
             },
             hooks: self.hooks,
         };
-        let bulk_size = setting("bulk_size", self.bulk_size, ENV_BULK_SIZE, 1, usize::MAX)?;
-        let max_in_flight = match (self.max_in_flight, std::env::var(ENV_MAX_IN_FLIGHT)) {
-            (None, Err(_)) => None,
-            (given, _) => Some(setting("max_in_flight", given, ENV_MAX_IN_FLIGHT, 1, MAX_IN_FLIGHT)?),
+        let bulk_size = setting(env, "bulk_size", self.bulk_size, ENV_BULK_SIZE, 1, usize::MAX)?;
+        let max_in_flight = match self.max_in_flight {
+            Some(given) => Some(in_bounds("max_in_flight", given, MAX_IN_FLIGHT).map_err(Error::invalid)?),
+            None => env.count(ENV_MAX_IN_FLIGHT, MAX_IN_FLIGHT)?,
         };
-        let watchdog = match (self.watchdog, std::env::var(ENV_WATCHDOG_MS)) {
-            (Some(threshold), _) => Some(threshold),
-            (None, Ok(ms)) => Some(Duration::from_millis(ms.trim().parse::<u64>().map_err(|_| {
-                Error::invalid(format!("{ENV_WATCHDOG_MS}={ms:?}: expected a number of milliseconds"))
-            })?)),
-            (None, Err(_)) => None,
+        let watchdog = match self.watchdog {
+            Some(threshold) => Some(watchdog_bounded(threshold).map_err(Error::invalid)?),
+            None => env.get(ENV_WATCHDOG_MS, |raw| {
+                let ms = raw
+                    .trim()
+                    .parse::<u64>()
+                    .map_err(|_| format!("{ENV_WATCHDOG_MS}={raw:?}: expected a number of milliseconds"))?;
+                watchdog_bounded(Duration::from_millis(ms))
+            })?,
         };
-        if watchdog.is_some_and(|t| t.is_zero()) {
-            return Err(Error::invalid("the watchdog's threshold must be above zero"));
-        }
-        if let Some(threshold) = watchdog.filter(|t| *t > MAX_WATCHDOG) {
-            return Err(Error::invalid(format!(
-                "the watchdog's threshold {threshold:?} is past its bound of {MAX_WATCHDOG:?}"
-            )));
-        }
-        let track_holders = flag(self.track_holders, ENV_TRACK_HOLDERS, true)?;
-        let profile_keep = setting("profile_keep", None, ENV_PROFILE_KEEP, DEFAULT_KEEP, usize::MAX)?;
-        let config =
-            Config { kind, topology, bulk_size, max_in_flight, watchdog, track_holders, profile_keep };
+        let track_holders = flag(env, self.track_holders, ENV_TRACK_HOLDERS, true)?;
+        let profile_keep = env.count(ENV_PROFILE_KEEP, usize::MAX)?.unwrap_or(DEFAULT_KEEP);
+        let profile_to =
+            env.get(ENV_PROFILE, |raw| Ok(raw.to_owned()))?.filter(|p| !p.is_empty()).map(PathBuf::from);
+        let config = Config {
+            kind,
+            topology,
+            bulk_size,
+            max_in_flight,
+            watchdog,
+            track_holders,
+            profile_keep,
+            profile_to,
+        };
         let runtime = self.runtime.or_else(|| tokio::runtime::Handle::try_current().ok());
         Engine::from_config(config, runtime)
     }
+}
+
+/// A watchdog threshold, if it is above zero and within its bound.
+fn watchdog_bounded(threshold: Duration) -> Result<Duration, String> {
+    if threshold.is_zero() {
+        return Err("the watchdog's threshold must be above zero".to_owned());
+    }
+    if threshold > MAX_WATCHDOG {
+        return Err(format!("the watchdog's threshold {threshold:?} is past its bound of {MAX_WATCHDOG:?}"));
+    }
+    Ok(threshold)
 }
 
 /// Ops of a pushing thread queued at which it runs its next ones itself,
 /// by default (see [`EngineBuilder::pusher_runs_at`]).
 const DEFAULT_PUSHER_RUNS_AT: usize = 256;
 
-fn pusher_runs_at(given: Option<usize>) -> Result<usize, Error> {
-    let max = MAX_WORKERS * 1024;
-    let (value, source) = match given {
-        Some(n) => (n, "pusher_runs_at"),
-        None => match std::env::var(ENV_PUSHER_RUNS_AT) {
-            Ok(s) => (
-                s.trim().parse::<usize>().map_err(|_| {
-                    Error::invalid(format!(
-                        "{ENV_PUSHER_RUNS_AT}={s:?}: expected a count of ops, 0 for never"
-                    ))
-                })?,
-                ENV_PUSHER_RUNS_AT,
-            ),
-            Err(_) => (DEFAULT_PUSHER_RUNS_AT, "pusher_runs_at"),
-        },
-    };
+/// Where a setting the builder left unset is read: the environment's
+/// `DEPENGINE_*` variable, unless the builder ignores the environment
+/// ([`EngineBuilder::ignore_environment`]). A value that does not parse,
+/// or is out of bounds, is an error of `build`; for [`Engine::new`]
+/// (`lenient`) it is reported (a `tracing` warning, target `depengine`)
+/// and the default is used instead.
+struct Env {
+    read: bool,
+    lenient: bool,
+}
+
+impl Env {
+    /// Variable `name`, if set (and readable), parsed by `parse`, which
+    /// says what is wrong with a bad value.
+    fn get<T>(&self, name: &str, parse: impl FnOnce(&str) -> Result<T, String>) -> Result<Option<T>, Error> {
+        if !self.read || name.is_empty() {
+            return Ok(None);
+        }
+        let Ok(raw) = std::env::var(name) else { return Ok(None) };
+        match parse(&raw) {
+            Ok(value) => Ok(Some(value)),
+            Err(wrong) if self.lenient => {
+                tracing::warn!(target: "depengine", "{wrong}: ignored, the setting's default is used");
+                Ok(None)
+            }
+            Err(wrong) => Err(Error::invalid(wrong)),
+        }
+    }
+
+    /// A count from variable `name`: from 1 to `max`.
+    fn count(&self, name: &str, max: usize) -> Result<Option<usize>, Error> {
+        self.get(name, |raw| {
+            let value = raw
+                .trim()
+                .parse::<usize>()
+                .map_err(|_| format!("{name}={raw:?}: expected a positive integer"))?;
+            in_bounds(name, value, max)
+        })
+    }
+}
+
+/// `value`, if it is from 1 to `max`; else what is wrong, for `source`.
+fn in_bounds(source: &str, value: usize, max: usize) -> Result<usize, String> {
+    if value == 0 {
+        return Err(format!("{source} must be at least 1"));
+    }
     if value > max {
-        return Err(Error::invalid(format!("{source}={value} is past its bound of {max}")));
+        return Err(format!("{source}={value} is past its bound of {max}"));
     }
     Ok(value)
 }
 
-fn env_kind() -> Result<Option<EngineKind>, Error> {
-    let Ok(value) = std::env::var(ENV_TYPE) else { return Ok(None) };
-    match value.trim().to_ascii_lowercase().as_str() {
-        "threaded" | "threadedengineperdevice" => Ok(Some(EngineKind::Threaded)),
-        "naive" | "naiveengine" => Ok(Some(EngineKind::Naive)),
-        _ => Err(Error::invalid(format!("{ENV_TYPE}={value:?}: expected `threaded` or `naive`"))),
+fn pusher_runs_at(env: &Env, given: Option<usize>) -> Result<usize, Error> {
+    let max = MAX_WORKERS * 1024;
+    let check = |source: &str, value: usize| {
+        if value > max { Err(format!("{source}={value} is past its bound of {max}")) } else { Ok(value) }
+    };
+    if let Some(n) = given {
+        return check("pusher_runs_at", n).map_err(Error::invalid);
     }
+    let from_env = env.get(ENV_PUSHER_RUNS_AT, |raw| {
+        let n = raw
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| format!("{ENV_PUSHER_RUNS_AT}={raw:?}: expected a count of ops, 0 for never"))?;
+        check(ENV_PUSHER_RUNS_AT, n)
+    })?;
+    Ok(from_env.unwrap_or(DEFAULT_PUSHER_RUNS_AT))
 }
 
-/// A spin budget: the builder's, else environment variable `env` (in
+fn env_kind(env: &Env) -> Result<Option<EngineKind>, Error> {
+    env.get(ENV_TYPE, |raw| match raw.trim().to_ascii_lowercase().as_str() {
+        "threaded" | "threadedengineperdevice" => Ok(EngineKind::Threaded),
+        "naive" | "naiveengine" => Ok(EngineKind::Naive),
+        _ => Err(format!("{ENV_TYPE}={raw:?}: expected `threaded` or `naive`")),
+    })
+}
+
+/// A spin budget: the builder's, else environment variable `name` (in
 /// microseconds), else `default`; at most `MAX_SPIN`.
-fn spin(given: Option<Duration>, env: &str, default: Duration) -> Result<Duration, Error> {
-    let spin =
-        match given {
-            Some(spin) => spin,
-            None => match std::env::var(env) {
-                Ok(s) => Duration::from_micros(s.trim().parse::<u64>().map_err(|_| {
-                    Error::invalid(format!("{env}={s:?}: expected a number of microseconds"))
-                })?),
-                Err(_) => default,
-            },
-        };
-    if spin > MAX_SPIN {
-        return Err(Error::invalid(format!("spin {spin:?} is past its bound of {MAX_SPIN:?}")));
+fn spin(env: &Env, given: Option<Duration>, name: &str, default: Duration) -> Result<Duration, Error> {
+    let bounded = |spin: Duration| {
+        if spin > MAX_SPIN {
+            Err(format!("spin {spin:?} is past its bound of {MAX_SPIN:?}"))
+        } else {
+            Ok(spin)
+        }
+    };
+    if let Some(spin) = given {
+        return bounded(spin).map_err(Error::invalid);
     }
-    Ok(spin)
+    let from_env = env.get(name, |raw| {
+        let us = raw
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| format!("{name}={raw:?}: expected a number of microseconds"))?;
+        bounded(Duration::from_micros(us))
+    })?;
+    Ok(from_env.unwrap_or(default))
 }
 
-/// A yes/no setting: the builder's, else environment variable `env`, else
+/// A yes/no setting: the builder's, else environment variable `name`, else
 /// `default`.
-fn flag(given: Option<bool>, env: &str, default: bool) -> Result<bool, Error> {
+fn flag(env: &Env, given: Option<bool>, name: &str, default: bool) -> Result<bool, Error> {
     if let Some(on) = given {
         return Ok(on);
     }
-    let Ok(s) = std::env::var(env) else { return Ok(default) };
-    match s.trim().to_ascii_lowercase().as_str() {
+    let from_env = env.get(name, |raw| match raw.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "on" | "yes" => Ok(true),
         "0" | "false" | "off" | "no" | "" => Ok(false),
-        _ => Err(Error::invalid(format!("{env}={s:?}: expected 1 or 0"))),
-    }
+        _ => Err(format!("{name}={raw:?}: expected 1 or 0")),
+    })?;
+    Ok(from_env.unwrap_or(default))
 }
 
 /// GPUs to simulate: the builder's, else `DEPENGINE_SIM_GPUS`, else 0.
-fn simulated_gpus(given: Option<usize>) -> Result<usize, Error> {
+fn simulated_gpus(env: &Env, given: Option<usize>) -> Result<usize, Error> {
     let max = crate::gpu::MAX_GPU_DEVICES;
-    let n = match given {
-        Some(n) => n,
-        None => match std::env::var(ENV_SIM_GPUS) {
-            Ok(s) => s
-                .trim()
-                .parse::<usize>()
-                .map_err(|_| Error::invalid(format!("{ENV_SIM_GPUS}={s:?}: expected a number of devices")))?,
-            Err(_) => 0,
-        },
+    let bounded = |source: &str, n: usize| {
+        if n > max { Err(format!("{source}={n} is past its bound of {max}")) } else { Ok(n) }
     };
-    if n > max {
-        return Err(Error::invalid(format!("simulated_gpus={n} is past its bound of {max}")));
+    if let Some(n) = given {
+        return bounded("simulated_gpus", n).map_err(Error::invalid);
     }
-    Ok(n)
+    let from_env = env.get(ENV_SIM_GPUS, |raw| {
+        let n = raw
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| format!("{ENV_SIM_GPUS}={raw:?}: expected a number of devices"))?;
+        bounded(ENV_SIM_GPUS, n)
+    })?;
+    Ok(from_env.unwrap_or(0))
 }
 
 /// The thread name prefix, checked: the OS refuses a name with a NUL byte.
@@ -894,28 +1008,18 @@ fn thread_name(given: Option<String>) -> Result<String, Error> {
     Ok(name)
 }
 
-/// A count: the builder's `given` value, else environment variable `env`
+/// A count: the builder's `given` value, else environment variable `name`
 /// (none if empty), else `default`; from 1 to `max`.
-fn setting(what: &str, given: Option<usize>, env: &str, default: usize, max: usize) -> Result<usize, Error> {
-    let (value, source) = match given {
-        Some(value) => (value, what),
-        None => match std::env::var(env).ok().filter(|_| !env.is_empty()) {
-            Some(s) => {
-                let parsed = s.trim().parse::<usize>();
-                (
-                    parsed
-                        .map_err(|_| Error::invalid(format!("{env}={s:?}: expected a positive integer")))?,
-                    env,
-                )
-            }
-            None => (default, what),
-        },
-    };
-    if value == 0 {
-        return Err(Error::invalid(format!("{source} must be at least 1")));
+fn setting(
+    env: &Env,
+    what: &str,
+    given: Option<usize>,
+    name: &str,
+    default: usize,
+    max: usize,
+) -> Result<usize, Error> {
+    match given {
+        Some(value) => in_bounds(what, value, max).map_err(Error::invalid),
+        None => Ok(env.count(name, max)?.unwrap_or(default)),
     }
-    if value > max {
-        return Err(Error::invalid(format!("{source}={value} is past its bound of {max}")));
-    }
-    Ok(value)
 }

@@ -122,9 +122,9 @@ impl Ring {
 
 impl Recorder {
     /// A recorder keeping the last `keep` ops, recording from the start if
-    /// `DEPENGINE_PROFILE` names a file.
-    pub(super) fn new(keep: usize) -> Self {
-        let autosave = std::env::var_os(ENV_PROFILE).filter(|p| !p.is_empty()).map(PathBuf::from);
+    /// `autosave` names a file (`DEPENGINE_PROFILE`), to be saved there at
+    /// shutdown.
+    pub(super) fn new(keep: usize, autosave: Option<PathBuf>) -> Self {
         let mode = if autosave.is_some() { ALL } else { OFF };
         Self {
             mode: AtomicU8::new(mode),

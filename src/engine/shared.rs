@@ -158,7 +158,7 @@ impl Shared {
         Arc::new_cyclic(|weak| {
             let bulk = Bulk::new(bulk_size, weak.clone());
             let limit = config.max_in_flight.map(Limit::new);
-            let recorder = Recorder::new(config.profile_keep);
+            let recorder = Recorder::new(config.profile_keep, config.profile_to.clone());
             let track_holders = config.track_holders;
             Shared {
                 dispatcher: Dispatcher::new(config.topology.clone(), bulk.held()),

@@ -31,7 +31,7 @@ fn seqs(profile: &Profile) -> Vec<u64> {
 
 #[test]
 fn a_profile_keeps_the_last_ops_and_counts_those_let_go() {
-    let recorder = Recorder::new(DEFAULT_KEEP);
+    let recorder = Recorder::new(DEFAULT_KEEP, None);
     for keep in [1, 5, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK] {
         recorder.keep_last(keep);
         let _ = recorder.profile(true);
