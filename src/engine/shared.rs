@@ -30,9 +30,9 @@ use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::coarse::Keeper;
 use crate::sync::epoch::Tracker;
 use crate::sync::latch::{CountLatch, Latch};
-use crate::sync::small::Padded;
 use crate::sync::{Mutex, lock};
 use crate::var::{Queue, VarCell};
+use crossbeam_utils::CachePadded;
 
 /// Failures kept for `wait_for_all` and shutdown between two
 /// `wait_for_all`s: the first few are enough to report one.
@@ -51,7 +51,7 @@ pub(super) struct Intake {
 pub(crate) struct Shared {
     pub(super) config: Config,
     /// Written by every push: kept off the lines completing workers read.
-    pub(super) tracker: Padded<Tracker<Intake>>,
+    pub(super) tracker: CachePadded<Tracker<Intake>>,
     pub(super) dispatcher: Dispatcher,
     runtime: Option<tokio::runtime::Handle>,
     /// The first failures since the last `wait_for_all` (at most
@@ -60,7 +60,7 @@ pub(crate) struct Shared {
     failures: Mutex<Vec<Error>>,
     cancelling: AtomicBool,
     /// Spare records of op records, freed by pushes.
-    graves: Padded<SpareRecords>,
+    graves: CachePadded<SpareRecords>,
     pub(super) bulk: Bulk,
     /// The engine's vars, weakly: where a cancelling shutdown finds the ops
     /// queued on them.
@@ -163,11 +163,11 @@ impl Shared {
             Shared {
                 dispatcher: Dispatcher::new(config.topology.clone(), bulk.held()),
                 config,
-                tracker: Padded(Tracker::new()),
+                tracker: CachePadded::new(Tracker::new()),
                 runtime,
                 failures: Mutex::new(Vec::new()),
                 cancelling: AtomicBool::new(false),
-                graves: Padded(SpareRecords::new()),
+                graves: CachePadded::new(SpareRecords::new()),
                 bulk,
                 queues: Queues::default(),
                 counts: Counts::default(),

@@ -52,8 +52,8 @@ use std::sync::Arc;
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::sync::barrier::Barriers;
 use crate::sync::cell::UnsafeCell;
-use crate::sync::small::Padded;
 use crate::sync::spin::SpinLock;
+use crossbeam_utils::CachePadded;
 
 mod spares;
 pub(crate) use spares::Spares;
@@ -113,14 +113,14 @@ pub(crate) struct FeedShared<T> {
     /// with the ring empty, the feed is idle.
     pub(crate) swept_head: AtomicUsize,
     /// The next op to take; claimed by a CAS.
-    head: Padded<AtomicUsize>,
+    head: CachePadded<AtomicUsize>,
     /// Given back to `spares` when the ring is freed (see [`Spares`]).
     slots: ManuallyDrop<Slots<T>>,
     /// Where the slots go when the ring is freed, if anywhere.
     spares: Option<Arc<Spares<T>>>,
     /// Whether `spill` holds ops (changed under its lock), readable
     /// without it.
-    spilled: Padded<AtomicBool>,
+    spilled: CachePadded<AtomicBool>,
     /// Ops queued while the ring was full, in queue order, each with the
     /// ring position at which the ops queued before it end.
     spill: SpinLock<VecDeque<(usize, T)>>,
@@ -180,10 +180,10 @@ impl<T> Feed<T> {
         let shared = Arc::new(FeedShared {
             flags: flags.clone(),
             swept_head: AtomicUsize::new(usize::MAX),
-            head: Padded(AtomicUsize::new(at)),
+            head: CachePadded::new(AtomicUsize::new(at)),
             slots: ManuallyDrop::new(slots),
             spares: spares.cloned(),
-            spilled: Padded(AtomicBool::new(false)),
+            spilled: CachePadded::new(AtomicBool::new(false)),
             spill: SpinLock::new(VecDeque::new()),
         });
         // From the `Arc`'s own pointer: it may be turned back into one.

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::metrics::{HISTOGRAM_BUCKETS, Histogram, bucket_of};
-use crate::sync::small::Padded;
+use crossbeam_utils::CachePadded;
 
 /// A ready stamp's tick: 2^8 ns.
 const TICK_SHIFT: u32 = 8;
@@ -45,7 +45,7 @@ pub(super) struct WorkerStats {
 
 /// The counters of a pool's workers, and the pool's clock.
 pub(super) struct PoolStats {
-    workers: Box<[Padded<WorkerStats>]>,
+    workers: Box<[CachePadded<WorkerStats>]>,
     /// Whether queue waits and run times are measured.
     pub(super) timing: bool,
     origin: Instant,
@@ -53,7 +53,11 @@ pub(super) struct PoolStats {
 
 impl PoolStats {
     pub(super) fn new(workers: usize, timing: bool) -> Self {
-        Self { workers: (0..workers).map(|_| Padded::default()).collect(), timing, origin: Instant::now() }
+        Self {
+            workers: (0..workers).map(|_| CachePadded::default()).collect(),
+            timing,
+            origin: Instant::now(),
+        }
     }
 
     /// Worker `k`'s counters.

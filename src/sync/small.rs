@@ -20,18 +20,3 @@ pub(crate) fn discard<T, const N: usize>(list: SmallList<T, N>) {
 
 #[cfg(all(test, not(depengine_loom), target_pointer_width = "64"))]
 mod tests;
-
-/// A value alone on its cache lines (128 bytes: two lines, for adjacent-line
-/// prefetch), so that writes to it do not slow down readers of its
-/// neighbours, and the other way round.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-pub(crate) struct Padded<T>(pub(crate) T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}

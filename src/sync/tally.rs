@@ -8,7 +8,7 @@ use std::cell::Cell;
 // cannot hold loom's.
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use super::small::Padded;
+use crossbeam_utils::CachePadded;
 
 /// Stripes per counter: enough that a pool's workers rarely share one.
 const STRIPES: usize = 16;
@@ -35,12 +35,12 @@ fn stripe() -> usize {
 }
 
 pub(crate) struct Tally {
-    stripes: Box<[Padded<AtomicU64>]>,
+    stripes: Box<[CachePadded<AtomicU64>]>,
 }
 
 impl Default for Tally {
     fn default() -> Self {
-        Self { stripes: (0..STRIPES).map(|_| Padded(AtomicU64::new(0))).collect() }
+        Self { stripes: (0..STRIPES).map(|_| CachePadded::new(AtomicU64::new(0))).collect() }
     }
 }
 

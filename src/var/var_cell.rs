@@ -15,7 +15,9 @@ use super::gate::{Access, Gate};
 use super::inbox::{Inbox, Linked, Pushed, Then};
 use crate::error::{Error, Kind};
 use crate::sync::lock;
-use crate::sync::small::{Padded, SmallList};
+use crossbeam_utils::CachePadded;
+
+use crate::sync::small::SmallList;
 use crate::sync::{Mutex, MutexGuard};
 
 /// What an op token does when one of its accesses is let through, while the
@@ -99,8 +101,8 @@ pub(crate) struct VarCell<T: Grant> {
     /// Ops of one-var pushes made while the inbox was closed, not yet moved
     /// to the gate. Closed only while ops are queued or a write runs, as the
     /// last holder of the lock left it (see [`settle`](Self::settle)).
-    inbox: Padded<Inbox<T>>,
-    state: Padded<Mutex<VarState<T>>>,
+    inbox: CachePadded<Inbox<T>>,
+    state: CachePadded<Mutex<VarState<T>>>,
     /// Unique, ascending in creation order: the global lock order.
     id: u64,
     /// The name the var was given at creation, if any.
@@ -124,8 +126,8 @@ impl<T: Grant + Linked> VarCell<T> {
         Self {
             id,
             name,
-            inbox: Padded(Inbox::new()),
-            state: Padded(Mutex::new(VarState {
+            inbox: CachePadded::new(Inbox::new()),
+            state: CachePadded::new(Mutex::new(VarState {
                 gate: Gate::new(),
                 error: None,
                 deleted: false,
