@@ -175,3 +175,11 @@ pub use error::{BoxError, Error, Result};
 pub use op::op_handle::{Completion, OpHandle};
 pub use scope::scope;
 pub use var::{AnyVar, ReadGuard, Var, WriteGuard};
+
+// The foreign crates whose types and traits are in this crate's API, at the
+// versions it is built with: `AlignedVec` (`aligned`), `Pod` (what a GPU
+// buffer holds), cudarc's streams and slices (feature `cuda`).
+pub use aligned_vec;
+pub use bytemuck;
+#[cfg(feature = "cuda")]
+pub use cudarc;

@@ -170,9 +170,28 @@ pub(crate) fn buffer<T: super::GpuElement>(
     stream: &Arc<CudaStream>,
     data: &[T],
 ) -> Result<cudarc::driver::CudaSlice<T>, GpuFault> {
-    let buffer = guarded("cuMemcpyHtoDAsync", || stream.clone_htod(data))?;
+    // Allocated and copied as bytes: cudarc's typed calls ask for its own
+    // `DeviceRepr`, which the element's bound (`Pod`, the same with and
+    // without this feature) cannot promise for a type of the user's.
+    let bytes: &[u8] = bytemuck::cast_slice(data);
+    // SAFETY: the allocation's bytes are written by the copy just below,
+    // before anything reads them.
+    let mut raw = guarded("cuMemAllocAsync", || unsafe { stream.alloc::<u8>(bytes.len()) })?;
+    {
+        use cudarc::driver::DevicePtrMut;
+        let (ptr, _) = raw.device_ptr_mut(stream);
+        // SAFETY: `raw` holds `bytes.len()` bytes on this stream's context;
+        // the stream is synchronized below, before `bytes` may go.
+        guarded("cuMemcpyHtoDAsync", || unsafe {
+            cudarc::driver::result::memcpy_htod_async(ptr, bytes, stream.cu_stream())
+        })?;
+    }
     guarded("cuStreamSynchronize", || stream.synchronize())?;
-    Ok(buffer)
+    let ptr = raw.leak();
+    // SAFETY: `ptr` is the allocation just made on this stream, of
+    // `size_of_val(data)` bytes, holding `data.len()` `T`s copied from
+    // `data` (valid `T`s: `Pod`); the slice made here owns it and frees it.
+    Ok(unsafe { stream.upgrade_device_ptr::<T>(ptr, data.len()) })
 }
 
 /// Page-locked host memory, its address taken once, when it is made.
@@ -211,7 +230,7 @@ impl<T: super::GpuElement> Pinned<T> {
         let ptr = slice.as_mut_ptr().map_err(fault("cuEventSynchronize"))?.cast::<T>();
         assert!(ptr.is_aligned(), "cuMemHostAlloc gives page-aligned memory");
         // SAFETY: the allocation holds `bytes` bytes at `ptr`; zero bits
-        // are a valid `T` (`ValidAsZeroBits`), so the slices made below
+        // are a valid `T` (`Pod` is `Zeroable`), so the slices made below
         // only ever see initialised elements.
         unsafe { ptr.cast::<u8>().write_bytes(0, bytes) };
         let mut pinned = Self { slice: std::mem::ManuallyDrop::new(slice), ptr, len: data.len() };
