@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 mod gpu_fault;
+mod kind;
 
 pub use gpu_fault::GpuFault;
+pub use kind::ErrorKind;
 
 /// A boxed error as returned by op bodies; `?` converts any error into it.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -36,8 +38,13 @@ struct Repr {
 pub(crate) enum Kind {
     /// The op's body returned an error.
     Failed { op: Cow<'static, str>, source: BoxError },
-    /// The op's body panicked.
-    Panicked { op: Cow<'static, str>, message: String },
+    /// The op's body panicked: its message, and its payload until
+    /// [`Error::into_panic`] takes it.
+    Panicked {
+        op: Cow<'static, str>,
+        message: String,
+        payload: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
+    },
     /// An async op's completion token was dropped without being signalled.
     CompletionDropped { op: Cow<'static, str> },
     /// The op was not run because a var it uses carries an error.
@@ -118,8 +125,92 @@ impl Error {
         Self::new(Kind::Gpu { op: None, device, fault, sticky: true })
     }
 
-    pub(crate) fn kind(&self) -> &Kind {
+    pub(crate) fn detail(&self) -> &Kind {
         &self.inner.kind
+    }
+
+    /// What kind of failure this is, to `match` on (the `is_*` helpers
+    /// ask the same one kind at a time).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use depengine::ErrorKind;
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0);
+    /// let failed = engine.op("update").write(&v).run(|(), _| -> depengine::Result<(), _> { Err("disk full".into()) });
+    /// let skipped = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
+    /// let (failed, skipped) = (failed.blocking_wait().unwrap_err(), skipped.blocking_wait().unwrap_err());
+    /// let status = |err: &depengine::Error| match err.kind() {
+    ///     ErrorKind::Full | ErrorKind::Shutdown | ErrorKind::Skipped => 503,
+    ///     _ => 500,
+    /// };
+    /// assert_eq!((status(&failed), status(&skipped)), (500, 503));
+    /// # let _ = engine.wait_for_all().blocking_wait();
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        match self.detail() {
+            Kind::Failed { .. } => ErrorKind::Failed,
+            Kind::Panicked { .. } => ErrorKind::Panicked,
+            Kind::CompletionDropped { .. } => ErrorKind::CompletionDropped,
+            Kind::Skipped { .. } => ErrorKind::Skipped,
+            Kind::Cancelled { .. } => ErrorKind::Cancelled,
+            Kind::Shutdown => ErrorKind::Shutdown,
+            Kind::VarDeleted { .. } => ErrorKind::VarDeleted,
+            Kind::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Kind::Unsupported(_) => ErrorKind::Unsupported,
+            Kind::NoRuntime => ErrorKind::NoRuntime,
+            Kind::BlockingInRuntime { .. } => ErrorKind::BlockingInRuntime,
+            Kind::WouldDeadlock { .. } => ErrorKind::WouldDeadlock,
+            Kind::PoolUnavailable { .. } => ErrorKind::PoolUnavailable,
+            Kind::GpuUnavailable { .. } => ErrorKind::GpuUnavailable,
+            Kind::Full { .. } => ErrorKind::Full,
+            Kind::Gpu { .. } => ErrorKind::Gpu,
+        }
+    }
+
+    /// The payload of the panic this error reports (an op's body, or an
+    /// acquire's, panicked), as `std::panic::catch_unwind` caught it: to
+    /// resume the panic (`std::panic::resume_unwind`) or inspect it. The
+    /// error is shared by its clones (every waiter of a failed op holds
+    /// one): the first to ask takes the payload; it is `Err(self)` for the
+    /// others, for any other kind of error, and for a panic reported
+    /// without a payload (a write guard dropped while its thread panicked).
+    /// `Display` keeps the panic's message either way.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let h = engine.op("boom").run(|(), ()| -> depengine::Result<(), depengine::BoxError> { std::panic::panic_any(42u32) });
+    /// let err = h.blocking_wait().unwrap_err();
+    /// let payload = err.into_panic().unwrap();
+    /// assert_eq!(payload.downcast_ref::<u32>(), Some(&42));
+    /// # let _ = engine.wait_for_all().blocking_wait();
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// `self`, where there is no payload to take (see above).
+    pub fn into_panic(self) -> std::result::Result<Box<dyn std::any::Any + Send + 'static>, Error> {
+        let taken = match self.detail() {
+            Kind::Panicked { payload, .. } => {
+                payload.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+            }
+            _ => None,
+        };
+        taken.ok_or(self)
+    }
+
+    /// An op's (or an acquire's) body panicked with `payload`.
+    pub(crate) fn panicked(op: Cow<'static, str>, payload: Box<dyn std::any::Any + Send>) -> Self {
+        let message = panic_message(&*payload);
+        Self::new(Kind::Panicked { op, message, payload: std::sync::Mutex::new(Some(payload)) })
+    }
+
+    /// A panic reported without a payload to hand back.
+    pub(crate) fn panicked_without_payload(op: Cow<'static, str>, message: String) -> Self {
+        Self::new(Kind::Panicked { op, message, payload: std::sync::Mutex::new(None) })
     }
 
     /// The failure at the start of a chain of skipped ops, or `self`.
@@ -137,7 +228,7 @@ impl Error {
     /// # let _ = engine.wait_for_all().blocking_wait();
     /// ```
     pub fn root(&self) -> &Error {
-        match self.kind() {
+        match self.detail() {
             Kind::Skipped { root, .. } => root.root(),
             _ => self,
         }
@@ -159,7 +250,7 @@ impl Error {
     /// # let _ = engine.wait_for_all().blocking_wait();
     /// ```
     pub fn is_failed(&self) -> bool {
-        matches!(self.kind(), Kind::Failed { .. })
+        matches!(self.detail(), Kind::Failed { .. })
     }
 
     /// The op's body panicked (the panic was caught; no worker died).
@@ -173,7 +264,7 @@ impl Error {
     /// # let _ = engine.wait_for_all().blocking_wait();
     /// ```
     pub fn is_panic(&self) -> bool {
-        matches!(self.kind(), Kind::Panicked { .. })
+        matches!(self.detail(), Kind::Panicked { .. })
     }
 
     /// An async op's [`Completion`](crate::Completion) was dropped unsignalled.
@@ -186,7 +277,7 @@ impl Error {
     /// assert!(h.blocking_wait().unwrap_err().is_completion_dropped());
     /// ```
     pub fn is_completion_dropped(&self) -> bool {
-        matches!(self.kind(), Kind::CompletionDropped { .. })
+        matches!(self.detail(), Kind::CompletionDropped { .. })
     }
 
     /// The op was skipped because a var it uses carries an error.
@@ -203,7 +294,7 @@ impl Error {
     /// # let _ = engine.wait_for_all().blocking_wait();
     /// ```
     pub fn is_skipped(&self) -> bool {
-        matches!(self.kind(), Kind::Skipped { .. })
+        matches!(self.detail(), Kind::Skipped { .. })
     }
 
     /// The op was cancelled by [`ShutdownMode::Cancel`](crate::ShutdownMode)
@@ -222,7 +313,7 @@ impl Error {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn is_cancelled(&self) -> bool {
-        matches!(self.kind(), Kind::Cancelled { .. })
+        matches!(self.detail(), Kind::Cancelled { .. })
     }
 
     /// The engine is closed.
@@ -237,7 +328,7 @@ impl Error {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn is_shutdown(&self) -> bool {
-        matches!(self.kind(), Kind::Shutdown)
+        matches!(self.detail(), Kind::Shutdown)
     }
 
     /// A deleted var was used.
@@ -252,7 +343,7 @@ impl Error {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn is_var_deleted(&self) -> bool {
-        matches!(self.kind(), Kind::VarDeleted { .. })
+        matches!(self.detail(), Kind::VarDeleted { .. })
     }
 
     /// Invalid arguments were given.
@@ -266,7 +357,7 @@ impl Error {
     /// assert!(twice.pushed().unwrap_err().is_invalid_argument());
     /// ```
     pub fn is_invalid_argument(&self) -> bool {
-        matches!(self.kind(), Kind::InvalidArgument(_))
+        matches!(self.detail(), Kind::InvalidArgument(_))
     }
 
     /// The request needs a feature or device this engine does not have.
@@ -280,7 +371,7 @@ impl Error {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn is_unsupported(&self) -> bool {
-        matches!(self.kind(), Kind::Unsupported(_))
+        matches!(self.detail(), Kind::Unsupported(_))
     }
 
     /// A future op needs a Tokio runtime and none was available.
@@ -293,7 +384,7 @@ impl Error {
     /// assert!(h.pushed().unwrap_err().is_no_runtime());
     /// ```
     pub fn is_no_runtime(&self) -> bool {
-        matches!(self.kind(), Kind::NoRuntime)
+        matches!(self.detail(), Kind::NoRuntime)
     }
 
     /// A `blocking_*` call was refused because it ran inside a Tokio runtime.
@@ -309,14 +400,14 @@ impl Error {
     /// # }
     /// ```
     pub fn is_blocking_in_runtime(&self) -> bool {
-        matches!(self.kind(), Kind::BlockingInRuntime { .. })
+        matches!(self.detail(), Kind::BlockingInRuntime { .. })
     }
 
     /// A wait was refused because, where it was called, it could never end:
     /// a `blocking_*` wait inside an op body or on an engine worker that
     /// the wait needs, or an engine-wide wait inside a future op.
     pub fn is_would_deadlock(&self) -> bool {
-        matches!(self.kind(), Kind::WouldDeadlock { .. })
+        matches!(self.detail(), Kind::WouldDeadlock { .. })
     }
 
     /// A worker pool could not start its threads (the OS refused them):
@@ -325,7 +416,7 @@ impl Error {
     /// row, up to 5 s) get the same error without asking the OS again, and
     /// a later push tries again.
     pub fn is_pool_unavailable(&self) -> bool {
-        matches!(self.kind(), Kind::PoolUnavailable { .. })
+        matches!(self.detail(), Kind::PoolUnavailable { .. })
     }
 
     /// The push was refused: the engine holds its limit of ops in flight
@@ -346,7 +437,7 @@ impl Error {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn is_full(&self) -> bool {
-        matches!(self.kind(), Kind::Full { .. })
+        matches!(self.detail(), Kind::Full { .. })
     }
 
     /// A GPU device cannot be used: no CUDA driver, no such device, a build
@@ -362,7 +453,7 @@ impl Error {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn is_gpu_unavailable(&self) -> bool {
-        matches!(self.kind(), Kind::GpuUnavailable { .. })
+        matches!(self.detail(), Kind::GpuUnavailable { .. })
     }
 
     /// A CUDA error failed the op (enqueueing its work, or the query of its
@@ -370,7 +461,7 @@ impl Error {
     /// op of the device and refuses later pushes to it. The message has the
     /// CUDA error's name.
     pub fn is_gpu(&self) -> bool {
-        matches!(self.kind(), Kind::Gpu { .. })
+        matches!(self.detail(), Kind::Gpu { .. })
     }
 
     /// The GPU fault of an error of [`is_gpu`](Self::is_gpu), typed (see
@@ -390,7 +481,7 @@ impl Error {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn gpu_fault(&self) -> Option<&GpuFault> {
-        match self.kind() {
+        match self.detail() {
             Kind::Gpu { fault, .. } => Some(fault),
             _ => None,
         }
@@ -411,7 +502,7 @@ impl Error {
     /// # let _ = engine.wait_for_all().blocking_wait();
     /// ```
     pub fn op_name(&self) -> Option<&str> {
-        match self.kind() {
+        match self.detail() {
             Kind::Failed { op, .. }
             | Kind::Panicked { op, .. }
             | Kind::CompletionDropped { op }
@@ -419,94 +510,6 @@ impl Error {
             | Kind::Cancelled { op, .. } => Some(op),
             Kind::Gpu { op, .. } => op.as_deref(),
             _ => None,
-        }
-    }
-
-    /// The HTTP status a service answers a request with when the request's
-    /// op ended with this error, or its push was refused: 503 (Service
-    /// Unavailable) where the engine cannot serve now but may later (it is
-    /// full, shutting down, the op was cancelled, a var it needs carries an
-    /// error until it is repaired, a pool cannot start), 500 otherwise (the
-    /// op failed, or the server misused the engine).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # fn main() -> depengine::Result<()> {
-    /// let engine = depengine::Engine::builder().max_in_flight(1).build()?;
-    /// let v = engine.var(0u32);
-    /// let held = v.write().blocking_wait()?;
-    /// let first = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
-    /// let refused = engine.op("request").read(&v).run(|(v,), ()| Ok(*v)).pushed().unwrap_err();
-    /// assert_eq!(refused.http_status(), 503);
-    /// assert_eq!(refused.retry_after(), Some(std::time::Duration::from_secs(1)));
-    /// // For the client: no engine internals.
-    /// assert_eq!(refused.client_message(), "the service is at capacity; try again shortly");
-    /// drop(held);
-    /// first.blocking_wait()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn http_status(&self) -> u16 {
-        match self.kind() {
-            Kind::Full { .. }
-            | Kind::Shutdown
-            | Kind::Cancelled { .. }
-            | Kind::Skipped { .. }
-            | Kind::PoolUnavailable { .. } => 503,
-            _ => 500,
-        }
-    }
-
-    /// How long a client should wait before it tries again (a
-    /// `Retry-After` header), where trying again soon may succeed: the
-    /// engine was full, or a pool could not start.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let engine = depengine::Engine::new();
-    /// let v = engine.var(0);
-    /// let failed = engine.op("update").write(&v).run(|(), _| -> depengine::Result<(), _> { Err("bad input".into()) });
-    /// let skipped = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
-    /// let (failed, skipped) = (failed.blocking_wait().unwrap_err(), skipped.blocking_wait().unwrap_err());
-    /// assert_eq!(failed.retry_after(), None); // trying again will not help
-    /// # let _ = engine.wait_for_all().blocking_wait();
-    /// ```
-    pub fn retry_after(&self) -> Option<std::time::Duration> {
-        match self.kind() {
-            Kind::Full { .. } | Kind::PoolUnavailable { .. } => Some(std::time::Duration::from_secs(1)),
-            _ => None,
-        }
-    }
-
-    /// What a service may tell its client about this error: what happened,
-    /// in a sentence, without the engine's internals (op and var names,
-    /// settings, API names), which belong in its logs (`Display` has them).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let engine = depengine::Engine::new();
-    /// let v = engine.var(0);
-    /// let failed = engine.op("update").write(&v).run(|(), _| -> depengine::Result<(), _> { Err("bad input".into()) });
-    /// let skipped = engine.op("request").read(&v).run(|(v,), ()| Ok(*v));
-    /// let (failed, skipped) = (failed.blocking_wait().unwrap_err(), skipped.blocking_wait().unwrap_err());
-    /// // No op names, no var labels: safe to send to a client.
-    /// assert!(!failed.client_message().contains("update"));
-    /// # let _ = engine.wait_for_all().blocking_wait();
-    /// ```
-    pub fn client_message(&self) -> &'static str {
-        match self.kind() {
-            Kind::Full { .. } => "the service is at capacity; try again shortly",
-            Kind::PoolUnavailable { .. } => "the service cannot take work now; try again shortly",
-            Kind::Shutdown => "the service is shutting down",
-            Kind::Cancelled { .. } => "the request was cancelled",
-            Kind::Skipped { .. } => "the data this request needs is unavailable after an earlier failure",
-            Kind::Failed { .. }
-            | Kind::Panicked { .. }
-            | Kind::CompletionDropped { .. }
-            | Kind::Gpu { .. } => "the request failed",
-            _ => "internal error",
         }
     }
 
@@ -529,17 +532,33 @@ impl Error {
     }
 }
 
+/// `{}` writes this error alone: its cause is its
+/// [`source`](std::error::Error::source), which a report (anyhow's, eyre's)
+/// prints next, so that each cause is printed once. `{:#}` writes the whole
+/// chain on one line, each cause after a colon, for a log.
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.kind() {
-            Kind::Failed { op, source } => write!(f, "op `{op}` failed: {source}"),
-            Kind::Panicked { op, message } => write!(f, "op `{op}` panicked: {message}"),
+        self.fmt_alone(f)?;
+        if f.alternate() {
+            let mut cause = std::error::Error::source(self);
+            while let Some(err) = cause {
+                write!(f, ": {err}")?;
+                cause = err.source();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Error {
+    fn fmt_alone(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.detail() {
+            Kind::Failed { op, .. } => write!(f, "op `{op}` failed"),
+            Kind::Panicked { op, message, .. } => write!(f, "op `{op}` panicked: {message}"),
             Kind::CompletionDropped { op } => {
                 write!(f, "op `{op}` failed: its completion was dropped without being signalled")
             }
-            Kind::Skipped { op, root } => {
-                write!(f, "op `{op}` skipped: a var it uses carries an error: {}", root.root())
-            }
+            Kind::Skipped { op, .. } => write!(f, "op `{op}` skipped: a var it uses carries an error"),
             Kind::Cancelled { op, reason } => write!(f, "op `{op}` cancelled: {reason}"),
             Kind::Shutdown => f.write_str("engine is shut down"),
             Kind::VarDeleted { var } => write!(f, "var {var} has been deleted"),
@@ -577,15 +596,15 @@ impl fmt::Display for Error {
 
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Error({self})")
+        write!(f, "Error({self:#})")
     }
 }
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self.kind() {
+        match self.detail() {
             Kind::Failed { source, .. } => Some(source.as_ref()),
-            Kind::Skipped { root, .. } => Some(root),
+            Kind::Skipped { root, .. } => Some(root.root()),
             _ => None,
         }
     }

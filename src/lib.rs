@@ -171,7 +171,7 @@ struct EscapesThatDoNotCompile;
 
 pub use device::{Device, Lane};
 pub use engine::{Engine, EngineBuilder, ShutdownMode};
-pub use error::{BoxError, Error, Result};
+pub use error::{BoxError, Error, ErrorKind, Result};
 pub use op::op_handle::{Completion, OpHandle};
 pub use scope::scope;
 pub use var::{AnyVar, ReadGuard, Var, WriteGuard};

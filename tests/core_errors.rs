@@ -72,7 +72,8 @@ fn failure_propagates_through_written_vars_and_names_the_root() {
             assert!(err.is_skipped(), "{err}");
             assert_eq!(err.op_name(), Some(name));
             assert!(err.root().same_as(&root), "{err} names the root failure");
-            assert!(err.to_string().contains("op `root` failed: disk on fire"), "{err}");
+            // The cause is the next link of the chain; `{:#}` prints them all.
+            assert!(format!("{err:#}").contains("op `root` failed: disk on fire"), "{err:#}");
         }
         assert_eq!(unaffected.blocking_wait().unwrap(), 1);
         assert_eq!(ran.load(Ordering::SeqCst), 1, "skipped bodies never ran");
@@ -400,9 +401,9 @@ fn detached_ops_report_failures_through_vars_and_wait_for_all() {
         engine.op("fails").write(&v).run_detached(|(), (_v,)| Err("no luck".into())).unwrap();
         let skipped = engine.op("after").read(&v).run(|(v,), ()| Ok(*v)).blocking_wait().unwrap_err();
         assert!(skipped.is_skipped(), "{skipped}");
-        assert!(skipped.to_string().contains("no luck"), "{skipped}");
+        assert!(format!("{skipped:#}").contains("no luck"), "{skipped:#}");
         let err = engine.wait_for_all().blocking_wait().unwrap_err();
-        assert!(err.is_failed() && err.to_string().contains("no luck"), "{err}");
+        assert!(err.is_failed() && format!("{err:#}").contains("no luck"), "{err:#}");
         assert!(engine.blocking_wait_for_var(&v).unwrap_err().is_failed(), "the var carried the failure");
 
         engine.op("panics").write(&w).run_detached(|(), (_w,)| panic!("kaboom")).unwrap();

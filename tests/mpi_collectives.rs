@@ -153,7 +153,7 @@ fn an_upstream_failure_fails_on_every_rank(engine: &Engine, mpi: &Collectives) {
         CollectiveError::FailedOnRanks { ranks, .. } => assert_eq!(ranks, &[(1, RankFailure::InputError)]),
         other => panic!("not an upstream failure: {other}"),
     }
-    assert!(err.to_string().contains("rank 1: its input carried an error"), "{err}");
+    assert!(format!("{err:#}").contains("rank 1: its input carried an error"), "{err:#}");
     let _ = futures::executor::block_on(engine.wait_for_var(&v));
     engine.wait_for_all().blocking_wait().expect_err("wait_for_all reports the failed collective");
 }
@@ -177,7 +177,7 @@ fn a_collective_refused_on_one_rank_fails_on_every_rank(engine: &Engine, mpi: &C
             }
             other => panic!("not a failure on rank 1: {other}"),
         }
-        let text = err.to_string();
+        let text = format!("{err:#}");
         assert!(text.contains("rank 1: its push was refused: its var was deleted"), "{text}");
         assert!(!text.contains("carried an error"), "no input carried an error: {text}");
     }
@@ -198,7 +198,7 @@ fn an_uneven_reduce_scatter_fails_without_blaming_mpi(engine: &Engine, mpi: &Col
         CollectiveError::Uneven { len, size: s, .. } => assert_eq!((*len, *s), (size + 1, size)),
         other => panic!("not an uneven input: {other}"),
     }
-    assert!(!err.to_string().contains("MPI error"), "{err}");
+    assert!(!format!("{err:#}").contains("MPI error"), "{err:#}");
     let _ = futures::executor::block_on(engine.wait_for_var(&output));
     let after = engine.var(vec![1u64]);
     mpi.all_reduce(&after, Reduce::Sum).blocking_wait().expect("in step after an uneven input");

@@ -78,7 +78,7 @@ fn a_shutdown_reports_only_failures_nobody_was_handed() {
         let v = engine.var(0u32);
         engine.op("fail").write(&v).run_detached(|(), (_v,)| Err("unseen".into())).unwrap();
         let err = engine.blocking_shutdown(ShutdownMode::Drain).unwrap_err();
-        assert!(err.is_failed() && err.to_string().contains("unseen"), "{err}");
+        assert!(err.is_failed() && format!("{err:#}").contains("unseen"), "{err:#}");
     }
     for engine in engines() {
         // A seen failure first, an unseen one after: the unseen one.
@@ -177,11 +177,11 @@ fn a_failed_repair_poisons_and_a_read_var_keeps_its_error() {
         let repair = engine.op("repair").read(&b).write(&a).repair(true).run(
             |(b,), (_a,)| -> depengine::Result<u32, _> { Err(format!("cannot repair from {}", *b).into()) },
         );
-        assert!(repair.blocking_wait().unwrap_err().to_string().contains("cannot repair from 0"));
+        assert!(format!("{:#}", repair.blocking_wait().unwrap_err()).contains("cannot repair from 0"));
         let on_a = engine.op("use a").read(&a).run(|(a,), ()| Ok(*a)).blocking_wait().unwrap_err();
-        assert!(on_a.is_skipped() && on_a.to_string().contains("cannot repair"), "{on_a}");
+        assert!(on_a.is_skipped() && format!("{on_a:#}").contains("cannot repair"), "{on_a:#}");
         let on_b = engine.op("use b").read(&b).run(|(b,), ()| Ok(*b)).blocking_wait().unwrap_err();
-        assert!(on_b.is_skipped() && on_b.to_string().contains("b broke"), "{on_b}");
+        assert!(on_b.is_skipped() && format!("{on_b:#}").contains("b broke"), "{on_b:#}");
         let repair = engine.op("repair").write(&a).write(&b).repair(true).run(|(), (mut a, mut b)| {
             *a = 1;
             *b = 1;

@@ -450,16 +450,29 @@ async fn debug_pending(State(app): State<App>) -> Response {
     out.into_response()
 }
 
-/// An engine error as an HTTP answer (see `Error::http_status`): the
-/// status the error suggests, a message for the client without the
-/// engine's internals, and `Retry-After` where retrying soon may help.
-/// The error itself, with its details, goes to the log.
+/// An engine error as an HTTP answer: the status the error suggests (503
+/// where the engine cannot serve now but may later: it is full, shutting
+/// down, the op was cancelled, a var it needs carries an error until it is
+/// repaired, a pool cannot start; 500 where the op failed or the server
+/// misused the engine), a message for the client without the engine's
+/// internals (op and var names, settings), and `Retry-After` where trying
+/// again soon may help. The error itself, with its causes, goes to the log.
 pub fn error_response(err: &Error) -> Response {
-    let status = StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    tracing::warn!(status = status.as_u16(), "{err}");
-    let mut response = (status, format!("{}\n", err.client_message())).into_response();
-    if let Some(after) = err.retry_after() {
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(after.as_secs().max(1)));
+    use depengine::ErrorKind as K;
+    let (status, message, retry) = match err.kind() {
+        K::Full => (503, "the service is at capacity; try again shortly", true),
+        K::PoolUnavailable => (503, "the service cannot take work now; try again shortly", true),
+        K::Shutdown => (503, "the service is shutting down", false),
+        K::Cancelled => (503, "the request was cancelled", false),
+        K::Skipped => (503, "the data this request needs is unavailable after an earlier failure", false),
+        K::Failed | K::Panicked | K::CompletionDropped | K::Gpu => (500, "the request failed", false),
+        _ => (500, "internal error", false),
+    };
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    tracing::warn!(status = status.as_u16(), "{err:#}");
+    let mut response = (status, format!("{message}\n")).into_response();
+    if retry {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1u64));
     }
     response
 }

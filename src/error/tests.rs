@@ -6,7 +6,12 @@ fn skipped_error_names_the_root_failure() {
     let skipped = Error::new(Kind::Skipped { op: "b".into(), root: root.clone() });
     let skipped2 = Error::new(Kind::Skipped { op: "c".into(), root: skipped.clone() });
     assert!(skipped2.root().same_as(&root));
-    assert_eq!(skipped2.to_string(), "op `c` skipped: a var it uses carries an error: op `a` failed: boom");
+    // Each level says what happened there; the cause comes next in the chain.
+    assert_eq!(skipped2.to_string(), "op `c` skipped: a var it uses carries an error");
+    assert_eq!(
+        format!("{skipped2:#}"),
+        "op `c` skipped: a var it uses carries an error: op `a` failed: boom"
+    );
     assert_eq!(skipped2.op_name(), Some("c"));
     assert!(skipped2.is_skipped() && root.is_failed());
 }
@@ -24,4 +29,38 @@ fn display_is_lowercase_without_period() {
         assert!(s.starts_with(|c: char| c.is_lowercase()), "{s}");
         assert!(!s.ends_with('.'), "{s}");
     }
+}
+
+/// A report walks `source()` as anyhow and eyre do: each cause is printed
+/// once, at its own level.
+#[test]
+fn a_source_chain_prints_each_cause_once() {
+    let root = Error::new(Kind::Failed { op: "update".into(), source: "disk full".into() });
+    let skipped = Error::new(Kind::Skipped { op: "request".into(), root: root.clone() });
+    let mut chain = vec![skipped.to_string()];
+    let mut cause = std::error::Error::source(&skipped);
+    while let Some(err) = cause {
+        chain.push(err.to_string());
+        cause = err.source();
+    }
+    assert_eq!(
+        chain,
+        ["op `request` skipped: a var it uses carries an error", "op `update` failed", "disk full"]
+    );
+    for needle in ["disk full", "update"] {
+        let times: usize = chain.iter().map(|level| level.matches(needle).count()).sum();
+        assert_eq!(times, 1, "{needle:?} printed {times} times along {chain:?}");
+    }
+}
+
+#[test]
+fn a_panic_payload_is_taken_once() {
+    let err = Error::panicked("p".into(), Box::new(7u8));
+    let other = err.clone();
+    assert_eq!(err.kind(), ErrorKind::Panicked);
+    assert_eq!(err.into_panic().unwrap().downcast_ref::<u8>(), Some(&7));
+    // A clone finds it taken; the message stays.
+    let other = other.into_panic().unwrap_err();
+    assert!(other.is_panic() && other.to_string().contains("panicked"), "{other}");
+    assert!(Error::new(Kind::Shutdown).into_panic().is_err());
 }

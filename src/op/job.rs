@@ -14,7 +14,7 @@ use super::access::{Item, OpToken};
 use super::body::{FUTURE_OP_OF, in_body, in_body_with_token};
 use super::op_handle::{Completion, OpSlot, SlotRef};
 use super::record::{Header, TaskRef};
-use crate::error::{BoxError, Error, Kind, panic_message};
+use crate::error::{BoxError, Error, Kind};
 
 /// An op's body, typed.
 pub(crate) trait Job: Send + 'static {
@@ -67,7 +67,7 @@ pub(super) fn op_result<R>(
     match caught {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(source)) => Err(Error::new(Kind::Failed { op: op(), source })),
-        Err(payload) => Err(Error::new(Kind::Panicked { op: op(), message: panic_message(&*payload) })),
+        Err(payload) => Err(Error::panicked(op(), payload)),
     }
 }
 
@@ -134,7 +134,7 @@ where
             Ok(false) => {}
             Ok(true) => op.store(Err(Error::new(Kind::CompletionDropped { op: name() }))),
             Err(payload) => {
-                op.store(Err(Error::new(Kind::Panicked { op: name(), message: panic_message(&*payload) })));
+                op.store(Err(Error::panicked(name(), payload)));
             }
         }
     }

@@ -425,7 +425,7 @@ impl<R: Send + 'static> Completion<R> {
     /// let h = engine.op("async").run_async(|(), (), done: depengine::Completion<()>| done.fail("device lost"));
     /// let err = h.blocking_wait().unwrap_err();
     /// assert!(err.is_failed());
-    /// assert!(err.to_string().contains("device lost"));
+    /// assert_eq!(std::error::Error::source(&err).unwrap().to_string(), "device lost");
     /// ```
     pub fn fail(self, err: impl Into<BoxError>) {
         self.complete(Err(err.into()));
@@ -446,12 +446,12 @@ impl<R: Send + 'static> Drop for Completion<R> {
                 return;
             }
             let op = slot.header().meta.name.clone();
-            let kind = if std::thread::panicking() {
-                Kind::Panicked { op, message: "panicked before signalling its completion".into() }
+            let err = if std::thread::panicking() {
+                Error::panicked_without_payload(op, "panicked before signalling its completion".into())
             } else {
-                Kind::CompletionDropped { op }
+                Error::new(Kind::CompletionDropped { op })
             };
-            slot.store_owned(Err(Error::new(kind)));
+            slot.store_owned(Err(err));
         }
     }
 }

@@ -14,7 +14,7 @@ use std::task::{Context, Poll, Waker};
 use super::gate::Access;
 use super::guard::{ReadGuard, WriteGuard};
 use super::handle::{AnyVar, OneAcquire, Var};
-use crate::error::{Error, Kind, panic_message, refuse_in_runtime};
+use crate::error::{Error, refuse_in_runtime};
 use crate::op::LiveRef;
 use crate::sync::{Mutex, lock};
 
@@ -152,8 +152,7 @@ impl<G> AcquireSlot<G> {
                 Ok(())
             }
             Err(payload) => {
-                let err =
-                    Error::new(Kind::Panicked { op: "acquire".into(), message: panic_message(&*payload) });
+                let err = Error::panicked("acquire".into(), payload);
                 self.deliver(Err(err.clone()));
                 Err(err)
             }

@@ -145,7 +145,7 @@ impl Header {
         let label =
             self.deps.iter().find(|d| d.var.id() == var).map_or_else(|| format!("#{var}"), |d| d.var.label());
         let message = format!("a write guard of var {label} was dropped while its thread panicked");
-        let err = Error::new(Kind::Panicked { op: self.meta.name.clone(), message });
+        let err = Error::panicked_without_payload(self.meta.name.clone(), message);
         self.host.note(Note::ForWaitAll(&err));
         lock(&self.errors).rare().poisoned.push((var, err));
         self.has_errors.store(true, Ordering::Release);
