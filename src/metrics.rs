@@ -11,21 +11,40 @@ use std::time::Duration;
 
 use crate::device::{Device, Lane};
 
-/// Buckets of a [`Histogram`]: bucket 0 holds durations under 256 ns,
-/// bucket `k` those from `2^(k+7)` to `2^(k+8)` ns, the last everything
-/// from about 2.1 s up.
-pub const HISTOGRAM_BUCKETS: usize = 24;
+/// Sub-buckets per power of two: a bucket's upper bound is at most 1/8
+/// (12.5%) above any duration it holds.
+const SUB: usize = 8;
 
-/// The bucket of a duration of `ns` nanoseconds.
+/// Powers of two from 256 ns (2^8) up to 2^31 ns (about 2.1 s) that the
+/// buckets divide.
+const OCTAVES: usize = 23;
+
+/// Buckets of a [`Histogram`], log-linear as Tokio's: bucket 0 holds
+/// durations under 256 ns; then each power of two from 256 ns to about
+/// 2.1 s is cut into 8 equal buckets (so a bucket spans 1/8 of its lower
+/// bound: 32 ns wide from 256 ns, 125 µs wide from 1 ms); the last holds
+/// everything from 2^31 ns (about 2.1 s) up.
+pub const HISTOGRAM_BUCKETS: usize = 1 + OCTAVES * SUB + 1;
+
+/// The bucket of a duration of `ns` nanoseconds: the power of two below it
+/// and the next three bits.
 #[inline]
 pub(crate) fn bucket_of(ns: u64) -> usize {
-    let k = (64 - (ns >> 8).leading_zeros()) as usize;
-    k.min(HISTOGRAM_BUCKETS - 1)
+    if ns < 256 {
+        return 0;
+    }
+    let e = 63 - ns.leading_zeros() as usize;
+    if e >= 8 + OCTAVES {
+        return HISTOGRAM_BUCKETS - 1;
+    }
+    let m = ((ns >> (e - 3)) & 7) as usize;
+    1 + (e - 8) * SUB + m
 }
 
-/// A distribution of durations in fixed power-of-two buckets (see
+/// A distribution of durations in fixed log-linear buckets (see
 /// [`HISTOGRAM_BUCKETS`]); quantiles are read as the upper bound of the
-/// bucket they fall in, so they are exact to a factor of two.
+/// bucket they fall in, so they are at most 12.5% above the true value
+/// (fine enough for a p99 objective).
 ///
 /// # Examples
 ///
@@ -42,10 +61,16 @@ pub(crate) fn bucket_of(ns: u64) -> usize {
 /// assert!(run_time.p50() <= run_time.p99());
 /// # Ok::<(), depengine::Error>(())
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Histogram {
     counts: [u64; HISTOGRAM_BUCKETS],
     sum: Duration,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self { counts: [0; HISTOGRAM_BUCKETS], sum: Duration::ZERO }
+    }
 }
 
 impl Histogram {
@@ -150,11 +175,19 @@ impl Histogram {
     /// use depengine::metrics::{Histogram, HISTOGRAM_BUCKETS};
     /// use std::time::Duration;
     /// assert_eq!(Histogram::bucket_upper_bound(0), Some(Duration::from_nanos(256)));
-    /// assert_eq!(Histogram::bucket_upper_bound(1), Some(Duration::from_nanos(512)));
+    /// assert_eq!(Histogram::bucket_upper_bound(1), Some(Duration::from_nanos(288)));
+    /// assert_eq!(Histogram::bucket_upper_bound(8), Some(Duration::from_nanos(512)));
     /// assert_eq!(Histogram::bucket_upper_bound(HISTOGRAM_BUCKETS - 1), None);
     /// ```
     pub fn bucket_upper_bound(k: usize) -> Option<Duration> {
-        (k + 1 < HISTOGRAM_BUCKETS).then(|| Duration::from_nanos(1 << (k + 8)))
+        match k {
+            0 => Some(Duration::from_nanos(256)),
+            _ if k + 1 < HISTOGRAM_BUCKETS => {
+                let (e, m) = (8 + (k - 1) / SUB, (k - 1) % SUB);
+                Some(Duration::from_nanos((1u64 << e) + ((m as u64 + 1) << (e - 3))))
+            }
+            _ => None,
+        }
     }
 
     /// The upper bound of the bucket that holds quantile `q` (0 to 1) of the

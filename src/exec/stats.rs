@@ -25,7 +25,6 @@ fn bump(counter: &AtomicU64, n: u64) {
 }
 
 /// One worker's counters.
-#[derive(Default)]
 pub(super) struct WorkerStats {
     /// Ops started, and ops whose run returned: the difference is the one
     /// running now, if any.
@@ -41,6 +40,22 @@ pub(super) struct WorkerStats {
     /// The waits and run times added up (ns).
     waits_ns: AtomicU64,
     runs_ns: AtomicU64,
+}
+
+impl Default for WorkerStats {
+    fn default() -> Self {
+        let zeros = || std::array::from_fn(|_| AtomicU64::new(0));
+        Self {
+            started: AtomicU64::new(0),
+            ended: AtomicU64::new(0),
+            busy_ns: AtomicU64::new(0),
+            busy_since: AtomicU64::new(0),
+            waits: zeros(),
+            runs: zeros(),
+            waits_ns: AtomicU64::new(0),
+            runs_ns: AtomicU64::new(0),
+        }
+    }
 }
 
 /// The counters of a pool's workers, and the pool's clock.
