@@ -48,7 +48,6 @@ const INHERENT: &[(&str, &str, &[&str])] = &[
 /// The files allowed to use `unsafe`, each for an invariant of its own.
 const UNSAFE_FILES: &[&str] = &[
     "sync/prefetch.rs",       // the prefetch instruction
-    "sync/spin.rs",           // the spin lock's cell
     "sync/epoch.rs",          // counted epoch references
     "var/inbox.rs",           // the lock-free inbox, linked through its records
     "var/data.rs",            // a var's data, checked by its borrow count

@@ -19,92 +19,16 @@
 //! and when it is preempted there (three threads on two cores), workers
 //! that yield in a loop instead of sleeping only take the core it needs.
 //!
-//! Why `unsafe`: the lock's value sits in an `UnsafeCell` guarded by one
-//! atomic flag, released with a plain store. Measured: PERFORMANCE.md, *A
-//! spin lock whose release is a plain store*.
+//! The lock is the `spin` crate's `SpinMutex` (its release is a plain
+//! store too), which waits by yielding its core: measured as fast as the
+//! hand-made lock it replaced, which spun 64 times before it yielded
+//! (PERFORMANCE.md, *Hand-made parts against the crates*).
 
-#![allow(unsafe_code)]
-
+/// The `spin` crate's lock, released with a plain store, yielding its
+/// core while it finds the lock held.
 #[cfg(not(depengine_loom))]
 mod imp {
-    use std::cell::UnsafeCell;
-    use std::ops::{Deref, DerefMut};
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    /// Spin-loop hints before a waiting thread starts yielding its core.
-    const SPINS: u32 = 64;
-
-    pub(crate) struct SpinLock<T> {
-        locked: AtomicBool,
-        value: UnsafeCell<T>,
-    }
-
-    // SAFETY: the lock hands out access to `value` to one thread at a time
-    // (see `lock`), so sharing the lock only ever moves `T` between threads.
-    unsafe impl<T: Send> Sync for SpinLock<T> {}
-
-    impl<T> SpinLock<T> {
-        pub(crate) fn new(value: T) -> Self {
-            Self { locked: AtomicBool::new(false), value: UnsafeCell::new(value) }
-        }
-
-        /// Takes the lock, waiting while another thread holds it.
-        pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
-            // Acquire: the previous holder's writes, released by its unlock,
-            // are visible to this one.
-            while self.locked.swap(true, Ordering::Acquire) {
-                let mut spins = 0u32;
-                // Wait for it to look free before trying again, without writing
-                // its line meanwhile.
-                while self.locked.load(Ordering::Relaxed) {
-                    if spins < SPINS {
-                        spins += 1;
-                        std::hint::spin_loop();
-                    } else {
-                        std::thread::yield_now();
-                    }
-                }
-            }
-            SpinGuard::new(self)
-        }
-    }
-
-    /// Access to a [`SpinLock`]'s value; releases the lock when dropped.
-    pub(crate) struct SpinGuard<'a, T> {
-        lock: &'a SpinLock<T>,
-    }
-
-    impl<'a, T> SpinGuard<'a, T> {
-        fn new(lock: &'a SpinLock<T>) -> Self {
-            Self { lock }
-        }
-    }
-
-    impl<T> Deref for SpinGuard<'_, T> {
-        type Target = T;
-
-        fn deref(&self) -> &T {
-            // SAFETY: the guard holds the lock: no other thread accesses the
-            // value until it is dropped, and this thread only through it.
-            unsafe { &*self.lock.value.get() }
-        }
-    }
-
-    impl<T> DerefMut for SpinGuard<'_, T> {
-        fn deref_mut(&mut self) -> &mut T {
-            // SAFETY: as for `deref`; `&mut self` makes this the only access
-            // through the guard.
-            unsafe { &mut *self.lock.value.get() }
-        }
-    }
-
-    impl<T> Drop for SpinGuard<'_, T> {
-        fn drop(&mut self) {
-            // Release: this holder's writes are visible to the next one, whose
-            // swap acquires them.
-            self.lock.locked.store(false, Ordering::Release);
-        }
-    }
+    pub(crate) type SpinLock<T> = spin::mutex::SpinMutex<T, spin::relax::Yield>;
 }
 
 /// Under loom, the lock is loom's mutex: the models check what the lock
