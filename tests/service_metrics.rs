@@ -60,8 +60,9 @@ async fn outcome_counters_match_what_happened() {
         assert!(aborted.await.unwrap_err().is_cancelled());
         let _ = engine.wait_for_all().await;
         // The aborted op leaves its var once the worker it was sent to
-        // gets to it, which a loaded machine may delay past the waits.
-        let m = settled(&engine, |m| m.running() == 0 && m.waiting_on_vars == 0).await;
+        // gets to it, which a loaded machine may delay past the waits: it
+        // is queued on the pool from its let-through until then.
+        let m = settled(&engine, |m| m.running() == 0 && m.waiting_on_vars == 0 && m.queued() == 0).await;
         assert_eq!((m.failed, m.skipped, m.cancelled), (1, 3, 1), "{m:?}");
         assert_eq!(m.completed, m.pushed, "{m:?}");
         assert_eq!(m.in_flight, 0);
