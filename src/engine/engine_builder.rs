@@ -917,22 +917,39 @@ fn in_bounds(source: &str, value: usize, max: usize) -> Result<usize, String> {
     Ok(value)
 }
 
-fn pusher_runs_at(env: &Env, given: Option<usize>) -> Result<usize, Error> {
-    let max = MAX_WORKERS * 1024;
-    let check = |source: &str, value: usize| {
-        if value > max { Err(format!("{source}={value} is past its bound of {max}")) } else { Ok(value) }
+/// A count that may be zero: the builder's `given` (named `what`), else
+/// variable `name` (`expected` says what it should hold), else `default`;
+/// at most `max`.
+fn count_from_zero(
+    env: &Env,
+    (what, given): (&str, Option<usize>),
+    (name, expected): (&str, &str),
+    default: usize,
+    max: usize,
+) -> Result<usize, Error> {
+    let bounded = |source: &str, n: usize| {
+        if n > max { Err(format!("{source}={n} is past its bound of {max}")) } else { Ok(n) }
     };
     if let Some(n) = given {
-        return check("pusher_runs_at", n).map_err(Error::invalid);
+        return bounded(what, n).map_err(Error::invalid);
     }
-    let from_env = env.get(ENV_PUSHER_RUNS_AT, |raw| {
-        let n = raw
-            .trim()
-            .parse::<usize>()
-            .map_err(|_| format!("{ENV_PUSHER_RUNS_AT}={raw:?}: expected a count of ops, 0 for never"))?;
-        check(ENV_PUSHER_RUNS_AT, n)
+    let from_env = env.get(name, |raw| {
+        let n = raw.trim().parse::<usize>().map_err(|_| format!("{name}={raw:?}: {expected}"))?;
+        bounded(name, n)
     })?;
-    Ok(from_env.unwrap_or(DEFAULT_PUSHER_RUNS_AT))
+    Ok(from_env.unwrap_or(default))
+}
+
+fn pusher_runs_at(env: &Env, given: Option<usize>) -> Result<usize, Error> {
+    let expected = "expected a count of ops, 0 for never";
+    let max = MAX_WORKERS * 1024;
+    count_from_zero(
+        env,
+        ("pusher_runs_at", given),
+        (ENV_PUSHER_RUNS_AT, expected),
+        DEFAULT_PUSHER_RUNS_AT,
+        max,
+    )
 }
 
 fn env_kind(env: &Env) -> Result<Option<EngineKind>, Error> {
@@ -982,21 +999,8 @@ fn flag(env: &Env, given: Option<bool>, name: &str, default: bool) -> Result<boo
 
 /// GPUs to simulate: the builder's, else `DEPENGINE_SIM_GPUS`, else 0.
 fn simulated_gpus(env: &Env, given: Option<usize>) -> Result<usize, Error> {
-    let max = crate::gpu::MAX_GPU_DEVICES;
-    let bounded = |source: &str, n: usize| {
-        if n > max { Err(format!("{source}={n} is past its bound of {max}")) } else { Ok(n) }
-    };
-    if let Some(n) = given {
-        return bounded("simulated_gpus", n).map_err(Error::invalid);
-    }
-    let from_env = env.get(ENV_SIM_GPUS, |raw| {
-        let n = raw
-            .trim()
-            .parse::<usize>()
-            .map_err(|_| format!("{ENV_SIM_GPUS}={raw:?}: expected a number of devices"))?;
-        bounded(ENV_SIM_GPUS, n)
-    })?;
-    Ok(from_env.unwrap_or(0))
+    let expected = "expected a number of devices";
+    count_from_zero(env, ("simulated_gpus", given), (ENV_SIM_GPUS, expected), 0, crate::gpu::MAX_GPU_DEVICES)
 }
 
 /// The thread name prefix, checked: the OS refuses a name with a NUL byte.
