@@ -110,6 +110,8 @@ pub mod engine;
 // 6: what is built on the engine.
 #[cfg(feature = "mpi")]
 pub mod mpi;
+#[cfg(feature = "prometheus-client")]
+pub mod prometheus;
 pub mod scope;
 
 /// The sealed traits that describe what an op declares.
@@ -170,7 +172,7 @@ struct ReadmeDoctests;
 struct EscapesThatDoNotCompile;
 
 pub use device::{Device, Lane};
-pub use engine::{Engine, EngineBuilder, ShutdownMode};
+pub use engine::{Engine, EngineBuilder, ShutdownMode, WeakEngine};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use op::op_handle::{Completion, OpHandle};
 pub use scope::scope;

@@ -31,6 +31,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("exec", 4),
     ("engine", 5),
     ("mpi", 6),
+    ("prometheus", 6),
     ("scope", 6),
 ];
 
@@ -556,4 +557,28 @@ fn a_sub_folder_is_one_node_named_by_its_way_up() {
     std::fs::remove_dir_all(&dir).unwrap();
     let siblings = ["a".to_owned(), "b".to_owned(), "mine".to_owned()];
     assert_eq!(siblings_named(&code, "f", &siblings), ["a", "b"], "{code}");
+}
+
+/// The examples are listed in the manifest (`autoexamples = false`, so
+/// that `examples/serve`, a package of its own, is not taken for one): a
+/// new example file that is not listed would be built by nothing.
+#[test]
+fn every_example_is_listed_in_the_manifest() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let listed: Vec<&str> = manifest
+        .split("[[example]]")
+        .skip(1)
+        .filter_map(|entry| entry.lines().find_map(|l| l.strip_prefix("name = \"")?.strip_suffix('"')))
+        .collect();
+    let mut files: Vec<String> = std::fs::read_dir(root.join("examples"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".rs").map(str::to_owned))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "examples/ read wrong: {files:?}");
+    for file in &files {
+        assert!(listed.contains(&file.as_str()), "examples/{file}.rs is not listed in Cargo.toml");
+    }
+    assert_eq!(listed.len(), files.len(), "listed {listed:?}, files {files:?}");
 }

@@ -4,7 +4,7 @@
 # build.target-dir): scripts run what this prints, never a path under
 # target/ of their own making.
 #
-#   tools/built.sh build --release --example serve
+#   tools/built.sh build --release -p depengine-serve --bin serve
 #   tools/built.sh test --release --features mpi --test mpi_collectives --no-run
 #
 # Diagnostics go to standard error as cargo renders them; exits non-zero

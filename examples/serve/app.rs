@@ -5,7 +5,7 @@
 //!
 //! The same routes are built on `tokio::sync::RwLock` (`Variant::RwLock*`),
 //! as such a service is usually written without the engine, for the load
-//! figures in PERFORMANCE.md. `tests/service_http.rs` drives this module through
+//! figures in PERFORMANCE.md. `tests/http.rs` drives this module through
 //! a real HTTP client.
 
 use std::net::SocketAddr;
@@ -19,12 +19,11 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use depengine::prometheus::EngineCollector;
 use depengine::{Engine, Error, ShutdownMode, Var};
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
@@ -212,7 +211,7 @@ impl App {
         registry.register("http_request_seconds", "HTTP request latency by route", latency.clone());
         let computed = Counter::default();
         registry.register("predictions_computed", "Predictions computed", computed.clone());
-        registry.register_collector(Box::new(EngineCollector(engine.clone())));
+        registry.register_collector(Box::new(EngineCollector::new(&engine)));
         let variant = config.variant;
         let inner = Inner {
             variant,
@@ -475,110 +474,4 @@ pub fn error_response(err: &Error) -> Response {
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1u64));
     }
     response
-}
-
-/// The engine's metrics, read at each scrape.
-#[derive(Debug)]
-struct EngineCollector(Engine);
-
-impl Collector for EngineCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let m = self.0.metrics();
-        let counters = [
-            ("engine_ops_pushed", "Ops pushed", m.pushed),
-            ("engine_ops_completed", "Ops completed", m.completed),
-            ("engine_ops_failed", "Ops that failed", m.failed),
-            ("engine_ops_skipped", "Ops skipped for an error on a var", m.skipped),
-            ("engine_ops_cancelled", "Ops cancelled before they started", m.cancelled),
-        ];
-        for (name, help, value) in counters {
-            let counter = ConstCounter::new(value);
-            counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
-        }
-        let refused = ConstCounter::new(m.refused_full);
-        let name = "engine_pushes_refused_full";
-        let help = "Pushes refused at the bound on ops in flight";
-        refused.encode(encoder.encode_descriptor(name, help, None, refused.metric_type())?)?;
-        let gauges = [
-            ("engine_ops_in_flight", "Ops pushed and not completed", m.in_flight as i64),
-            ("engine_ops_waiting_on_vars", "Ops queued on a var", m.waiting_on_vars as i64),
-            (
-                "engine_ops_cancelled_on_vars",
-                "Ops cancelled while queued on a var",
-                m.cancelled_on_vars as i64,
-            ),
-            ("engine_slots_used", "Slots of the bound on ops in flight in use", m.slots_used as i64),
-            (
-                "engine_max_in_flight",
-                "The bound on ops in flight (0: none)",
-                m.max_in_flight.map_or(0, |n| n as i64),
-            ),
-        ];
-        for (name, help, value) in gauges {
-            let gauge = ConstGauge::new(value);
-            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
-        }
-        encode_pools(&m, &mut encoder)
-    }
-}
-
-/// The per-pool families: gauges, counters and the two distributions.
-fn encode_pools(
-    m: &depengine::metrics::Metrics,
-    encoder: &mut DescriptorEncoder,
-) -> Result<(), std::fmt::Error> {
-    use prometheus_client::metrics::MetricType;
-    let labels = |p: &depengine::metrics::PoolMetrics| [("pool", p.name.clone())];
-    type Get = fn(&depengine::metrics::PoolMetrics) -> i64;
-    let gauges: [(&str, &str, Get); 3] = [
-        ("engine_pool_workers", "Worker threads of a pool", |p| p.workers as i64),
-        ("engine_pool_queued", "Ready ops queued on a pool", |p| p.queued as i64),
-        ("engine_pool_running", "Workers running an op", |p| p.running as i64),
-    ];
-    for (name, help, get) in gauges {
-        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-        for p in &m.pools {
-            ConstGauge::new(get(p)).encode(family.encode_family(&labels(p))?)?;
-        }
-    }
-    let mut family =
-        encoder.encode_descriptor("engine_pool_ops_run", "Ops a pool ran", None, MetricType::Counter)?;
-    for p in &m.pools {
-        ConstCounter::new(p.ops_run).encode(family.encode_family(&labels(p))?)?;
-    }
-    let mut family = encoder.encode_descriptor(
-        "engine_pool_busy_seconds",
-        "Time workers spent on ops",
-        None,
-        MetricType::Counter,
-    )?;
-    for p in &m.pools {
-        ConstCounter::new(p.busy.as_secs_f64()).encode(family.encode_family(&labels(p))?)?;
-    }
-    type Hist = fn(&depengine::metrics::PoolMetrics) -> &depengine::metrics::Histogram;
-    let histograms: [(&str, &str, Hist); 2] = [
-        ("engine_queue_wait_seconds", "Time ready ops waited for a worker", |p| &p.queue_wait),
-        ("engine_run_seconds", "Time workers spent in op bodies", |p| &p.run_time),
-    ];
-    for (name, help, get) in histograms {
-        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
-        for p in &m.pools {
-            let h = get(p);
-            // Per-bucket counts: the encoder makes them cumulative.
-            let buckets: Vec<(f64, u64)> = (0..depengine::metrics::HISTOGRAM_BUCKETS)
-                .map(|k| {
-                    let upper = depengine::metrics::Histogram::bucket_upper_bound(k)
-                        .map_or(f64::INFINITY, |d| d.as_secs_f64());
-                    (upper, h.counts()[k])
-                })
-                .collect();
-            family.encode_family(&labels(p))?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-                h.sum().as_secs_f64(),
-                h.count(),
-                &buckets,
-                None,
-            )?;
-        }
-    }
-    Ok(())
 }

@@ -16,7 +16,7 @@ secs=${2:-8}
 shift 2 || true
 variants=("${@:-engine rwlock}")
 read -r -a variants <<<"${variants[*]}"
-bin=$(tools/built.sh build --release --example serve 2>/dev/null)
+bin=$(tools/built.sh build --release -p depengine-serve --bin serve 2>/dev/null)
 dir=$(mktemp -d)
 # Ends only the server this script started, by its id.
 pid=

@@ -4,7 +4,7 @@
 //! what waits on what, and SIGINT/SIGTERM shut it down in order.
 //!
 //! ```text
-//! cargo run --release --example serve -- [--addr 127.0.0.1:3000]
+//! cargo run --release -p depengine-serve -- [--addr 127.0.0.1:3000]
 //!     [--variant engine|engine-pool|rwlock|rwlock-blocking] [--max-in-flight N] [--workers N]
 //! curl '127.0.0.1:3000/predict?x=0.5'
 //! curl -X POST 127.0.0.1:3000/update
@@ -12,9 +12,7 @@
 //! curl 127.0.0.1:3000/debug/pending
 //! ```
 
-mod app;
-
-use app::{App, Config};
+use serve::{App, Config};
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.
 async fn stop_signal() {
@@ -82,7 +80,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         app.engine().settings().cpu_workers,
         app.engine().settings().max_in_flight
     );
-    app::serve(app.clone(), listener, stop_signal()).await?;
+    serve::serve(app.clone(), listener, stop_signal()).await?;
     eprintln!("stopped cleanly after {} predictions", app.computed());
     Ok(())
 }

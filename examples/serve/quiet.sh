@@ -18,7 +18,7 @@ gap=${3:-1000}
 shift 3 || true
 variants=("${@:-engine rwlock}")
 read -r -a variants <<<"${variants[*]}"
-bin=$(tools/built.sh build --release --example serve 2>/dev/null)
+bin=$(tools/built.sh build --release -p depengine-serve --bin serve 2>/dev/null)
 dir=$(mktemp -d)
 # Ends only the server this script started, by its id.
 pid=

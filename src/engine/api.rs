@@ -446,6 +446,12 @@ impl Engine {
         OpHandle::of_push(pushed)
     }
 
+    /// A handle that does not keep the engine open: the engine closes when
+    /// its last `Engine` clone goes, whatever [`WeakEngine`]s remain.
+    pub fn downgrade(&self) -> WeakEngine {
+        WeakEngine { handle: Arc::downgrade(&self.handle) }
+    }
+
     /// Stops taking work and waits until every pushed op has completed (or,
     /// with [`ShutdownMode::Cancel`], been cancelled) and every worker thread
     /// has exited. Later pushes are refused with [`Error::is_shutdown`].
@@ -530,6 +536,39 @@ impl Engine {
         const WHAT: &str = "Engine::blocking_shutdown";
         refuse_in_runtime(WHAT)?;
         futures::executor::block_on(self.close_and_wait(mode, WHAT))
+    }
+}
+
+/// A handle to an [`Engine`] that does not keep it open, from
+/// [`Engine::downgrade`]: for what lives beside the engine and must not
+/// outlive its users' intent (a metrics collector in a registry, a
+/// callback), as `std::sync::Weak` is to `Arc`.
+#[derive(Clone)]
+pub struct WeakEngine {
+    handle: Weak<EngineHandle>,
+}
+
+impl WeakEngine {
+    /// The engine, unless every [`Engine`] clone is gone (the engine has
+    /// then closed, and this never gives it again).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let weak = engine.downgrade();
+    /// assert!(weak.upgrade().is_some());
+    /// drop(engine);
+    /// assert!(weak.upgrade().is_none());
+    /// ```
+    pub fn upgrade(&self) -> Option<Engine> {
+        self.handle.upgrade().map(|handle| Engine { handle })
+    }
+}
+
+impl fmt::Debug for WeakEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WeakEngine").field("open", &(self.handle.strong_count() > 0)).finish()
     }
 }
 

@@ -25,7 +25,7 @@ mod shared;
 mod watchdog;
 
 pub use acquire::AcquireBuilder;
-pub use api::{Engine, Profiler, ShutdownMode, WaitForAll};
+pub use api::{Engine, Profiler, ShutdownMode, WaitForAll, WeakEngine};
 pub use engine_builder::{EngineBuilder, EngineKind, Settings};
 pub use op_builder::OpBuilder;
 #[cfg(feature = "mpi")]

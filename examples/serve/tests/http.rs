@@ -3,16 +3,15 @@
 //! up, overload past the in-flight bound, and a shutdown under load. Every
 //! loop is bounded in count and time.
 
-#[path = "../examples/serve/app.rs"]
-mod app;
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use app::{App, Config, Prediction, SHARDS, Shard};
 use common::threads_left;
+use serve::{App, Config, Prediction, SHARDS, Shard};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -32,7 +31,7 @@ async fn start(config: Config) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
-    let served = tokio::spawn(app::serve(app.clone(), listener, async {
+    let served = tokio::spawn(serve::serve(app.clone(), listener, async {
         let _ = stopped.await;
     }));
     Server { base, app, stop: Some(stop), served }
@@ -62,7 +61,7 @@ fn client() -> reqwest::Client {
 /// The answer version `version` gives for `x`.
 fn expected(version: u64, x: f32) -> Prediction {
     let shards: Vec<Shard> = (0..SHARDS).map(|i| Shard::new(version, i)).collect();
-    app::compute(shards.iter(), x)
+    serve::compute(shards.iter(), x)
 }
 
 async fn predict(client: &reqwest::Client, base: &str, x: f32) -> Result<(u16, String), reqwest::Error> {
@@ -210,7 +209,7 @@ async fn a_timed_out_update_is_cancelled_or_accepted_never_both() {
     // Started, but slower than the timeout: accepted, and it happens.
     let response = client.post(format!("{}/update", server.base)).send().await.unwrap();
     assert_eq!(response.status(), 202);
-    let accepted: app::Updated = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    let accepted: serve::Updated = serde_json::from_str(&response.text().await.unwrap()).unwrap();
     let engine = server.app.engine().clone();
     eventually("the accepted update done", || engine.metrics().in_flight == 0).await;
     let served = version_served(client.clone(), server.base.clone()).await;
@@ -307,4 +306,33 @@ async fn a_shutdown_under_load_finishes_cleanly_and_joins_every_thread() {
         c.await.expect("a client panicked");
     }
     assert_eq!(threads_left("svc-stop"), Some(0), "engine threads left after the shutdown");
+}
+
+/// `/metrics`: the service's own families and the engine's (the crate's
+/// collector), in the OpenMetrics text a scraper reads, agreeing with what
+/// was served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_speak_openmetrics_with_the_engines_families() {
+    let server = start(config("svc-metrics")).await;
+    let client = client();
+    for i in 0..10 {
+        let (status, _) = predict(&client, &server.base, i as f32).await.unwrap();
+        assert_eq!(status, 200);
+    }
+    let response = client.get(format!("{}/metrics", server.base)).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let content_type = response.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(content_type.starts_with("application/openmetrics-text"), "{content_type}");
+    let text = response.text().await.unwrap();
+    let sample = |name: &str| -> f64 {
+        let line =
+            text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in:\n{text}"));
+        line.rsplit_once(' ').unwrap().1.parse().unwrap()
+    };
+    assert_eq!(sample("serve_predictions_computed_total"), 10.0);
+    assert!(sample("serve_engine_ops_completed_total ") >= 10.0);
+    assert_eq!(sample("serve_engine_ops_failed_total "), 0.0);
+    assert!(text.contains("# TYPE serve_engine_run_seconds histogram"));
+    assert!(text.trim_end().ends_with("# EOF"));
+    server.shut_down().await;
 }
