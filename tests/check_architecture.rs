@@ -66,6 +66,7 @@ const UNSAFE_FILES: &[&str] = &[
     "mpi/raw.rs",             // MPI's immediate collectives on owned buffers
     "mpi/flight.rs",          // a collective's buffers, kept until MPI is done
     "mpi/comm_thread.rs",     // the signatures' buffers, likewise
+    "mpi/dist/transfer.rs",   // a transfer's header and the var's elements, likewise
     "mpi/nccl.rs",            // NCCL calls on device pointers and a raw communicator
     "scope/view.rs",          // views of borrowed memory as var data
     "scope/mod.rs",           // the views made, kept valid by the scope's end

@@ -24,7 +24,7 @@ use mpi::datatype::Equivalence;
 use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 
-use super::flight::{Flight, Gone, Pool};
+use super::flight::{Flight, Gone, Pool, Transfer};
 use super::raw::{self, Buffers, Request};
 use super::sig::{SIG_BYTES, Signature};
 use super::{CollectiveError, RankFailure};
@@ -34,6 +34,8 @@ use crate::error::Error;
 pub(super) enum Msg {
     /// A collective whose op runs.
     Run(Box<dyn Flight>),
+    /// A transfer of a distribution whose op runs.
+    Transfer(Box<dyn Transfer>),
     /// Collective `seq` will never run on this rank, and why.
     Gone(u64, RankFailure),
     /// No collective after number `pushed - 1` will come: stop once those
@@ -59,7 +61,13 @@ pub(super) fn start() -> Result<(Sender<Msg>, JoinHandle<()>, usize, usize), Err
             };
             let world = universe.world();
             let (rank, size) = (world.rank() as usize, world.size() as usize);
-            let mut comm = Comm { heads: world.duplicate(), data: world.duplicate(), rank, size };
+            let mut comm = Comm {
+                heads: world.duplicate(),
+                data: world.duplicate(),
+                p2p: world.duplicate(),
+                rank,
+                size,
+            };
             let _ = ready_tx.send(Ok((rank, size)));
             Loop::new(rx).run(&mut comm);
             // The communicators go before the universe, whose drop
@@ -89,6 +97,8 @@ struct Comm {
     heads: SimpleCommunicator,
     /// Where data collectives run.
     data: SimpleCommunicator,
+    /// Where the transfers of distributions run (their tags are their own).
+    p2p: SimpleCommunicator,
     rank: usize,
     size: usize,
 }
@@ -112,6 +122,10 @@ struct Loop {
     heads: VecDeque<Staged>,
     /// Data collectives in flight.
     flying: Vec<(Box<dyn Flight>, Request)>,
+    /// Transfers handed over, not started yet.
+    handed: Vec<Box<dyn Transfer>>,
+    /// Transfers in flight.
+    transfers: Vec<Box<dyn Transfer>>,
     pool: Pool,
     /// Told to stop once this many collectives are done.
     stop_at: Option<u64>,
@@ -128,6 +142,8 @@ impl Loop {
             next: 0,
             heads: VecDeque::new(),
             flying: Vec::new(),
+            handed: Vec::new(),
+            transfers: Vec::new(),
             pool: Pool::default(),
             stop_at: None,
             done: 0,
@@ -136,7 +152,10 @@ impl Loop {
     }
 
     fn in_flight(&self) -> bool {
-        !self.heads.is_empty() || !self.flying.is_empty()
+        !self.heads.is_empty()
+            || !self.flying.is_empty()
+            || !self.handed.is_empty()
+            || !self.transfers.is_empty()
     }
 
     fn run(mut self, comm: &mut Comm) {
@@ -163,12 +182,16 @@ impl Loop {
             self.start_heads(comm);
             self.advance_heads(comm);
             self.advance_data();
+            self.advance_transfers(comm);
             if self.in_flight() {
                 std::thread::yield_now();
             }
         }
         for (_, flight) in std::mem::take(&mut self.waiting) {
             flight.close();
+        }
+        for transfer in std::mem::take(&mut self.handed) {
+            transfer.close();
         }
     }
 
@@ -206,6 +229,7 @@ impl Loop {
                 };
                 self.waiting.insert(seq, Box::new(Gone(sig)));
             }
+            Msg::Transfer(transfer) => self.handed.push(transfer),
             Msg::Stop(pushed) => self.stop_at = Some(pushed),
         }
     }
@@ -279,6 +303,29 @@ impl Loop {
             };
             let (flight, _) = self.flying.swap_remove(k);
             self.finish(flight, result);
+        }
+    }
+
+    /// Starts the transfers handed over and tests those in flight;
+    /// finishes those done.
+    fn advance_transfers(&mut self, comm: &Comm) {
+        for mut transfer in std::mem::take(&mut self.handed) {
+            match transfer.start(&comm.p2p) {
+                Ok(()) => self.transfers.push(transfer),
+                Err(code) => transfer.finish(Err(code)),
+            }
+        }
+        let mut k = 0;
+        while k < self.transfers.len() {
+            let result = match self.transfers[k].test() {
+                Ok(false) => {
+                    k += 1;
+                    continue;
+                }
+                Ok(true) => Ok(()),
+                Err(code) => Err(code),
+            };
+            self.transfers.swap_remove(k).finish(result);
         }
     }
 

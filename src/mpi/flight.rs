@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 
-use super::raw::{self, Buffers, Request};
+use super::raw::{self, Buffers, Code, Request};
 use super::sig::Signature;
 use super::{CollectiveError, Element, RankFailure, Reduce, mpi_count};
 use crate::op::op_handle::Completion;
@@ -34,6 +34,23 @@ pub(super) trait Flight: Send {
     /// Done (or failed on every rank): hands its vars back and completes
     /// its op.
     fn finish(self: Box<Self>, result: Result<(), CollectiveError>, pool: &mut Pool);
+
+    /// The comm thread is gone: fails the op without MPI.
+    fn close(self: Box<Self>);
+}
+
+/// A point-to-point transfer of a distribution (`dist/`): started as soon
+/// as its op hands it over (a send and a receive match by source and tag,
+/// not by the order of the calls), then tested with the rest.
+pub(super) trait Transfer: Send {
+    /// Starts its requests on `comm`.
+    fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code>;
+
+    /// Whether every request it started is done.
+    fn test(&mut self) -> Result<bool, Code>;
+
+    /// Done, or failed in MPI: hands its var back and completes its op.
+    fn finish(self: Box<Self>, result: Result<(), Code>);
 
     /// The comm thread is gone: fails the op without MPI.
     fn close(self: Box<Self>);

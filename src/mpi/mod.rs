@@ -34,6 +34,7 @@
 //! `README.md` beside this file has the protocol and its argument.
 
 mod comm_thread;
+pub mod dist;
 mod error;
 mod flight;
 #[cfg(feature = "nccl")]
@@ -175,6 +176,16 @@ impl Collectives {
     /// The number of processes in the world.
     pub fn size(&self) -> usize {
         self.size
+    }
+
+    /// The engine its collectives are ops of.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// A way to the comm thread, for a distribution's transfers.
+    fn sender(&self) -> Sender<Msg> {
+        self.order.lock().unwrap_or_else(std::sync::PoisonError::into_inner).1.clone()
     }
 
     /// Combines every rank's `var` element by element, leaving the result

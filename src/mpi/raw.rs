@@ -157,3 +157,46 @@ pub(super) fn barrier(comm: &SimpleCommunicator) -> Result<Request, Code> {
     let code = unsafe { ffi::MPI_Ibarrier(comm.as_raw(), &mut request) };
     check(code, request)
 }
+
+/// Starts a send of `count` elements of `datatype` at `buf` to rank `dest`
+/// with `tag` (a point-to-point transfer of `dist`).
+///
+/// # Safety
+///
+/// `buf` holds `count` elements of `datatype` and stays valid, unmoved and
+/// unwritten until the request tests done.
+pub(super) unsafe fn send(
+    comm: &SimpleCommunicator,
+    buf: *const c_void,
+    count: c_int,
+    datatype: ffi::MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+) -> Result<Request, Code> {
+    let mut request = null();
+    // SAFETY: as the caller's contract says; `dest` is a rank of `comm`
+    // (the distribution's owners are checked against the world's size).
+    let code = unsafe { ffi::MPI_Isend(buf, count, datatype, dest, tag, comm.as_raw(), &mut request) };
+    check(code, request)
+}
+
+/// Starts a receive of up to `count` elements of `datatype` into `buf`
+/// from rank `source` with `tag`.
+///
+/// # Safety
+///
+/// `buf` holds room for `count` elements of `datatype` and stays valid,
+/// unmoved and untouched until the request tests done.
+pub(super) unsafe fn receive(
+    comm: &SimpleCommunicator,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: ffi::MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+) -> Result<Request, Code> {
+    let mut request = null();
+    // SAFETY: as the caller's contract says.
+    let code = unsafe { ffi::MPI_Irecv(buf, count, datatype, source, tag, comm.as_raw(), &mut request) };
+    check(code, request)
+}

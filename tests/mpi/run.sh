@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs tests/mpi_collectives.rs, then examples/data_parallel.rs, by every
+# Runs tests/mpi_collectives.rs, tests/mpi_dist.rs, examples/cholesky_mpi.rs
+# and examples/data_parallel.rs, by every
 # rank of a world of 1, 2 and 4 processes on this machine: shared memory between the ranks, the control
 # plane on loopback only, every run bounded in time. Needs Open MPI
 # (Debian: libopenmpi-dev openmpi-bin libclang-dev).
@@ -27,6 +28,22 @@ for np in 1 2 4; do
     timeout 300 mpirun --bind-to none -np "$np" "$bin"
 done
 
+# Tiles across ranks (depengine::mpi::dist): random programs against a
+# sequential model, stale copies, failures, refusals and mismatches.
+dist=$(tools/built.sh test --release --features nccl --test mpi_dist --no-run)
+for np in 1 2 4; do
+    echo "mpi_dist under mpirun -np $np"
+    timeout 300 mpirun --bind-to none -np "$np" "$dist"
+done
+
+# The tiled Cholesky across ranks checks itself on rank 0: the gathered
+# factor bit for bit against the sequential run's, and the residual.
+cholesky=$(tools/built.sh build --release --features mpi --example cholesky_mpi)
+for np in 1 2 4; do
+    echo "cholesky_mpi under mpirun -np $np"
+    timeout 300 mpirun --bind-to none -np "$np" "$cholesky" 512 64
+done
+
 # The data-parallel example checks itself: the same weights on every rank,
 # bit for bit, and those of one process training on the whole batch.
 example=$(tools/built.sh build --release --features mpi --example data_parallel)
@@ -51,5 +68,13 @@ if [ -e "$profiles/trace.json" ]; then
     echo "tests/mpi/run.sh: a trace without a rank in its name" >&2
     exit 1
 fi
+# The Cholesky's --profile: one trace per rank.
+timeout 300 mpirun --bind-to none -np 2 "$cholesky" 256 64 --profile "$profiles/chol" >/dev/null
+for rank in 0 1; do
+    if [ ! -s "$profiles/chol/cholesky_mpi-n256-b64.rank$rank.json" ]; then
+        echo "tests/mpi/run.sh: no Cholesky trace of rank $rank" >&2
+        exit 1
+    fi
+done
 rm -rf "$profiles"
 echo "DEPENGINE_PROFILE under mpirun: one trace per rank"

@@ -1,0 +1,467 @@
+//! Tiles across ranks: every rank submits the same program of ops on
+//! distributed vars; each op runs once, on the rank that owns what it
+//! writes, and the engine moves what it reads from the vars' owners.
+//!
+//! ```no_run
+//! use depengine::mpi::Collectives;
+//! use depengine::mpi::dist::{Distribution, block_cyclic};
+//!
+//! let engine = depengine::Engine::new();
+//! let world = Collectives::new(&engine)?;
+//! let dist = Distribution::new(&world);
+//! // Two tiles of 4 elements, on ranks 0 and 1 % size.
+//! let a = dist.var("a", 0, 4, || vec![1.0f64; 4])?;
+//! let b = dist.var("b", 1 % dist.size(), 4, || vec![0.0f64; 4])?;
+//! // Runs on b's owner; a's elements are sent there first.
+//! dist.op("copy").read(&a).write(&b).run(|reads, writes| {
+//!     writes[0].copy_from_slice(reads[0]);
+//!     Ok(())
+//! })?;
+//! dist.wait()?;
+//! # let _ = block_cyclic(0, 0, 2, 2);
+//! # Ok::<(), depengine::Error>(())
+//! ```
+//!
+//! **The model** (`README.md` beside this file has the argument):
+//!
+//! * a [`DistVar`] has an owner rank, where its data lives; it is made in
+//!   the same order on every rank, and only the owner runs its initialiser;
+//! * an op writes vars of one owner, and runs there; an op that writes
+//!   nothing runs on the owner of its first read (rank 0 if it reads
+//!   nothing). An op that writes vars of two owners is refused at push,
+//!   on every rank alike;
+//! * for each var the op reads that another rank owns, the engine sends
+//!   the owner's current version unless the executing rank holds it
+//!   already: a send op on the owner (reading the var) and a receive op on
+//!   the executing rank (writing its cached copy), both engine ops on the
+//!   comm thread of [`Collectives`], so transfers overlap compute as
+//!   collectives do. A later write on the owner makes the copies stale;
+//!   the next read elsewhere receives the new version;
+//! * every rank keeps the same books (versions, copies, the next
+//!   transfer's number, a hash of the program so far) from the same
+//!   pushes, so no rank asks another what to send. Each transfer's header
+//!   carries the sender's books; a receiver whose books differ fails the
+//!   reading op with [`TransferError::Mismatch`], naming both sides;
+//! * an op that fails on its rank leaves its error on the vars it writes;
+//!   a transfer of such a var carries the error, and the op that reads it
+//!   on another rank fails with it ([`TransferError::FailedOnOwner`]).
+
+mod transfer;
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
+use std::sync::mpsc::Sender;
+
+use super::comm_thread::Msg;
+use super::{Collectives, Element};
+use crate::BoxError;
+use crate::device::Lane;
+use crate::engine::Engine;
+use crate::error::Error;
+use crate::op::op_handle::OpHandle;
+use crate::var::Var;
+use transfer::{Header, Incoming, Outgoing};
+
+pub use transfer::TransferError;
+
+/// The rank that owns tile `(i, j)` of a matrix of tiles spread 2D
+/// block-cyclically over a `p × q` grid of ranks (ScaLAPACK's layout):
+/// rank `(i mod p) · q + (j mod q)`.
+///
+/// # Panics
+///
+/// If `p` or `q` is zero.
+pub fn block_cyclic(i: usize, j: usize, p: usize, q: usize) -> usize {
+    assert!(p > 0 && q > 0, "a grid of ranks has at least one row and one column");
+    (i % p) * q + (j % q)
+}
+
+/// The grid `p × q` closest to square for `size` ranks (`p ≤ q`).
+pub fn grid(size: usize) -> (usize, usize) {
+    let mut p = (size as f64).sqrt() as usize;
+    while p > 1 && !size.is_multiple_of(p) {
+        p -= 1;
+    }
+    let p = p.max(1);
+    (p, size / p)
+}
+
+/// A program of ops on distributed vars, submitted in the same order on
+/// every rank (see the [module](self)). Dropping it waits for its
+/// transfers in flight on this rank.
+pub struct Distribution<'c> {
+    world: &'c Collectives,
+    engine: Engine,
+    tx: Sender<Msg>,
+    books: Mutex<Books>,
+}
+
+/// What every rank knows alike, from the same pushes.
+#[derive(Default)]
+struct Books {
+    vars: Vec<Book>,
+    transfers: u64,
+    program: u64,
+    /// This rank's transfer ops, waited for at the drop.
+    in_flight: Vec<OpHandle<()>>,
+    stats: Stats,
+}
+
+struct Book {
+    owner: usize,
+    name: String,
+    /// How many ops have written it.
+    version: u64,
+    /// The version each rank holds a copy of (the owner: the current one).
+    copies: Vec<Option<u64>>,
+}
+
+/// What this rank did for a distribution.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Ops it ran (of the program's, those it owns).
+    pub ops_run: u64,
+    /// Transfers it sent.
+    pub sent: u64,
+    /// Transfers it received.
+    pub received: u64,
+    /// Bytes of elements it sent.
+    pub bytes_sent: u64,
+    /// Bytes of elements it received.
+    pub bytes_received: u64,
+}
+
+impl<'c> Distribution<'c> {
+    /// A distribution over `world`'s ranks, its ops and transfers pushed on
+    /// `world`'s engine.
+    pub fn new(world: &'c Collectives) -> Self {
+        Self { world, engine: world.engine().clone(), tx: world.sender(), books: Mutex::default() }
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.world.rank()
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> usize {
+        self.world.size()
+    }
+
+    /// The engine the ops run on.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// What this rank did so far.
+    pub fn stats(&self) -> Stats {
+        self.lock().stats
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Books> {
+        self.books.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A var of `len` elements owned by rank `owner`, whose data `init`
+    /// makes there (only there: elsewhere the var holds at most a cached
+    /// copy). Every rank makes the same vars in the same order.
+    ///
+    /// # Errors
+    ///
+    /// `owner` is not a rank of the world, or `init` made a vector of
+    /// another length.
+    pub fn var<T: Element>(
+        &self,
+        name: &str,
+        owner: usize,
+        len: usize,
+        init: impl FnOnce() -> Vec<T>,
+    ) -> Result<DistVar<T>, Error> {
+        if owner >= self.size() {
+            return Err(Error::invalid(format!("var `{name}`: owner {owner} in a world of {}", self.size())));
+        }
+        let data = if owner == self.rank() { init() } else { Vec::new() };
+        if owner == self.rank() && data.len() != len {
+            return Err(Error::invalid(format!(
+                "var `{name}`: made with {} elements, declared {len}",
+                data.len()
+            )));
+        }
+        let mut books = self.lock();
+        let id =
+            u32::try_from(books.vars.len()).map_err(|_| Error::invalid("more than 2^32 distributed vars"))?;
+        let mut copies = vec![None; self.size()];
+        copies[owner] = Some(0);
+        books.vars.push(Book { owner, name: name.to_owned(), version: 0, copies });
+        books.program = mix(books.program, &("var", id, owner, len, T::CODE, name));
+        let local = self.engine.var_named(format!("{name}@{owner}"), data);
+        Ok(DistVar { id, owner, len, local })
+    }
+
+    /// An op on distributed vars, to declare and run (see [`DistOp`]).
+    pub fn op<T: Element>(&self, name: &str) -> DistOp<'_, 'c, T> {
+        DistOp { dist: self, name: name.to_owned(), reads: Vec::new(), writes: Vec::new(), repair: false }
+    }
+
+    /// Waits (blocking this thread) until every op and transfer this rank
+    /// runs for the distribution so far is done.
+    ///
+    /// # Errors
+    ///
+    /// The first failure among them, as [`Engine::wait_for_all`] reports it.
+    pub fn wait(&self) -> Result<(), Error> {
+        let handles = std::mem::take(&mut self.lock().in_flight);
+        let mut first = None;
+        for handle in handles {
+            if let Err(err) = handle.blocking_wait() {
+                first.get_or_insert(err);
+            }
+        }
+        let all = self.engine.wait_for_all().blocking_wait();
+        match first {
+            Some(err) => Err(err),
+            None => all,
+        }
+    }
+
+    /// The transfers `reads` need to reach rank `at`, pushed on this rank
+    /// where it takes part, and the books brought up to date.
+    fn move_reads<T: Element>(&self, books: &mut Books, reads: &[&DistVar<T>], at: usize) {
+        let rank = self.rank();
+        for var in reads {
+            let book = &books.vars[var.id as usize];
+            if book.owner == at || book.copies[at] == Some(book.version) {
+                continue;
+            }
+            let header = Header {
+                seq: books.transfers,
+                var: var.id,
+                version: book.version,
+                count: var.len as u64,
+                elem: T::CODE,
+                program: books.program,
+                name: book.name.clone(),
+            };
+            let owner = book.owner;
+            books.transfers += 1;
+            books.vars[var.id as usize].copies[at] = Some(header.version);
+            let bytes = (var.len * std::mem::size_of::<T>()) as u64;
+            if rank == owner {
+                books.stats.sent += 1;
+                books.stats.bytes_sent += bytes;
+                let handle = self.send(var, header, at);
+                books.in_flight.push(handle);
+            } else if rank == at {
+                books.stats.received += 1;
+                books.stats.bytes_received += bytes;
+                let handle = self.receive(var, header, owner);
+                books.in_flight.push(handle);
+            }
+        }
+    }
+
+    /// The owner's op that sends `var`'s current version to rank `to`.
+    fn send<T: Element>(&self, var: &DistVar<T>, header: Header, to: usize) -> OpHandle<()> {
+        let tx = self.tx.clone();
+        let name = format!("send {} to rank {to} (transfer #{})", header.name, header.seq);
+        self.engine.op(name).lane(Lane::Inline).no_skip(true).read(&var.local).run_async(
+            move |(data,), (), done| {
+                hand_over(&tx, Box::new(Outgoing::new(header, data, to, done)));
+            },
+        )
+    }
+
+    /// The reader's op that receives `var`'s version from `from` into its
+    /// cached copy (it replaces whatever error the copy carried).
+    fn receive<T: Element>(&self, var: &DistVar<T>, header: Header, from: usize) -> OpHandle<()> {
+        let tx = self.tx.clone();
+        let name = format!("receive {} from rank {from} (transfer #{})", header.name, header.seq);
+        let op = self.engine.op(name).lane(Lane::Inline).no_skip(true).repair(true);
+        op.write(&var.local).run_async(move |(), (data,), done| {
+            hand_over(&tx, Box::new(Incoming::new(header, data, from, done)));
+        })
+    }
+}
+
+/// Hands a transfer to the comm thread, or fails it if the thread is gone.
+fn hand_over(tx: &Sender<Msg>, transfer: Box<dyn super::flight::Transfer>) {
+    if let Err(std::sync::mpsc::SendError(Msg::Transfer(transfer))) = tx.send(Msg::Transfer(transfer)) {
+        transfer.close();
+    }
+}
+
+/// The program's hash, one more step along.
+fn mix(program: u64, step: &impl Hash) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    program.hash(&mut h);
+    step.hash(&mut h);
+    h.finish()
+}
+
+impl Drop for Distribution<'_> {
+    fn drop(&mut self) {
+        let handles = std::mem::take(
+            &mut self.books.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).in_flight,
+        );
+        for handle in handles {
+            // Failures were the ops' to report; what matters here is that
+            // no transfer is left in flight.
+            let _ = handle.blocking_wait();
+        }
+    }
+}
+
+impl fmt::Debug for Distribution<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Distribution")
+            .field("rank", &self.rank())
+            .field("size", &self.size())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A var of a [`Distribution`]: its data on its owner, a cached copy at
+/// most elsewhere.
+pub struct DistVar<T: Element> {
+    id: u32,
+    owner: usize,
+    len: usize,
+    local: Var<Vec<T>>,
+}
+
+impl<T: Element> DistVar<T> {
+    /// The rank that owns it.
+    pub fn owner(&self) -> usize {
+        self.owner
+    }
+
+    /// Its elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// This rank's var: the data on the owner, the cached copy elsewhere
+    /// (empty until a version is received, and stale once the owner writes
+    /// it again). Read it with the engine's ops, or after
+    /// [`Distribution::wait`].
+    pub fn local(&self) -> &Var<Vec<T>> {
+        &self.local
+    }
+}
+
+impl<T: Element> fmt::Debug for DistVar<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DistVar")
+            .field("id", &self.id)
+            .field("owner", &self.owner)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// An op on distributed vars, submitted on every rank alike: declare what
+/// it reads and writes, then [`run`](Self::run) it.
+pub struct DistOp<'d, 'c, T: Element> {
+    dist: &'d Distribution<'c>,
+    name: String,
+    reads: Vec<&'d DistVar<T>>,
+    writes: Vec<&'d DistVar<T>>,
+    repair: bool,
+}
+
+impl<T: Element> fmt::Debug for DistOp<'_, '_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DistOp")
+            .field("name", &self.name)
+            .field("reads", &self.reads)
+            .field("writes", &self.writes)
+            .finish()
+    }
+}
+
+/// An op's body: the elements of what it reads, then of what it writes,
+/// in the order declared.
+type DistBody<T> = dyn FnOnce(&[&[T]], &mut [&mut [T]]) -> Result<(), BoxError> + Send;
+
+impl<'d, 'c, T: Element> DistOp<'d, 'c, T> {
+    /// Declares a read of `var`.
+    pub fn read(mut self, var: &'d DistVar<T>) -> Self {
+        self.reads.push(var);
+        self
+    }
+
+    /// Declares a write of `var`.
+    pub fn write(mut self, var: &'d DistVar<T>) -> Self {
+        self.writes.push(var);
+        self
+    }
+
+    /// Whether the op runs even though what it uses carries an error, and
+    /// clears the error of what it writes when it succeeds (as
+    /// [`OpBuilder::repair`](crate::engine::OpBuilder::repair)).
+    pub fn repair(mut self, repair: bool) -> Self {
+        self.repair = repair;
+        self
+    }
+
+    /// Pushes the op on every rank's books, the transfers it needs, and,
+    /// on the rank that runs it, the op itself: its handle there, `None`
+    /// elsewhere.
+    ///
+    /// # Errors
+    ///
+    /// The op writes vars of two owners (refused on every rank alike,
+    /// before anything is pushed).
+    pub fn run(
+        self,
+        body: impl FnOnce(&[&[T]], &mut [&mut [T]]) -> Result<(), BoxError> + Send + 'static,
+    ) -> Result<Option<OpHandle<()>>, Error> {
+        let Self { dist, name, reads, writes, repair } = self;
+        let at = match (writes.first(), reads.first()) {
+            (Some(w), _) => w.owner,
+            (None, Some(r)) => r.owner,
+            (None, None) => 0,
+        };
+        if let Some(other) = writes.iter().find(|w| w.owner != at) {
+            let mut books = dist.lock();
+            let names = |v: &DistVar<T>| books.vars[v.id as usize].name.clone();
+            let first = names(writes[0]);
+            let second = names(other);
+            books.program = mix(books.program, &("refused", &name));
+            return Err(Error::invalid(format!(
+                "op `{name}` writes `{first}` (owned by rank {at}) and `{second}` (owned by rank {}): an op writes vars of one owner",
+                other.owner
+            )));
+        }
+        let mut books = dist.lock();
+        dist.move_reads(&mut books, &reads, at);
+        for w in &writes {
+            let book = &mut books.vars[w.id as usize];
+            book.version += 1;
+            book.copies[at] = Some(book.version);
+        }
+        let ids: Vec<u32> = reads.iter().chain(&writes).map(|v| v.id).collect();
+        books.program = mix(books.program, &(&name, reads.len(), &ids));
+        if dist.rank() != at {
+            return Ok(None);
+        }
+        books.stats.ops_run += 1;
+        let body: Box<DistBody<T>> = Box::new(body);
+        let reads: Vec<&Var<Vec<T>>> = reads.iter().map(|v| &v.local).collect();
+        let writes: Vec<&Var<Vec<T>>> = writes.iter().map(|v| &v.local).collect();
+        let op = dist.engine.op(name).repair(repair);
+        let handle = op.read_all(reads).write_all(writes).run(move |(reads,), (mut writes,)| {
+            let reads: Vec<&[T]> = reads.iter().map(|g| g.as_slice()).collect();
+            let mut writes: Vec<&mut [T]> = writes.iter_mut().map(|g| g.as_mut_slice()).collect();
+            body(&reads, &mut writes)
+        });
+        Ok(Some(handle))
+    }
+}

@@ -1,0 +1,331 @@
+//! One transfer of a distributed var's version from its owner to a rank
+//! that reads it: a header (what every rank's program says this transfer
+//! is, and whether the owner's copy carries an error) and the elements,
+//! two messages with the same tag, so MPI's non-overtaking rule keeps them
+//! in order. The sender holds the var's read guard and the receiver the
+//! cached copy's write guard until MPI is done with their memory.
+//!
+//! Its `unsafe` blocks start MPI's immediate sends and receives on that
+//! memory (`raw.rs` says why the raw calls).
+
+#![allow(unsafe_code)]
+
+use std::ffi::c_int;
+use std::fmt;
+
+use mpi::datatype::Equivalence;
+use mpi::raw::AsRaw;
+use mpi::topology::SimpleCommunicator;
+
+use super::super::Element;
+use super::super::flight::Transfer;
+use super::super::raw::{self, Code, Request};
+use crate::op::op_handle::Completion;
+use crate::var::{ReadGuard, WriteGuard};
+
+/// Bytes of a header on the wire.
+pub(super) const HEADER: usize = 256;
+const MAGIC: &[u8; 4] = b"DPTX";
+const NAME: std::ops::Range<usize> = 44..108;
+const MESSAGE: std::ops::Range<usize> = 110..HEADER;
+
+/// What a transfer is, as every rank's program numbers it: the receiver
+/// checks the sender's against its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Header {
+    /// Its number among the distribution's transfers.
+    pub(super) seq: u64,
+    pub(super) var: u32,
+    /// The var's version: how many ops had written it.
+    pub(super) version: u64,
+    pub(super) count: u64,
+    pub(super) elem: u8,
+    /// The program so far: a hash of every op and var, in push order.
+    pub(super) program: u64,
+    pub(super) name: String,
+}
+
+impl Header {
+    /// The header on the wire, with the owner's error if its copy carries
+    /// one (cut to what fits).
+    fn encode(&self, failure: Option<&str>) -> Box<[u8; HEADER]> {
+        let mut b = Box::new([0u8; HEADER]);
+        b[0..4].copy_from_slice(MAGIC);
+        b[4..12].copy_from_slice(&self.seq.to_le_bytes());
+        b[12..16].copy_from_slice(&self.var.to_le_bytes());
+        b[16..24].copy_from_slice(&self.version.to_le_bytes());
+        b[24..32].copy_from_slice(&self.count.to_le_bytes());
+        b[32] = self.elem;
+        b[33] = u8::from(failure.is_some());
+        b[34..42].copy_from_slice(&self.program.to_le_bytes());
+        let name = cut(&self.name, NAME.len());
+        b[42..44].copy_from_slice(&(name.len() as u16).to_le_bytes());
+        b[NAME.start..NAME.start + name.len()].copy_from_slice(name.as_bytes());
+        if let Some(text) = failure {
+            let text = cut(text, MESSAGE.len());
+            b[108..110].copy_from_slice(&(text.len() as u16).to_le_bytes());
+            b[MESSAGE.start..MESSAGE.start + text.len()].copy_from_slice(text.as_bytes());
+        }
+        b
+    }
+
+    /// The header a sender sent and its error, if it says it has one;
+    /// `None` if the bytes are not a header.
+    fn decode(b: &[u8; HEADER]) -> Option<(Self, Option<String>)> {
+        if &b[0..4] != MAGIC {
+            return None;
+        }
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("eight bytes"));
+        let len_at = |at: usize| usize::from(u16::from_le_bytes([b[at], b[at + 1]]));
+        let name_len = len_at(42).min(NAME.len());
+        let text_len = len_at(108).min(MESSAGE.len());
+        let header = Self {
+            seq: u64_at(4),
+            var: u32::from_le_bytes(b[12..16].try_into().expect("four bytes")),
+            version: u64_at(16),
+            count: u64_at(24),
+            elem: b[32],
+            program: u64_at(34),
+            name: String::from_utf8_lossy(&b[NAME.start..NAME.start + name_len]).into_owned(),
+        };
+        let failure = (b[33] != 0)
+            .then(|| String::from_utf8_lossy(&b[MESSAGE.start..MESSAGE.start + text_len]).into_owned());
+        Some((header, failure))
+    }
+}
+
+impl fmt::Display for Header {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "transfer #{} of var #{} `{}` at version {} ({} elements of type code {}; program hash {:016x})",
+            self.seq, self.var, self.name, self.version, self.count, self.elem, self.program
+        )
+    }
+}
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Why a transfer failed. The failing op's error has it as its source
+/// (`downcast_ref::<TransferError>()` on the chain).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransferError {
+    /// The owner's program and this rank's disagree on this transfer: the
+    /// ranks did not submit the same program.
+    Mismatch {
+        /// The transfer as this rank's program has it.
+        mine: String,
+        /// The rank that sent it…
+        rank: usize,
+        /// …and what its program said it was.
+        theirs: String,
+    },
+    /// The owner's copy carried an error (an op that wrote it failed
+    /// there): the op that reads it here fails with it.
+    FailedOnOwner {
+        /// The transfer.
+        what: String,
+        /// The owner.
+        rank: usize,
+        /// The owner's error, as it printed it.
+        message: String,
+    },
+    /// MPI returned an error code.
+    Mpi {
+        /// The transfer.
+        what: String,
+        /// The code.
+        code: i32,
+    },
+    /// The comm thread was gone before the transfer started.
+    Closed {
+        /// The transfer.
+        what: String,
+    },
+}
+
+impl fmt::Display for TransferError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Mismatch { mine, rank, theirs } => write!(
+                f,
+                "the ranks submitted different programs: this rank expected {mine}, rank {rank} sent {theirs}"
+            ),
+            Self::FailedOnOwner { what, rank, message } => {
+                write!(f, "{what} carries an error from its owner, rank {rank}: {message}")
+            }
+            Self::Mpi { what, code } => write!(f, "{what}: MPI error code {code}"),
+            Self::Closed { what } => write!(f, "{what}: the comm thread was gone"),
+        }
+    }
+}
+
+impl std::error::Error for TransferError {}
+
+/// The tag of transfer `seq`: MPI guarantees tags up to 32767.
+fn tag(seq: u64) -> c_int {
+    (seq % 32_767) as c_int
+}
+
+/// The owner's side: the var's elements, held by its read guard.
+pub(super) struct Outgoing<T: Element> {
+    pub(super) header: Header,
+    pub(super) data: ReadGuard<Vec<T>>,
+    pub(super) to: usize,
+    pub(super) done: Completion<()>,
+    /// The header on the wire, and the count actually sent.
+    wire: Option<(Box<[u8; HEADER]>, usize)>,
+    requests: Vec<Request>,
+}
+
+impl<T: Element> Outgoing<T> {
+    pub(super) fn new(header: Header, data: ReadGuard<Vec<T>>, to: usize, done: Completion<()>) -> Self {
+        Self { header, data, to, done, wire: None, requests: Vec::new() }
+    }
+}
+
+impl<T: Element> Transfer for Outgoing<T> {
+    fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
+        let failure = self.data.op_seen_error().map(|err| format!("{err:#}"));
+        let wrong_len = (self.data.len() as u64 != self.header.count).then(|| {
+            format!("the var holds {} elements, registered with {}", self.data.len(), self.header.count)
+        });
+        let failure = failure.or(wrong_len);
+        // A copy that carries an error sends no elements: the header says
+        // why, and the receiver fails its op with it.
+        let count = if failure.is_some() { 0 } else { self.data.len() };
+        let header = self.header.encode(failure.as_deref());
+        let (to, tag) = (self.to as c_int, tag(self.header.seq));
+        let u8s = u8::equivalent_datatype().as_raw();
+        // SAFETY: the header is a boxed array this transfer keeps, unmoved
+        // and unwritten, until `test` says both requests are done.
+        let head = unsafe { raw::send(comm, header.as_ptr().cast(), HEADER as c_int, u8s, to, tag) }?;
+        self.requests.push(head);
+        let count_c = c_int::try_from(count).map_err(|_| Code(-1))?;
+        // SAFETY: the var's vector, held by the read guard this transfer
+        // keeps until `test` says the request is done (no op writes the
+        // var meanwhile), holds `count` elements of `T`.
+        let body = unsafe {
+            raw::send(comm, self.data.as_ptr().cast(), count_c, T::equivalent_datatype().as_raw(), to, tag)
+        }?;
+        self.requests.push(body);
+        self.wire = Some((header, count));
+        Ok(())
+    }
+
+    fn test(&mut self) -> Result<bool, Code> {
+        test_all(&mut self.requests)
+    }
+
+    fn finish(self: Box<Self>, result: Result<(), Code>) {
+        let Self { header, data, done, .. } = *self;
+        drop(data);
+        match result {
+            Ok(()) => done.succeed(()),
+            Err(code) => done.fail(TransferError::Mpi { what: header.to_string(), code: code.0 }),
+        }
+    }
+
+    fn close(self: Box<Self>) {
+        let what = self.header.to_string();
+        self.done.fail(TransferError::Closed { what });
+    }
+}
+
+/// The reader's side: the cached copy, held by its write guard.
+pub(super) struct Incoming<T: Element> {
+    pub(super) expect: Header,
+    pub(super) data: WriteGuard<Vec<T>>,
+    pub(super) from: usize,
+    pub(super) done: Completion<()>,
+    wire: Box<[u8; HEADER]>,
+    requests: Vec<Request>,
+}
+
+impl<T: Element> Incoming<T> {
+    pub(super) fn new(expect: Header, data: WriteGuard<Vec<T>>, from: usize, done: Completion<()>) -> Self {
+        Self { expect, data, from, done, wire: Box::new([0u8; HEADER]), requests: Vec::new() }
+    }
+}
+
+impl<T: Element> Transfer for Incoming<T> {
+    fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
+        let len = self.expect.count as usize;
+        self.data.clear();
+        self.data.resize(len, T::default());
+        let (from, tag) = (self.from as c_int, tag(self.expect.seq));
+        let u8s = u8::equivalent_datatype().as_raw();
+        // SAFETY: the header buffer is a boxed array this transfer keeps,
+        // unmoved and untouched, until `test` says the request is done.
+        let head =
+            unsafe { raw::receive(comm, self.wire.as_mut_ptr().cast(), HEADER as c_int, u8s, from, tag) }?;
+        self.requests.push(head);
+        let count = c_int::try_from(len).map_err(|_| Code(-1))?;
+        // SAFETY: the cached copy's vector, resized just above to `len`
+        // elements and held by the write guard this transfer keeps, is not
+        // moved or touched until `test` says the request is done.
+        let body = unsafe {
+            raw::receive(
+                comm,
+                self.data.as_mut_ptr().cast(),
+                count,
+                T::equivalent_datatype().as_raw(),
+                from,
+                tag,
+            )
+        }?;
+        self.requests.push(body);
+        Ok(())
+    }
+
+    fn test(&mut self) -> Result<bool, Code> {
+        test_all(&mut self.requests)
+    }
+
+    fn finish(self: Box<Self>, result: Result<(), Code>) {
+        let Self { expect, data, from, done, wire, .. } = *self;
+        drop(data);
+        if let Err(code) = result {
+            done.fail(TransferError::Mpi { what: expect.to_string(), code: code.0 });
+            return;
+        }
+        match Header::decode(&wire) {
+            Some((theirs, _)) if theirs != expect => done.fail(TransferError::Mismatch {
+                mine: expect.to_string(),
+                rank: from,
+                theirs: theirs.to_string(),
+            }),
+            Some((_, Some(message))) => {
+                done.fail(TransferError::FailedOnOwner { what: expect.to_string(), rank: from, message })
+            }
+            Some((_, None)) => done.succeed(()),
+            None => done.fail(TransferError::Mismatch {
+                mine: expect.to_string(),
+                rank: from,
+                theirs: "a message that is not a transfer's header".to_owned(),
+            }),
+        }
+    }
+
+    fn close(self: Box<Self>) {
+        let what = self.expect.to_string();
+        self.done.fail(TransferError::Closed { what });
+    }
+}
+
+/// Tests every request not yet done; whether all are.
+fn test_all(requests: &mut [Request]) -> Result<bool, Code> {
+    let mut all = true;
+    for request in requests {
+        all &= request.test()?;
+    }
+    Ok(all)
+}

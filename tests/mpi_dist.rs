@@ -1,0 +1,247 @@
+//! Tiles across ranks (`depengine::mpi::dist`, feature `mpi`), run by
+//! every rank of an MPI world: `tests/mpi/run.sh` runs this binary under
+//! `mpirun -np 2` and `-np 4`; alone it is a world of one.
+//!
+//! One program (MPI is initialised once per process) that runs its checks
+//! in turn, every rank the same checks in the same order, and exits
+//! non-zero at the first that fails.
+
+// One-line bodies that assign and answer `Ok` read as the op they stand for.
+#![allow(clippy::unit_arg)]
+
+use std::time::Duration;
+
+use depengine::Engine;
+use depengine::mpi::Collectives;
+use depengine::mpi::dist::{DistVar, Distribution, TransferError, block_cyclic, grid};
+
+fn main() {
+    let engine = Engine::builder().cpu_workers(2).build().expect("engine");
+    let world = Collectives::new(&engine).expect("MPI");
+    let (rank, size) = (world.rank(), world.size());
+    std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_secs(240));
+        eprintln!("mpi_dist: still running after 240 s");
+        std::process::exit(3);
+    });
+    block_cyclic_places_tiles_on_a_grid();
+    for seed in 0..6 {
+        random_programs_match_a_sequential_model(&world, seed);
+    }
+    a_write_on_the_owner_makes_copies_stale(&world);
+    a_failure_on_the_owner_fails_the_readers_elsewhere(&world);
+    an_op_writing_two_owners_is_refused_everywhere(&world);
+    if size > 1 {
+        a_different_program_is_named_by_the_receiver(&world);
+    }
+    world.barrier().blocking_wait().expect("barrier");
+    drop(world);
+    drop(engine);
+    println!("mpi_dist: rank {rank} of {size}: every check passed");
+}
+
+/// The value a body computes: a hash of what it reads and of the op, so
+/// that a value reflects every write before it, in order.
+fn mix(a: u64, b: u64) -> u64 {
+    let mut z = a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A small generator, the same on every rank for the same seed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = mix(self.0, 0x5EED);
+        (self.0 % n as u64) as usize
+    }
+}
+
+fn value_of(var: &DistVar<u64>) -> Vec<u64> {
+    futures::executor::block_on(var.local().read()).expect("read").clone()
+}
+
+fn block_cyclic_places_tiles_on_a_grid() {
+    assert_eq!(grid(1), (1, 1));
+    assert_eq!(grid(2), (1, 2));
+    assert_eq!(grid(4), (2, 2));
+    assert_eq!(grid(6), (2, 3));
+    let owners: Vec<usize> = (0..4).flat_map(|i| (0..4).map(move |j| block_cyclic(i, j, 2, 2))).collect();
+    assert_eq!(owners, [0, 1, 0, 1, 2, 3, 2, 3, 0, 1, 0, 1, 2, 3, 2, 3]);
+}
+
+/// Random programs on vars of random owners: each op writes one var (or
+/// none) and reads up to three others; every rank runs the same program
+/// through the distribution, and a sequential model of it. Each rank's
+/// own vars must end as the model's, which folds every write in order.
+fn random_programs_match_a_sequential_model(world: &Collectives, seed: u64) {
+    let dist = Distribution::new(world);
+    let (rank, size) = (dist.rank(), dist.size());
+    let mut rng = Rng(seed + 1);
+    let nvars = 3 + rng.below(10);
+    let len = 1 + rng.below(5);
+    let owners: Vec<usize> = (0..nvars).map(|_| rng.below(size)).collect();
+    let mut model: Vec<Vec<u64>> = (0..nvars).map(|v| vec![v as u64; len]).collect();
+    let vars: Vec<DistVar<u64>> = (0..nvars)
+        .map(|v| dist.var(&format!("v{v}"), owners[v], len, || vec![v as u64; len]).expect("var"))
+        .collect();
+    for k in 0..150u64 {
+        let write = (rng.below(6) != 0).then(|| rng.below(nvars));
+        let reads: Vec<usize> =
+            (0..rng.below(4)).map(|_| rng.below(nvars)).filter(|&r| Some(r) != write).collect();
+        let mut reads = reads;
+        reads.sort_unstable();
+        reads.dedup();
+        // The model: each element of the write folds the reads' and the op.
+        let fold = move |inputs: &[&[u64]], old: &[u64]| -> Vec<u64> {
+            (0..len).map(|e| inputs.iter().fold(mix(old[e], k), |acc, r| mix(acc, r[e]))).collect()
+        };
+        if let Some(w) = write {
+            let inputs: Vec<&[u64]> = reads.iter().map(|&r| model[r].as_slice()).collect();
+            let new = fold(&inputs, &model[w]);
+            model[w] = new;
+        }
+        let mut op = dist.op::<u64>(&format!("op{k}"));
+        for &r in &reads {
+            op = op.read(&vars[r]);
+        }
+        if let Some(w) = write {
+            op = op.write(&vars[w]);
+        }
+        op.run(move |reads, writes| {
+            if let Some(out) = writes.first_mut() {
+                let new = fold(reads, out);
+                out.copy_from_slice(&new);
+            }
+            Ok(())
+        })
+        .expect("push");
+    }
+    dist.wait().expect("the program");
+    for (v, var) in vars.iter().enumerate() {
+        if owners[v] == rank {
+            assert_eq!(value_of(var), model[v], "seed {seed}: var v{v} on its owner, rank {rank}");
+        }
+    }
+    let stats = dist.stats();
+    if size == 1 {
+        assert_eq!((stats.sent, stats.received), (0, 0), "a world of one moves nothing");
+    }
+}
+
+/// A copy is stale once the owner writes again: the next read elsewhere
+/// receives the new version, and a read of an unchanged var moves nothing.
+fn a_write_on_the_owner_makes_copies_stale(world: &Collectives) {
+    let dist = Distribution::new(world);
+    let size = dist.size();
+    let (a, b) =
+        (dist.var("a", 0, 1, || vec![0u64]).unwrap(), dist.var("b", size - 1, 1, || vec![0u64]).unwrap());
+    let set = |x: u64| dist.op::<u64>("set a").write(&a).run(move |_, w| Ok(w[0][0] = x)).unwrap();
+    let copy = || {
+        dist.op::<u64>("b = a").read(&a).write(&b).run(|r, w| Ok(w[0][0] = w[0][0] * 100 + r[0][0])).unwrap()
+    };
+    set(1);
+    copy();
+    copy(); // `a` unchanged: no second transfer
+    set(2);
+    copy();
+    dist.wait().expect("the program");
+    if dist.rank() == size - 1 {
+        assert_eq!(value_of(&b), vec![10102], "b saw a's versions 1, 1, 2");
+    }
+    let stats = dist.stats();
+    if size > 1 && dist.rank() == 0 {
+        assert_eq!(stats.sent, 2, "a sent once per version read elsewhere");
+    }
+    if size > 1 && dist.rank() == size - 1 {
+        assert_eq!(stats.received, 2);
+    }
+}
+
+/// An op that fails on its rank fails, with its error, the op that reads
+/// its output on another rank; a repair on the owner, sent again, heals it.
+fn a_failure_on_the_owner_fails_the_readers_elsewhere(world: &Collectives) {
+    let dist = Distribution::new(world);
+    let size = dist.size();
+    let last = size - 1;
+    let a = dist.var("a", 0, 1, || vec![0u64]).unwrap();
+    let b = dist.var("b", last, 1, || vec![0u64]).unwrap();
+    let failed = dist.op::<u64>("fails").write(&a).run(|_, _| Err("disk full".into())).unwrap();
+    let reader = dist.op::<u64>("reads a").read(&a).write(&b).run(|r, w| Ok(w[0][0] = r[0][0] + 1)).unwrap();
+    if dist.rank() == 0 {
+        assert!(failed.expect("runs on rank 0").blocking_wait().is_err());
+    }
+    if dist.rank() == last {
+        let err = reader.expect("runs on the last rank").blocking_wait().unwrap_err();
+        let chain = format!("{err:#}");
+        assert!(chain.contains("disk full"), "the reader's error names the owner's: {chain}");
+        if size > 1 {
+            let from_owner =
+                std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source()).any(|e| {
+                    matches!(
+                        e.downcast_ref::<TransferError>(),
+                        Some(TransferError::FailedOnOwner { rank: 0, .. })
+                    )
+                });
+            assert!(from_owner, "a transfer error from rank 0 in the chain: {chain}");
+        }
+    }
+    dist.op::<u64>("repairs a").write(&a).repair(true).run(|_, w| Ok(w[0][0] = 7)).unwrap();
+    let _ = dist.wait();
+    // The repair replaced the error on the owner; `b` still carries the
+    // reader's error, so the next read writes it from scratch.
+    dist.op::<u64>("fixes b").read(&a).write(&b).repair(true).run(|r, w| Ok(w[0][0] = r[0][0] + 1)).unwrap();
+    dist.wait().expect("repaired, sent again, and read");
+    if dist.rank() == 0 {
+        assert_eq!(value_of(&a), vec![7]);
+    }
+    if dist.rank() == last {
+        assert_eq!(value_of(&b), vec![8], "b read the repaired a");
+    }
+}
+
+/// An op that writes vars of two owners is refused on every rank alike,
+/// and the program goes on (nothing hangs).
+fn an_op_writing_two_owners_is_refused_everywhere(world: &Collectives) {
+    let dist = Distribution::new(world);
+    let size = dist.size();
+    let a = dist.var("a", 0, 1, || vec![1u64]).unwrap();
+    let b = dist.var("b", size - 1, 1, || vec![2u64]).unwrap();
+    let refused = dist.op::<u64>("both").write(&a).write(&b).run(|_, _| Ok(()));
+    if size > 1 {
+        let err = refused.unwrap_err();
+        assert!(err.to_string().contains("writes `a` (owned by rank 0) and `b`"), "{err}");
+    } else {
+        refused.expect("one owner in a world of one");
+    }
+    dist.op::<u64>("after").read(&a).write(&b).run(|r, w| Ok(w[0][0] += r[0][0])).unwrap();
+    dist.wait().expect("the program after the refusal");
+    if dist.rank() == size - 1 {
+        assert_eq!(value_of(&b), vec![3]);
+    }
+}
+
+/// Ranks whose programs differ before a transfer: the receiver's op fails,
+/// naming the sender and both sides' versions of the transfer, instead of
+/// taking data it did not ask for.
+fn a_different_program_is_named_by_the_receiver(world: &Collectives) {
+    let dist = Distribution::new(world);
+    let rank = dist.rank();
+    let a = dist.var("a", 0, 2, || vec![1u64, 2]).unwrap();
+    let b = dist.var("b", 1, 2, || vec![0u64, 0]).unwrap();
+    // Rank 1 names the op differently: the programs' hashes part here.
+    let name = if rank == 1 { "scale by two" } else { "scale" };
+    dist.op::<u64>(name).write(&a).run(|_, w| Ok(w[0].iter_mut().for_each(|x| *x *= 2))).unwrap();
+    let read = dist.op::<u64>("copy").read(&a).write(&b).run(|r, w| Ok(w[0].copy_from_slice(r[0]))).unwrap();
+    if rank == 1 {
+        let err = read.expect("runs on rank 1").blocking_wait().unwrap_err();
+        let chain = format!("{err:#}");
+        let mismatch = std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source()).any(|e| {
+            matches!(e.downcast_ref::<TransferError>(), Some(TransferError::Mismatch { rank: 0, .. }))
+        });
+        assert!(mismatch, "a mismatch naming rank 0: {chain}");
+    }
+    let _ = dist.wait();
+}
