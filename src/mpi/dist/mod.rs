@@ -53,8 +53,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use std::sync::mpsc::Sender;
 
+use super::Collectives;
 use super::comm_thread::Msg;
-use super::{Collectives, Element};
 use crate::BoxError;
 use crate::device::Lane;
 use crate::engine::Engine;
@@ -64,6 +64,19 @@ use crate::var::Var;
 use transfer::{Header, Incoming, Outgoing};
 
 pub use transfer::TransferError;
+
+/// What a distributed var holds: plain bytes (`bytemuck::Pod`), sent as
+/// they are between ranks of one program (the same binary everywhere, so
+/// the same layout).
+pub trait Plain: bytemuck::Pod + Send + Sync {}
+
+impl<T: bytemuck::Pod + Send + Sync> Plain for T {}
+
+/// The element type's mark in a transfer's header: a hash of its name and
+/// size, the same on every rank of one program.
+fn elem_mark<T: Plain>() -> u64 {
+    mix(std::mem::size_of::<T>() as u64, &std::any::type_name::<T>())
+}
 
 /// The rank that owns tile `(i, j)` of a matrix of tiles spread 2D
 /// block-cyclically over a `p × q` grid of ranks (ScaLAPACK's layout):
@@ -170,9 +183,12 @@ impl<'c> Distribution<'c> {
     ///
     /// # Errors
     ///
-    /// `owner` is not a rank of the world, or `init` made a vector of
-    /// another length.
-    pub fn var<T: Element>(
+    /// `owner` is not a rank of the world, or the var holds more than
+    /// 2³¹ − 1 bytes (on every rank alike). If `init` makes a vector of
+    /// another length, the var is made all the same, carrying that error,
+    /// so that every rank's program goes on alike: the ops that use it fail
+    /// with it, here and on the ranks it is sent to.
+    pub fn var<T: Plain>(
         &self,
         name: &str,
         owner: usize,
@@ -182,12 +198,20 @@ impl<'c> Distribution<'c> {
         if owner >= self.size() {
             return Err(Error::invalid(format!("var `{name}`: owner {owner} in a world of {}", self.size())));
         }
-        let data = if owner == self.rank() { init() } else { Vec::new() };
-        if owner == self.rank() && data.len() != len {
+        if len.checked_mul(std::mem::size_of::<T>()).is_none_or(|bytes| bytes > i32::MAX as usize) {
             return Err(Error::invalid(format!(
-                "var `{name}`: made with {} elements, declared {len}",
-                data.len()
+                "var `{name}`: {len} elements of {} bytes: a transfer holds at most 2^31 - 1 bytes (split it into tiles)",
+                std::mem::size_of::<T>()
             )));
+        }
+        let mut data = if owner == self.rank() { init() } else { Vec::new() };
+        // A wrong length is the owner's alone to see: the var is made on
+        // every rank all the same (the books stay the same everywhere), and
+        // carries the error, which every op that uses it meets.
+        let wrong = (owner == self.rank() && data.len() != len)
+            .then(|| format!("var `{name}`: its initialiser made {} elements, declared {len}", data.len()));
+        if wrong.is_some() {
+            data = vec![T::zeroed(); len];
         }
         let mut books = self.lock();
         let id =
@@ -195,13 +219,17 @@ impl<'c> Distribution<'c> {
         let mut copies = vec![None; self.size()];
         copies[owner] = Some(0);
         books.vars.push(Book { owner, name: name.to_owned(), version: 0, copies });
-        books.program = mix(books.program, &("var", id, owner, len, T::CODE, name));
+        books.program = mix(books.program, &("var", id, owner, len, elem_mark::<T>(), name));
         let local = self.engine.var_named(format!("{name}@{owner}"), data);
+        if let Some(wrong) = wrong {
+            let init = self.engine.op(format!("init {name}")).write(&local);
+            let _ = init.run_detached(move |(), _| Err(wrong.into()));
+        }
         Ok(DistVar { id, owner, len, local })
     }
 
     /// An op on distributed vars, to declare and run (see [`DistOp`]).
-    pub fn op<T: Element>(&self, name: &str) -> DistOp<'_, 'c, T> {
+    pub fn op<T: Plain>(&self, name: &str) -> DistOp<'_, 'c, T> {
         DistOp { dist: self, name: name.to_owned(), reads: Vec::new(), writes: Vec::new(), repair: false }
     }
 
@@ -228,7 +256,7 @@ impl<'c> Distribution<'c> {
 
     /// The transfers `reads` need to reach rank `at`, pushed on this rank
     /// where it takes part, and the books brought up to date.
-    fn move_reads<T: Element>(&self, books: &mut Books, reads: &[&DistVar<T>], at: usize) {
+    fn move_reads<T: Plain>(&self, books: &mut Books, reads: &[&DistVar<T>], at: usize) {
         let rank = self.rank();
         for var in reads {
             let book = &books.vars[var.id as usize];
@@ -240,7 +268,7 @@ impl<'c> Distribution<'c> {
                 var: var.id,
                 version: book.version,
                 count: var.len as u64,
-                elem: T::CODE,
+                elem: elem_mark::<T>(),
                 program: books.program,
                 name: book.name.clone(),
             };
@@ -263,7 +291,7 @@ impl<'c> Distribution<'c> {
     }
 
     /// The owner's op that sends `var`'s current version to rank `to`.
-    fn send<T: Element>(&self, var: &DistVar<T>, header: Header, to: usize) -> OpHandle<()> {
+    fn send<T: Plain>(&self, var: &DistVar<T>, header: Header, to: usize) -> OpHandle<()> {
         let tx = self.tx.clone();
         let name = format!("send {} to rank {to} (transfer #{})", header.name, header.seq);
         self.engine.op(name).lane(Lane::Inline).no_skip(true).read(&var.local).run_async(
@@ -275,7 +303,7 @@ impl<'c> Distribution<'c> {
 
     /// The reader's op that receives `var`'s version from `from` into its
     /// cached copy (it replaces whatever error the copy carried).
-    fn receive<T: Element>(&self, var: &DistVar<T>, header: Header, from: usize) -> OpHandle<()> {
+    fn receive<T: Plain>(&self, var: &DistVar<T>, header: Header, from: usize) -> OpHandle<()> {
         let tx = self.tx.clone();
         let name = format!("receive {} from rank {from} (transfer #{})", header.name, header.seq);
         let op = self.engine.op(name).lane(Lane::Inline).no_skip(true).repair(true);
@@ -324,14 +352,14 @@ impl fmt::Debug for Distribution<'_> {
 
 /// A var of a [`Distribution`]: its data on its owner, a cached copy at
 /// most elsewhere.
-pub struct DistVar<T: Element> {
+pub struct DistVar<T: Plain> {
     id: u32,
     owner: usize,
     len: usize,
     local: Var<Vec<T>>,
 }
 
-impl<T: Element> DistVar<T> {
+impl<T: Plain> DistVar<T> {
     /// The rank that owns it.
     pub fn owner(&self) -> usize {
         self.owner
@@ -356,7 +384,7 @@ impl<T: Element> DistVar<T> {
     }
 }
 
-impl<T: Element> fmt::Debug for DistVar<T> {
+impl<T: Plain> fmt::Debug for DistVar<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DistVar")
             .field("id", &self.id)
@@ -368,7 +396,7 @@ impl<T: Element> fmt::Debug for DistVar<T> {
 
 /// An op on distributed vars, submitted on every rank alike: declare what
 /// it reads and writes, then [`run`](Self::run) it.
-pub struct DistOp<'d, 'c, T: Element> {
+pub struct DistOp<'d, 'c, T: Plain> {
     dist: &'d Distribution<'c>,
     name: String,
     reads: Vec<&'d DistVar<T>>,
@@ -376,7 +404,7 @@ pub struct DistOp<'d, 'c, T: Element> {
     repair: bool,
 }
 
-impl<T: Element> fmt::Debug for DistOp<'_, '_, T> {
+impl<T: Plain> fmt::Debug for DistOp<'_, '_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DistOp")
             .field("name", &self.name)
@@ -390,7 +418,7 @@ impl<T: Element> fmt::Debug for DistOp<'_, '_, T> {
 /// in the order declared.
 type DistBody<T> = dyn FnOnce(&[&[T]], &mut [&mut [T]]) -> Result<(), BoxError> + Send;
 
-impl<'d, 'c, T: Element> DistOp<'d, 'c, T> {
+impl<'d, 'c, T: Plain> DistOp<'d, 'c, T> {
     /// Declares a read of `var`.
     pub fn read(mut self, var: &'d DistVar<T>) -> Self {
         self.reads.push(var);

@@ -17,17 +17,17 @@ use mpi::datatype::Equivalence;
 use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 
-use super::super::Element;
 use super::super::flight::Transfer;
 use super::super::raw::{self, Code, Request};
+use super::Plain;
 use crate::op::op_handle::Completion;
 use crate::var::{ReadGuard, WriteGuard};
 
 /// Bytes of a header on the wire.
 pub(super) const HEADER: usize = 256;
 const MAGIC: &[u8; 4] = b"DPTX";
-const NAME: std::ops::Range<usize> = 44..108;
-const MESSAGE: std::ops::Range<usize> = 110..HEADER;
+const NAME: std::ops::Range<usize> = 52..116;
+const MESSAGE: std::ops::Range<usize> = 118..HEADER;
 
 /// What a transfer is, as every rank's program numbers it: the receiver
 /// checks the sender's against its own.
@@ -39,7 +39,8 @@ pub(super) struct Header {
     /// The var's version: how many ops had written it.
     pub(super) version: u64,
     pub(super) count: u64,
-    pub(super) elem: u8,
+    /// The element type (a hash of its name and size).
+    pub(super) elem: u64,
     /// The program so far: a hash of every op and var, in push order.
     pub(super) program: u64,
     pub(super) name: String,
@@ -55,15 +56,15 @@ impl Header {
         b[12..16].copy_from_slice(&self.var.to_le_bytes());
         b[16..24].copy_from_slice(&self.version.to_le_bytes());
         b[24..32].copy_from_slice(&self.count.to_le_bytes());
-        b[32] = self.elem;
-        b[33] = u8::from(failure.is_some());
-        b[34..42].copy_from_slice(&self.program.to_le_bytes());
+        b[32..40].copy_from_slice(&self.elem.to_le_bytes());
+        b[40..48].copy_from_slice(&self.program.to_le_bytes());
+        b[48] = u8::from(failure.is_some());
         let name = cut(&self.name, NAME.len());
-        b[42..44].copy_from_slice(&(name.len() as u16).to_le_bytes());
+        b[50..52].copy_from_slice(&(name.len() as u16).to_le_bytes());
         b[NAME.start..NAME.start + name.len()].copy_from_slice(name.as_bytes());
         if let Some(text) = failure {
             let text = cut(text, MESSAGE.len());
-            b[108..110].copy_from_slice(&(text.len() as u16).to_le_bytes());
+            b[116..118].copy_from_slice(&(text.len() as u16).to_le_bytes());
             b[MESSAGE.start..MESSAGE.start + text.len()].copy_from_slice(text.as_bytes());
         }
         b
@@ -77,18 +78,18 @@ impl Header {
         }
         let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("eight bytes"));
         let len_at = |at: usize| usize::from(u16::from_le_bytes([b[at], b[at + 1]]));
-        let name_len = len_at(42).min(NAME.len());
-        let text_len = len_at(108).min(MESSAGE.len());
+        let name_len = len_at(50).min(NAME.len());
+        let text_len = len_at(116).min(MESSAGE.len());
         let header = Self {
             seq: u64_at(4),
             var: u32::from_le_bytes(b[12..16].try_into().expect("four bytes")),
             version: u64_at(16),
             count: u64_at(24),
-            elem: b[32],
-            program: u64_at(34),
+            elem: u64_at(32),
+            program: u64_at(40),
             name: String::from_utf8_lossy(&b[NAME.start..NAME.start + name_len]).into_owned(),
         };
-        let failure = (b[33] != 0)
+        let failure = (b[48] != 0)
             .then(|| String::from_utf8_lossy(&b[MESSAGE.start..MESSAGE.start + text_len]).into_owned());
         Some((header, failure))
     }
@@ -98,7 +99,7 @@ impl fmt::Display for Header {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "transfer #{} of var #{} `{}` at version {} ({} elements of type code {}; program hash {:016x})",
+            "transfer #{} of var #{} `{}` at version {} ({} elements of type {:016x}; program hash {:016x})",
             self.seq, self.var, self.name, self.version, self.count, self.elem, self.program
         )
     }
@@ -176,7 +177,7 @@ fn tag(seq: u64) -> c_int {
 }
 
 /// The owner's side: the var's elements, held by its read guard.
-pub(super) struct Outgoing<T: Element> {
+pub(super) struct Outgoing<T: Plain> {
     pub(super) header: Header,
     pub(super) data: ReadGuard<Vec<T>>,
     pub(super) to: usize,
@@ -186,13 +187,13 @@ pub(super) struct Outgoing<T: Element> {
     requests: Vec<Request>,
 }
 
-impl<T: Element> Outgoing<T> {
+impl<T: Plain> Outgoing<T> {
     pub(super) fn new(header: Header, data: ReadGuard<Vec<T>>, to: usize, done: Completion<()>) -> Self {
         Self { header, data, to, done, wire: None, requests: Vec::new() }
     }
 }
 
-impl<T: Element> Transfer for Outgoing<T> {
+impl<T: Plain> Transfer for Outgoing<T> {
     fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
         let failure = self.data.op_seen_error().map(|err| format!("{err:#}"));
         let wrong_len = (self.data.len() as u64 != self.header.count).then(|| {
@@ -209,13 +210,12 @@ impl<T: Element> Transfer for Outgoing<T> {
         // and unwritten, until `test` says both requests are done.
         let head = unsafe { raw::send(comm, header.as_ptr().cast(), HEADER as c_int, u8s, to, tag) }?;
         self.requests.push(head);
-        let count_c = c_int::try_from(count).map_err(|_| Code(-1))?;
+        let bytes = &bytemuck::cast_slice::<T, u8>(&self.data)[..count * std::mem::size_of::<T>()];
+        let count_c = c_int::try_from(bytes.len()).map_err(|_| Code(-1))?;
         // SAFETY: the var's vector, held by the read guard this transfer
         // keeps until `test` says the request is done (no op writes the
-        // var meanwhile), holds `count` elements of `T`.
-        let body = unsafe {
-            raw::send(comm, self.data.as_ptr().cast(), count_c, T::equivalent_datatype().as_raw(), to, tag)
-        }?;
+        // var meanwhile), holds these bytes.
+        let body = unsafe { raw::send(comm, bytes.as_ptr().cast(), count_c, u8s, to, tag) }?;
         self.requests.push(body);
         self.wire = Some((header, count));
         Ok(())
@@ -241,7 +241,7 @@ impl<T: Element> Transfer for Outgoing<T> {
 }
 
 /// The reader's side: the cached copy, held by its write guard.
-pub(super) struct Incoming<T: Element> {
+pub(super) struct Incoming<T: Plain> {
     pub(super) expect: Header,
     pub(super) data: WriteGuard<Vec<T>>,
     pub(super) from: usize,
@@ -250,17 +250,17 @@ pub(super) struct Incoming<T: Element> {
     requests: Vec<Request>,
 }
 
-impl<T: Element> Incoming<T> {
+impl<T: Plain> Incoming<T> {
     pub(super) fn new(expect: Header, data: WriteGuard<Vec<T>>, from: usize, done: Completion<()>) -> Self {
         Self { expect, data, from, done, wire: Box::new([0u8; HEADER]), requests: Vec::new() }
     }
 }
 
-impl<T: Element> Transfer for Incoming<T> {
+impl<T: Plain> Transfer for Incoming<T> {
     fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
         let len = self.expect.count as usize;
         self.data.clear();
-        self.data.resize(len, T::default());
+        self.data.resize(len, T::zeroed());
         let (from, tag) = (self.from as c_int, tag(self.expect.seq));
         let u8s = u8::equivalent_datatype().as_raw();
         // SAFETY: the header buffer is a boxed array this transfer keeps,
@@ -268,20 +268,12 @@ impl<T: Element> Transfer for Incoming<T> {
         let head =
             unsafe { raw::receive(comm, self.wire.as_mut_ptr().cast(), HEADER as c_int, u8s, from, tag) }?;
         self.requests.push(head);
-        let count = c_int::try_from(len).map_err(|_| Code(-1))?;
+        let bytes = bytemuck::cast_slice_mut::<T, u8>(&mut self.data);
+        let count = c_int::try_from(bytes.len()).map_err(|_| Code(-1))?;
         // SAFETY: the cached copy's vector, resized just above to `len`
         // elements and held by the write guard this transfer keeps, is not
         // moved or touched until `test` says the request is done.
-        let body = unsafe {
-            raw::receive(
-                comm,
-                self.data.as_mut_ptr().cast(),
-                count,
-                T::equivalent_datatype().as_raw(),
-                from,
-                tag,
-            )
-        }?;
+        let body = unsafe { raw::receive(comm, bytes.as_mut_ptr().cast(), count, u8s, from, tag) }?;
         self.requests.push(body);
         Ok(())
     }
