@@ -33,6 +33,7 @@ fn main() {
     an_op_writing_two_owners_is_refused_everywhere(&world);
     if size > 1 {
         a_different_program_is_named_by_the_receiver(&world);
+        a_rank_whose_engine_refuses_leaves_no_one_waiting(&world);
     }
     world.barrier().blocking_wait().expect("barrier");
     drop(world);
@@ -244,4 +245,36 @@ fn a_different_program_is_named_by_the_receiver(world: &Collectives) {
         assert!(mismatch, "a mismatch naming rank 0: {chain}");
     }
     let _ = dist.wait();
+}
+
+/// The last rank's engine is shut down, so it refuses every op: its sends
+/// go out as headers that say so (the readers elsewhere fail with the
+/// reason), and what others send it is taken and dropped (the senders are
+/// not left waiting). Nothing hangs.
+fn a_rank_whose_engine_refuses_leaves_no_one_waiting(world: &Collectives) {
+    let (rank, size) = (world.rank(), world.size());
+    let last = size - 1;
+    let engine = Engine::builder().cpu_workers(1).build().expect("engine");
+    if rank == last {
+        futures::executor::block_on(engine.shutdown(depengine::ShutdownMode::Drain)).expect("shut down");
+    }
+    let dist = Distribution::with_engine(world, &engine);
+    let theirs = dist.var("theirs", last, 1, || vec![5u64]).unwrap();
+    let mine = dist.var("mine", 0, 1, || vec![1u64]).unwrap();
+    let to_them = dist.var("to them", last, 1, || vec![0u64]).unwrap();
+    let read = dist.op::<u64>("reads theirs").read(&theirs).write(&mine).run(|r, w| Ok(w[0][0] += r[0][0]));
+    let sent = dist.op::<u64>("sends mine").read(&mine).write(&to_them).run(|r, w| Ok(w[0][0] = r[0][0]));
+    if rank == 0 {
+        let err = read.expect("pushed on rank 0").expect("runs on rank 0").blocking_wait().unwrap_err();
+        let chain = format!("{err:#}");
+        assert!(chain.contains("refused on rank"), "the reader names the refusal: {chain}");
+    }
+    if rank == last {
+        assert!(sent.unwrap_err().is_shutdown(), "the last rank's own op is refused");
+    }
+    let _ = dist.wait();
+    drop(dist);
+    if rank != last {
+        let _ = futures::executor::block_on(engine.shutdown(depengine::ShutdownMode::Drain));
+    }
 }

@@ -124,6 +124,10 @@ struct Books {
 struct Book {
     owner: usize,
     name: String,
+    /// Why this rank could not make the var's current version (the
+    /// engine refused the op that writes it): sent in place of its
+    /// elements until an op that repairs it is pushed.
+    refused: Option<String>,
     /// How many ops have written it.
     version: u64,
     /// The version each rank holds a copy of (the owner: the current one).
@@ -151,6 +155,12 @@ impl<'c> Distribution<'c> {
     /// `world`'s engine.
     pub fn new(world: &'c Collectives) -> Self {
         Self { world, engine: world.engine().clone(), tx: world.sender(), books: Mutex::default() }
+    }
+
+    /// A distribution over `world`'s ranks whose ops and transfers are
+    /// pushed on `engine` (the comm thread is still `world`'s).
+    pub fn with_engine(world: &'c Collectives, engine: &Engine) -> Self {
+        Self { world, engine: engine.clone(), tx: world.sender(), books: Mutex::default() }
     }
 
     /// This rank.
@@ -218,7 +228,7 @@ impl<'c> Distribution<'c> {
             u32::try_from(books.vars.len()).map_err(|_| Error::invalid("more than 2^32 distributed vars"))?;
         let mut copies = vec![None; self.size()];
         copies[owner] = Some(0);
-        books.vars.push(Book { owner, name: name.to_owned(), version: 0, copies });
+        books.vars.push(Book { owner, name: name.to_owned(), refused: None, version: 0, copies });
         books.program = mix(books.program, &("var", id, owner, len, elem_mark::<T>(), name));
         let local = self.engine.var_named(format!("{name}@{owner}"), data);
         if let Some(wrong) = wrong {
@@ -279,37 +289,67 @@ impl<'c> Distribution<'c> {
             if rank == owner {
                 books.stats.sent += 1;
                 books.stats.bytes_sent += bytes;
-                let handle = self.send(var, header, at);
-                books.in_flight.push(handle);
+                let refused = books.vars[var.id as usize].refused.clone();
+                if let Some(handle) = self.send(var, header, refused, at) {
+                    books.in_flight.push(handle);
+                }
             } else if rank == at {
                 books.stats.received += 1;
                 books.stats.bytes_received += bytes;
-                let handle = self.receive(var, header, owner);
-                books.in_flight.push(handle);
+                if let Some(handle) = self.receive(var, header, owner) {
+                    books.in_flight.push(handle);
+                }
             }
         }
     }
 
-    /// The owner's op that sends `var`'s current version to rank `to`.
-    fn send<T: Plain>(&self, var: &DistVar<T>, header: Header, to: usize) -> OpHandle<()> {
+    /// The owner's op that sends `var`'s current version to rank `to`
+    /// (or `refused`, this rank's reason why it has no such version, in
+    /// its place). If the engine refuses the op, the comm thread sends a
+    /// header that says so, so that the receiver is not left waiting.
+    fn send<T: Plain>(
+        &self,
+        var: &DistVar<T>,
+        header: Header,
+        refused: Option<String>,
+        to: usize,
+    ) -> Option<OpHandle<()>> {
         let tx = self.tx.clone();
         let name = format!("send {} to rank {to} (transfer #{})", header.name, header.seq);
-        self.engine.op(name).lane(Lane::Inline).no_skip(true).read(&var.local).run_async(
-            move |(data,), (), done| {
-                hand_over(&tx, Box::new(Outgoing::new(header, data, to, done)));
-            },
-        )
+        let kept = header.clone();
+        let op = self.engine.op(name).lane(Lane::Inline).no_skip(true).read(&var.local);
+        let pushed = op.run_async(move |(data,), (), done| {
+            hand_over(&tx, Box::new(Outgoing::new(header, data, refused, to, done)));
+        });
+        match pushed.pushed() {
+            Ok(handle) => Some(handle),
+            Err(err) => {
+                let why = format!("the send's op was refused on rank {}: {err}", self.rank());
+                hand_over(&self.tx, Box::new(Outgoing::<T>::refused(kept, why, to)));
+                None
+            }
+        }
     }
 
     /// The reader's op that receives `var`'s version from `from` into its
-    /// cached copy (it replaces whatever error the copy carried).
-    fn receive<T: Plain>(&self, var: &DistVar<T>, header: Header, from: usize) -> OpHandle<()> {
+    /// cached copy (it replaces whatever error the copy carried). If the
+    /// engine refuses the op, the comm thread takes the message and drops
+    /// it, so that the sender is not left waiting.
+    fn receive<T: Plain>(&self, var: &DistVar<T>, header: Header, from: usize) -> Option<OpHandle<()>> {
         let tx = self.tx.clone();
         let name = format!("receive {} from rank {from} (transfer #{})", header.name, header.seq);
+        let kept = header.clone();
         let op = self.engine.op(name).lane(Lane::Inline).no_skip(true).repair(true);
-        op.write(&var.local).run_async(move |(), (data,), done| {
+        let pushed = op.write(&var.local).run_async(move |(), (data,), done| {
             hand_over(&tx, Box::new(Incoming::new(header, data, from, done)));
-        })
+        });
+        match pushed.pushed() {
+            Ok(handle) => Some(handle),
+            Err(_) => {
+                hand_over(&self.tx, Box::new(Incoming::<T>::drain(kept, from)));
+                None
+            }
+        }
     }
 }
 
@@ -446,7 +486,9 @@ impl<'d, 'c, T: Plain> DistOp<'d, 'c, T> {
     /// # Errors
     ///
     /// The op writes vars of two owners (refused on every rank alike,
-    /// before anything is pushed).
+    /// before anything is pushed), or the engine refused it on the rank
+    /// that runs it (there only: the vars it writes then carry the refusal
+    /// to the ranks they are sent to, until an op that repairs them).
     pub fn run(
         self,
         body: impl FnOnce(&[&[T]], &mut [&mut [T]]) -> Result<(), BoxError> + Send + 'static,
@@ -480,16 +522,31 @@ impl<'d, 'c, T: Plain> DistOp<'d, 'c, T> {
         if dist.rank() != at {
             return Ok(None);
         }
-        books.stats.ops_run += 1;
         let body: Box<DistBody<T>> = Box::new(body);
+        let written: Vec<u32> = writes.iter().map(|v| v.id).collect();
         let reads: Vec<&Var<Vec<T>>> = reads.iter().map(|v| &v.local).collect();
         let writes: Vec<&Var<Vec<T>>> = writes.iter().map(|v| &v.local).collect();
-        let op = dist.engine.op(name).repair(repair);
-        let handle = op.read_all(reads).write_all(writes).run(move |(reads,), (mut writes,)| {
+        let op = dist.engine.op(name.clone()).repair(repair);
+        let pushed = op.read_all(reads).write_all(writes).run(move |(reads,), (mut writes,)| {
             let reads: Vec<&[T]> = reads.iter().map(|g| g.as_slice()).collect();
             let mut writes: Vec<&mut [T]> = writes.iter_mut().map(|g| g.as_mut_slice()).collect();
             body(&reads, &mut writes)
         });
+        // A refused op leaves its vars without their new version here: the
+        // ranks they are sent to learn why instead of getting the old one.
+        let refused = pushed.pushed().map_err(|err| {
+            let why = format!("op `{name}`, which writes it, was refused on rank {at}: {err}");
+            (why, err)
+        });
+        for id in written {
+            match &refused {
+                Err((why, _)) => books.vars[id as usize].refused = Some(why.clone()),
+                Ok(_) if repair => books.vars[id as usize].refused = None,
+                Ok(_) => {}
+            }
+        }
+        let handle = refused.map_err(|(_, err)| err)?;
+        books.stats.ops_run += 1;
         Ok(Some(handle))
     }
 }

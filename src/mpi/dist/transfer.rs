@@ -176,48 +176,71 @@ fn tag(seq: u64) -> c_int {
     (seq % 32_767) as c_int
 }
 
-/// The owner's side: the var's elements, held by its read guard.
+/// The owner's side: the var's elements, held by its read guard; or, when
+/// the engine refused the send's op on this rank, only a header saying so,
+/// so that the receiver is not left waiting.
 pub(super) struct Outgoing<T: Plain> {
-    pub(super) header: Header,
-    pub(super) data: ReadGuard<Vec<T>>,
-    pub(super) to: usize,
-    pub(super) done: Completion<()>,
-    /// The header on the wire, and the count actually sent.
-    wire: Option<(Box<[u8; HEADER]>, usize)>,
+    header: Header,
+    data: Option<ReadGuard<Vec<T>>>,
+    /// Why the elements cannot be sent, known before the start.
+    failure: Option<String>,
+    to: usize,
+    done: Option<Completion<()>>,
+    /// The header on the wire.
+    wire: Option<Box<[u8; HEADER]>>,
     requests: Vec<Request>,
 }
 
 impl<T: Plain> Outgoing<T> {
-    pub(super) fn new(header: Header, data: ReadGuard<Vec<T>>, to: usize, done: Completion<()>) -> Self {
-        Self { header, data, to, done, wire: None, requests: Vec::new() }
+    /// The send of `data` to rank `to`; `failure`, if some, sent in place
+    /// of the elements.
+    pub(super) fn new(
+        header: Header,
+        data: ReadGuard<Vec<T>>,
+        failure: Option<String>,
+        to: usize,
+        done: Completion<()>,
+    ) -> Self {
+        Self { header, data: Some(data), failure, to, done: Some(done), wire: None, requests: Vec::new() }
+    }
+
+    /// Only a header saying why this rank sends no elements.
+    pub(super) fn refused(header: Header, why: String, to: usize) -> Self {
+        Self { header, data: None, failure: Some(why), to, done: None, wire: None, requests: Vec::new() }
     }
 }
 
 impl<T: Plain> Transfer for Outgoing<T> {
     fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
-        let failure = self.data.op_seen_error().map(|err| format!("{err:#}"));
-        let wrong_len = (self.data.len() as u64 != self.header.count).then(|| {
-            format!("the var holds {} elements, registered with {}", self.data.len(), self.header.count)
+        let failure = self.failure.take().or_else(|| {
+            let data = self.data.as_ref()?;
+            let seen = data.op_seen_error().map(|err| format!("{err:#}"));
+            seen.or_else(|| {
+                (data.len() as u64 != self.header.count).then(|| {
+                    format!("the var holds {} elements, registered with {}", data.len(), self.header.count)
+                })
+            })
         });
-        let failure = failure.or(wrong_len);
         // A copy that carries an error sends no elements: the header says
         // why, and the receiver fails its op with it.
-        let count = if failure.is_some() { 0 } else { self.data.len() };
+        let bytes: &[u8] = match (&self.data, &failure) {
+            (Some(data), None) => bytemuck::cast_slice::<T, u8>(data),
+            _ => &[],
+        };
         let header = self.header.encode(failure.as_deref());
         let (to, tag) = (self.to as c_int, tag(self.header.seq));
         let u8s = u8::equivalent_datatype().as_raw();
         // SAFETY: the header is a boxed array this transfer keeps, unmoved
         // and unwritten, until `test` says both requests are done.
         let head = unsafe { raw::send(comm, header.as_ptr().cast(), HEADER as c_int, u8s, to, tag) }?;
+        self.wire = Some(header);
         self.requests.push(head);
-        let bytes = &bytemuck::cast_slice::<T, u8>(&self.data)[..count * std::mem::size_of::<T>()];
-        let count_c = c_int::try_from(bytes.len()).map_err(|_| Code(-1))?;
+        let count = c_int::try_from(bytes.len()).map_err(|_| Code(-1))?;
         // SAFETY: the var's vector, held by the read guard this transfer
         // keeps until `test` says the request is done (no op writes the
-        // var meanwhile), holds these bytes.
-        let body = unsafe { raw::send(comm, bytes.as_ptr().cast(), count_c, u8s, to, tag) }?;
+        // var meanwhile), holds these bytes (or none are sent).
+        let body = unsafe { raw::send(comm, bytes.as_ptr().cast(), count, u8s, to, tag) }?;
         self.requests.push(body);
-        self.wire = Some((header, count));
         Ok(())
     }
 
@@ -228,6 +251,7 @@ impl<T: Plain> Transfer for Outgoing<T> {
     fn finish(self: Box<Self>, result: Result<(), Code>) {
         let Self { header, data, done, .. } = *self;
         drop(data);
+        let Some(done) = done else { return };
         match result {
             Ok(()) => done.succeed(()),
             Err(code) => done.fail(TransferError::Mpi { what: header.to_string(), code: code.0 }),
@@ -236,31 +260,49 @@ impl<T: Plain> Transfer for Outgoing<T> {
 
     fn close(self: Box<Self>) {
         let what = self.header.to_string();
-        self.done.fail(TransferError::Closed { what });
+        if let Some(done) = self.done {
+            done.fail(TransferError::Closed { what });
+        }
     }
 }
 
-/// The reader's side: the cached copy, held by its write guard.
+/// Where a receive puts the elements: the cached copy, held by its write
+/// guard; or, when the engine refused the receive's op on this rank, a
+/// buffer dropped once the sender's message is in, so that the sender is
+/// not left waiting.
+enum Landing<T> {
+    Copy(WriteGuard<Vec<T>>),
+    Drain(Vec<u8>),
+}
+
+/// The reader's side.
 pub(super) struct Incoming<T: Plain> {
-    pub(super) expect: Header,
-    pub(super) data: WriteGuard<Vec<T>>,
-    pub(super) from: usize,
-    pub(super) done: Completion<()>,
+    expect: Header,
+    into: Landing<T>,
+    from: usize,
+    done: Option<Completion<()>>,
     wire: Box<[u8; HEADER]>,
     requests: Vec<Request>,
 }
 
 impl<T: Plain> Incoming<T> {
+    /// The receive from rank `from` into the cached copy `data`.
     pub(super) fn new(expect: Header, data: WriteGuard<Vec<T>>, from: usize, done: Completion<()>) -> Self {
-        Self { expect, data, from, done, wire: Box::new([0u8; HEADER]), requests: Vec::new() }
+        let into = Landing::Copy(data);
+        Self { expect, into, from, done: Some(done), wire: Box::new([0u8; HEADER]), requests: Vec::new() }
+    }
+
+    /// The receive of a transfer this rank has no op for: taken, then
+    /// dropped.
+    pub(super) fn drain(expect: Header, from: usize) -> Self {
+        let bytes = expect.count as usize * std::mem::size_of::<T>();
+        let into = Landing::Drain(vec![0u8; bytes]);
+        Self { expect, into, from, done: None, wire: Box::new([0u8; HEADER]), requests: Vec::new() }
     }
 }
 
 impl<T: Plain> Transfer for Incoming<T> {
     fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
-        let len = self.expect.count as usize;
-        self.data.clear();
-        self.data.resize(len, T::zeroed());
         let (from, tag) = (self.from as c_int, tag(self.expect.seq));
         let u8s = u8::equivalent_datatype().as_raw();
         // SAFETY: the header buffer is a boxed array this transfer keeps,
@@ -268,11 +310,19 @@ impl<T: Plain> Transfer for Incoming<T> {
         let head =
             unsafe { raw::receive(comm, self.wire.as_mut_ptr().cast(), HEADER as c_int, u8s, from, tag) }?;
         self.requests.push(head);
-        let bytes = bytemuck::cast_slice_mut::<T, u8>(&mut self.data);
+        let bytes: &mut [u8] = match &mut self.into {
+            Landing::Copy(data) => {
+                data.clear();
+                data.resize(self.expect.count as usize, T::zeroed());
+                bytemuck::cast_slice_mut::<T, u8>(data)
+            }
+            Landing::Drain(buffer) => buffer,
+        };
         let count = c_int::try_from(bytes.len()).map_err(|_| Code(-1))?;
-        // SAFETY: the cached copy's vector, resized just above to `len`
-        // elements and held by the write guard this transfer keeps, is not
-        // moved or touched until `test` says the request is done.
+        // SAFETY: the cached copy's vector (resized just above, held by
+        // the write guard this transfer keeps) or the drain buffer (owned
+        // here) is not moved or touched until `test` says the request is
+        // done.
         let body = unsafe { raw::receive(comm, bytes.as_mut_ptr().cast(), count, u8s, from, tag) }?;
         self.requests.push(body);
         Ok(())
@@ -283,8 +333,9 @@ impl<T: Plain> Transfer for Incoming<T> {
     }
 
     fn finish(self: Box<Self>, result: Result<(), Code>) {
-        let Self { expect, data, from, done, wire, .. } = *self;
-        drop(data);
+        let Self { expect, into, from, done, wire, .. } = *self;
+        drop(into);
+        let Some(done) = done else { return };
         if let Err(code) = result {
             done.fail(TransferError::Mpi { what: expect.to_string(), code: code.0 });
             return;
@@ -309,7 +360,9 @@ impl<T: Plain> Transfer for Incoming<T> {
 
     fn close(self: Box<Self>) {
         let what = self.expect.to_string();
-        self.done.fail(TransferError::Closed { what });
+        if let Some(done) = self.done {
+            done.fail(TransferError::Closed { what });
+        }
     }
 }
 
