@@ -34,6 +34,7 @@ fn main() {
     if size > 1 {
         a_different_program_is_named_by_the_receiver(&world);
         a_rank_whose_engine_refuses_leaves_no_one_waiting(&world);
+        a_rank_with_an_extra_transfer_does_not_hang(&world);
     }
     world.barrier().blocking_wait().expect("barrier");
     drop(world);
@@ -244,7 +245,43 @@ fn a_different_program_is_named_by_the_receiver(world: &Collectives) {
         });
         assert!(mismatch, "a mismatch naming rank 0: {chain}");
     }
-    let _ = dist.wait();
+    // Compared at the wait, the programs differ on every rank.
+    programs_differ_everywhere(&dist);
+}
+
+/// `dist.wait()` fails on this rank with the programs' difference, naming
+/// another rank.
+fn programs_differ_everywhere(dist: &Distribution<'_>) {
+    let err = dist.wait().unwrap_err();
+    let chain = format!("{err:#}");
+    let named = std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source()).find_map(|e| {
+        match e.downcast_ref::<TransferError>() {
+            Some(TransferError::ProgramsDiffer { rank, .. }) => Some(*rank),
+            _ => None,
+        }
+    });
+    let rank = named.unwrap_or_else(|| panic!("rank {}: no ProgramsDiffer in {chain}", dist.rank()));
+    assert_ne!(rank, dist.rank(), "the rank named is another: {chain}");
+}
+
+/// One rank pushes an op the others do not, which waits for a transfer
+/// that is never sent: the wait compares the programs, fails on every
+/// rank instead of hanging, and gives the receive up.
+fn a_rank_with_an_extra_transfer_does_not_hang(world: &Collectives) {
+    let dist = Distribution::new(world);
+    let rank = dist.rank();
+    let a = dist.var("a", 0, 1 << 16, || vec![3u64; 1 << 16]).unwrap();
+    let b = dist.var("b", 1, 1, || vec![0u64]).unwrap();
+    let extra = if rank == 1 {
+        dist.op::<u64>("extra").read(&a).write(&b).run(|r, w| Ok(w[0][0] = r[0][0])).unwrap()
+    } else {
+        None
+    };
+    programs_differ_everywhere(&dist);
+    if let Some(extra) = extra {
+        let err = extra.blocking_wait().unwrap_err();
+        assert!(format!("{err:#}").contains("given up"), "{err:#}");
+    }
 }
 
 /// The last rank's engine is shut down, so it refuses every op: its sends

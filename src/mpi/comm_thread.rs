@@ -30,12 +30,18 @@ use super::sig::{SIG_BYTES, Signature};
 use super::{CollectiveError, RankFailure};
 use crate::error::Error;
 
+/// The largest tag of the transfers' communicator, read when MPI starts
+/// (MPI is initialised once per process).
+pub(super) static TAG_UB: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(32_767);
+
 /// What the comm thread is told.
 pub(super) enum Msg {
     /// A collective whose op runs.
     Run(Box<dyn Flight>),
     /// A transfer of a distribution whose op runs.
     Transfer(Box<dyn Transfer>),
+    /// The ranks' programs differ: give up the transfers in flight (why).
+    Abandon(String),
     /// Collective `seq` will never run on this rank, and why.
     Gone(u64, RankFailure),
     /// No collective after number `pushed - 1` will come: stop once those
@@ -68,6 +74,7 @@ pub(super) fn start() -> Result<(Sender<Msg>, JoinHandle<()>, usize, usize), Err
                 rank,
                 size,
             };
+            TAG_UB.store(raw::tag_upper_bound(&comm.p2p), std::sync::atomic::Ordering::Relaxed);
             let _ = ready_tx.send(Ok((rank, size)));
             Loop::new(rx).run(&mut comm);
             // The communicators go before the universe, whose drop
@@ -230,6 +237,11 @@ impl Loop {
                 self.waiting.insert(seq, Box::new(Gone(sig)));
             }
             Msg::Transfer(transfer) => self.handed.push(transfer),
+            Msg::Abandon(why) => {
+                let handed = std::mem::take(&mut self.handed);
+                let flying = std::mem::take(&mut self.transfers);
+                self.transfers = handed.into_iter().chain(flying).filter_map(|t| t.abandon(&why)).collect();
+            }
             Msg::Stop(pushed) => self.stop_at = Some(pushed),
         }
     }

@@ -54,6 +54,13 @@ pub(super) trait Transfer: Send {
 
     /// The comm thread is gone: fails the op without MPI.
     fn close(self: Box<Self>);
+
+    /// The ranks' programs differ, so this transfer may never be matched:
+    /// a receive is cancelled (it stays in flight until `test` says the
+    /// cancellation is done); a send, which MPI cannot take back, fails
+    /// its op and gives up its memory to MPI for good. Returns the
+    /// transfer if it is still in flight.
+    fn abandon(self: Box<Self>, why: &str) -> Option<Box<dyn Transfer>>;
 }
 
 /// What a collective does, with the guards of its vars.

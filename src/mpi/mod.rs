@@ -151,6 +151,8 @@ pub struct Collectives {
     order: Mutex<(u64, Sender<Msg>)>,
     rank: usize,
     size: usize,
+    /// Distributions made so far (`dist`), numbered in order.
+    distributions: std::sync::atomic::AtomicU32,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -165,7 +167,14 @@ impl Collectives {
     pub fn new(engine: &Engine) -> Result<Self, Error> {
         let (tx, thread, rank, size) = comm_thread::start()?;
         crate::engine::name_profiles_by_rank(rank);
-        Ok(Self { engine: engine.clone(), order: Mutex::new((0, tx)), rank, size, thread: Some(thread) })
+        Ok(Self {
+            engine: engine.clone(),
+            order: Mutex::new((0, tx)),
+            rank,
+            size,
+            distributions: std::sync::atomic::AtomicU32::new(0),
+            thread: Some(thread),
+        })
     }
 
     /// This process's rank in the world.
@@ -181,6 +190,11 @@ impl Collectives {
     /// The engine its collectives are ops of.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The next distribution's number.
+    fn next_distribution(&self) -> u32 {
+        self.distributions.fetch_add(1, Ordering::Relaxed)
     }
 
     /// A way to the comm thread, for a distribution's transfers.

@@ -200,3 +200,42 @@ pub(super) unsafe fn receive(
     let code = unsafe { ffi::MPI_Irecv(buf, count, datatype, source, tag, comm.as_raw(), &mut request) };
     check(code, request)
 }
+
+impl Request {
+    /// Asks MPI to cancel the request (a receive that will never be
+    /// matched); it is done once `test` says so.
+    pub(super) fn cancel(&mut self) -> Result<(), Code> {
+        if self.0 == null() {
+            // Done already: MPI_Test set it to the null request.
+            return Ok(());
+        }
+        // SAFETY: `self.0` is a live request made by a start call above;
+        // a cancelled request still completes (as cancelled) through
+        // MPI_Test, and its buffers stay with their owner until then.
+        let code = unsafe { ffi::MPI_Cancel(&mut self.0) };
+        if code == 0 { Ok(()) } else { Err(Code(code)) }
+    }
+}
+
+/// The largest tag `comm` takes (`MPI_TAG_UB`; at least 32767 by the
+/// standard, which is the answer if the attribute cannot be read).
+pub(super) fn tag_upper_bound(comm: &SimpleCommunicator) -> c_int {
+    let mut value: *mut c_int = std::ptr::null_mut();
+    let mut flag: c_int = 0;
+    // SAFETY: MPI_TAG_UB is an attribute every communicator has; MPI
+    // writes into `value` a pointer to the attribute's int, which it keeps
+    // for the communicator's life, and sets `flag` if it did.
+    let code = unsafe {
+        ffi::MPI_Comm_get_attr(
+            comm.as_raw(),
+            ffi::MPI_TAG_UB as c_int,
+            (&mut value as *mut *mut c_int).cast(),
+            &mut flag,
+        )
+    };
+    if code != 0 || flag == 0 || value.is_null() {
+        return 32_767;
+    }
+    // SAFETY: as above: a live int of MPI's.
+    unsafe { *value }
+}

@@ -105,6 +105,9 @@ pub fn grid(size: usize) -> (usize, usize) {
 /// transfers in flight on this rank.
 pub struct Distribution<'c> {
     world: &'c Collectives,
+    /// Its number among the world's distributions, in the order they were
+    /// made (the same on every rank).
+    id: u32,
     engine: Engine,
     tx: Sender<Msg>,
     books: Mutex<Books>,
@@ -154,13 +157,14 @@ impl<'c> Distribution<'c> {
     /// A distribution over `world`'s ranks, its ops and transfers pushed on
     /// `world`'s engine.
     pub fn new(world: &'c Collectives) -> Self {
-        Self { world, engine: world.engine().clone(), tx: world.sender(), books: Mutex::default() }
+        Self::with_engine(world, world.engine())
     }
 
     /// A distribution over `world`'s ranks whose ops and transfers are
     /// pushed on `engine` (the comm thread is still `world`'s).
     pub fn with_engine(world: &'c Collectives, engine: &Engine) -> Self {
-        Self { world, engine: engine.clone(), tx: world.sender(), books: Mutex::default() }
+        let id = world.next_distribution();
+        Self { world, id, engine: engine.clone(), tx: world.sender(), books: Mutex::default() }
     }
 
     /// This rank.
@@ -244,14 +248,26 @@ impl<'c> Distribution<'c> {
     }
 
     /// Waits (blocking this thread) until every op and transfer this rank
-    /// runs for the distribution so far is done.
+    /// runs for the distribution so far is done, after the ranks have
+    /// compared their programs: a collective, so every rank calls it at the
+    /// same point of the program.
     ///
     /// # Errors
     ///
-    /// The first failure among them, as [`Engine::wait_for_all`] reports it.
+    /// If the ranks' programs differ (their hashes of every var and op
+    /// pushed, or their numbers of transfers), every rank fails with
+    /// [`TransferError::ProgramsDiffer`], naming the first rank that
+    /// differs from it, and the transfers in flight are given up
+    /// ([`TransferError::Abandoned`]) instead of waited for, as some may
+    /// never be matched. Else the first failure among the ops, as
+    /// [`Engine::wait_for_all`] reports it.
     pub fn wait(&self) -> Result<(), Error> {
+        let agreed = self.agree().blocking_wait();
+        if let Err(err) = &agreed {
+            let _ = self.tx.send(Msg::Abandon(format!("{err:#}")));
+        }
         let handles = std::mem::take(&mut self.lock().in_flight);
-        let mut first = None;
+        let mut first = agreed.err();
         for handle in handles {
             if let Err(err) = handle.blocking_wait() {
                 first.get_or_insert(err);
@@ -264,6 +280,33 @@ impl<'c> Distribution<'c> {
         }
     }
 
+    /// Every rank's program, compared: an all-gather of each rank's hash
+    /// and number of transfers, then an op that fails unless all match.
+    fn agree(&self) -> OpHandle<()> {
+        let (program, transfers) = {
+            let books = self.lock();
+            (books.program, books.transfers)
+        };
+        let world = self.world.engine();
+        let mine = world.var(vec![program, transfers]);
+        let all = world.var(Vec::<u64>::new());
+        // The check op below waits on `all`; the handle is not needed.
+        drop(self.world.all_gather(&mine, &all));
+        let describe = |p: &[u64]| format!("program hash {:016x} with {} transfers", p[0], p[1]);
+        world.op("distribution: compare the ranks' programs").read(&all).run(move |(all,), ()| {
+            let mine = [program, transfers];
+            match all.chunks(2).enumerate().find(|(_, theirs)| *theirs != mine) {
+                Some((rank, theirs)) => Err(TransferError::ProgramsDiffer {
+                    mine: describe(&mine),
+                    rank,
+                    theirs: describe(theirs),
+                }
+                .into()),
+                None => Ok(()),
+            }
+        })
+    }
+
     /// The transfers `reads` need to reach rank `at`, pushed on this rank
     /// where it takes part, and the books brought up to date.
     fn move_reads<T: Plain>(&self, books: &mut Books, reads: &[&DistVar<T>], at: usize) {
@@ -274,6 +317,7 @@ impl<'c> Distribution<'c> {
                 continue;
             }
             let header = Header {
+                dist: self.id,
                 seq: books.transfers,
                 var: var.id,
                 version: book.version,

@@ -17,6 +17,7 @@ use mpi::datatype::Equivalence;
 use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 
+use super::super::comm_thread::TAG_UB;
 use super::super::flight::Transfer;
 use super::super::raw::{self, Code, Request};
 use super::Plain;
@@ -27,12 +28,14 @@ use crate::var::{ReadGuard, WriteGuard};
 pub(super) const HEADER: usize = 256;
 const MAGIC: &[u8; 4] = b"DPTX";
 const NAME: std::ops::Range<usize> = 52..116;
-const MESSAGE: std::ops::Range<usize> = 118..HEADER;
+const MESSAGE: std::ops::Range<usize> = 124..HEADER;
 
 /// What a transfer is, as every rank's program numbers it: the receiver
 /// checks the sender's against its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Header {
+    /// The distribution's number among the world's.
+    pub(super) dist: u32,
     /// Its number among the distribution's transfers.
     pub(super) seq: u64,
     pub(super) var: u32,
@@ -59,6 +62,7 @@ impl Header {
         b[32..40].copy_from_slice(&self.elem.to_le_bytes());
         b[40..48].copy_from_slice(&self.program.to_le_bytes());
         b[48] = u8::from(failure.is_some());
+        b[120..124].copy_from_slice(&self.dist.to_le_bytes());
         let name = cut(&self.name, NAME.len());
         b[50..52].copy_from_slice(&(name.len() as u16).to_le_bytes());
         b[NAME.start..NAME.start + name.len()].copy_from_slice(name.as_bytes());
@@ -85,6 +89,7 @@ impl Header {
             var: u32::from_le_bytes(b[12..16].try_into().expect("four bytes")),
             version: u64_at(16),
             count: u64_at(24),
+            dist: u32::from_le_bytes(b[120..124].try_into().expect("four bytes")),
             elem: u64_at(32),
             program: u64_at(40),
             name: String::from_utf8_lossy(&b[NAME.start..NAME.start + name_len]).into_owned(),
@@ -99,8 +104,8 @@ impl fmt::Display for Header {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "transfer #{} of var #{} `{}` at version {} ({} elements of type {:016x}; program hash {:016x})",
-            self.seq, self.var, self.name, self.version, self.count, self.elem, self.program
+            "transfer #{} of distribution #{}, var #{} `{}` at version {} ({} elements of type {:016x}; program hash {:016x})",
+            self.seq, self.dist, self.var, self.name, self.version, self.count, self.elem, self.program
         )
     }
 }
@@ -151,6 +156,25 @@ pub enum TransferError {
         /// The transfer.
         what: String,
     },
+    /// Given up: the ranks' programs were found to differ
+    /// ([`Distribution::wait`](super::Distribution::wait)), so it might
+    /// never be matched.
+    Abandoned {
+        /// The transfer.
+        what: String,
+        /// How the programs differ.
+        why: String,
+    },
+    /// The ranks submitted different programs, found when they compared
+    /// them ([`Distribution::wait`](super::Distribution::wait)).
+    ProgramsDiffer {
+        /// This rank's program: its hash and how many transfers it has.
+        mine: String,
+        /// The first rank whose program differs…
+        rank: usize,
+        /// …and its.
+        theirs: String,
+    },
 }
 
 impl fmt::Display for TransferError {
@@ -165,15 +189,29 @@ impl fmt::Display for TransferError {
             }
             Self::Mpi { what, code } => write!(f, "{what}: MPI error code {code}"),
             Self::Closed { what } => write!(f, "{what}: the comm thread was gone"),
+            Self::Abandoned { what, why } => write!(f, "{what}: given up, as {why}"),
+            Self::ProgramsDiffer { mine, rank, theirs } => {
+                write!(
+                    f,
+                    "the ranks submitted different programs: this rank's is {mine}, rank {rank}'s is {theirs}"
+                )
+            }
         }
     }
 }
 
 impl std::error::Error for TransferError {}
 
-/// The tag of transfer `seq`: MPI guarantees tags up to 32767.
-fn tag(seq: u64) -> c_int {
-    (seq % 32_767) as c_int
+/// The tag of transfer `seq` of distribution `dist`: the distribution's
+/// number in the top bits and the transfer's below, so that transfers of
+/// two distributions alive at once do not match each other's (with Open
+/// MPI's bound of 2³¹ − 1: 128 distributions of 2²⁴ transfers in flight;
+/// where MPI allows fewer tags, the number wraps sooner, and a header that
+/// does not match the receiver's books fails its op).
+fn tag(dist: u32, seq: u64) -> c_int {
+    let ub = i64::from(TAG_UB.load(std::sync::atomic::Ordering::Relaxed)).max(32_767);
+    let raw = (i64::from(dist % 128) << 24) | (seq % (1 << 24)) as i64;
+    (raw % (ub + 1)) as c_int
 }
 
 /// The owner's side: the var's elements, held by its read guard; or, when
@@ -228,7 +266,7 @@ impl<T: Plain> Transfer for Outgoing<T> {
             _ => &[],
         };
         let header = self.header.encode(failure.as_deref());
-        let (to, tag) = (self.to as c_int, tag(self.header.seq));
+        let (to, tag) = (self.to as c_int, tag(self.header.dist, self.header.seq));
         let u8s = u8::equivalent_datatype().as_raw();
         // SAFETY: the header is a boxed array this transfer keeps, unmoved
         // and unwritten, until `test` says both requests are done.
@@ -264,6 +302,28 @@ impl<T: Plain> Transfer for Outgoing<T> {
             done.fail(TransferError::Closed { what });
         }
     }
+
+    fn abandon(mut self: Box<Self>, why: &str) -> Option<Box<dyn Transfer>> {
+        let started = !self.requests.is_empty();
+        match self.test() {
+            Ok(true) if started => self.finish(Ok(())),
+            Err(code) => self.finish(Err(code)),
+            Ok(_) => {
+                let what = self.header.to_string();
+                if let Some(done) = self.done.take() {
+                    done.fail(TransferError::Abandoned { what, why: why.to_owned() });
+                }
+                // MPI may still read the header and the var's elements (a
+                // send cannot be cancelled): they are left to it for good,
+                // the var read-held, which a program that found its ranks
+                // disagree ends anyway. One not started is only dropped.
+                if started {
+                    std::mem::forget(self);
+                }
+            }
+        }
+        None
+    }
 }
 
 /// Where a receive puts the elements: the cached copy, held by its write
@@ -283,13 +343,23 @@ pub(super) struct Incoming<T: Plain> {
     done: Option<Completion<()>>,
     wire: Box<[u8; HEADER]>,
     requests: Vec<Request>,
+    /// Given up, and why: the requests are cancelled.
+    abandoned: Option<String>,
 }
 
 impl<T: Plain> Incoming<T> {
     /// The receive from rank `from` into the cached copy `data`.
     pub(super) fn new(expect: Header, data: WriteGuard<Vec<T>>, from: usize, done: Completion<()>) -> Self {
         let into = Landing::Copy(data);
-        Self { expect, into, from, done: Some(done), wire: Box::new([0u8; HEADER]), requests: Vec::new() }
+        Self {
+            expect,
+            into,
+            from,
+            done: Some(done),
+            wire: Box::new([0u8; HEADER]),
+            requests: Vec::new(),
+            abandoned: None,
+        }
     }
 
     /// The receive of a transfer this rank has no op for: taken, then
@@ -297,13 +367,21 @@ impl<T: Plain> Incoming<T> {
     pub(super) fn drain(expect: Header, from: usize) -> Self {
         let bytes = expect.count as usize * std::mem::size_of::<T>();
         let into = Landing::Drain(vec![0u8; bytes]);
-        Self { expect, into, from, done: None, wire: Box::new([0u8; HEADER]), requests: Vec::new() }
+        Self {
+            expect,
+            into,
+            from,
+            done: None,
+            wire: Box::new([0u8; HEADER]),
+            requests: Vec::new(),
+            abandoned: None,
+        }
     }
 }
 
 impl<T: Plain> Transfer for Incoming<T> {
     fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
-        let (from, tag) = (self.from as c_int, tag(self.expect.seq));
+        let (from, tag) = (self.from as c_int, tag(self.expect.dist, self.expect.seq));
         let u8s = u8::equivalent_datatype().as_raw();
         // SAFETY: the header buffer is a boxed array this transfer keeps,
         // unmoved and untouched, until `test` says the request is done.
@@ -333,9 +411,13 @@ impl<T: Plain> Transfer for Incoming<T> {
     }
 
     fn finish(self: Box<Self>, result: Result<(), Code>) {
-        let Self { expect, into, from, done, wire, .. } = *self;
+        let Self { expect, into, from, done, wire, abandoned, .. } = *self;
         drop(into);
         let Some(done) = done else { return };
+        if let Some(why) = abandoned {
+            done.fail(TransferError::Abandoned { what: expect.to_string(), why });
+            return;
+        }
         if let Err(code) = result {
             done.fail(TransferError::Mpi { what: expect.to_string(), code: code.0 });
             return;
@@ -362,6 +444,33 @@ impl<T: Plain> Transfer for Incoming<T> {
         let what = self.expect.to_string();
         if let Some(done) = self.done {
             done.fail(TransferError::Closed { what });
+        }
+    }
+
+    fn abandon(mut self: Box<Self>, why: &str) -> Option<Box<dyn Transfer>> {
+        let started = !self.requests.is_empty();
+        match self.test() {
+            Ok(true) if started => {
+                self.finish(Ok(()));
+                None
+            }
+            Err(code) => {
+                self.finish(Err(code));
+                None
+            }
+            Ok(_) => {
+                self.abandoned = Some(why.to_owned());
+                if !started {
+                    self.finish(Ok(()));
+                    return None;
+                }
+                // A cancelled receive still completes, through `test`; its
+                // memory stays here until then.
+                for request in &mut self.requests {
+                    let _ = request.cancel();
+                }
+                Some(self)
+            }
         }
     }
 }
