@@ -47,10 +47,21 @@ fn tile_of(a: &[f64], n: usize, b: usize, (i, j): (usize, usize)) -> Vec<f64> {
 /// the tiles of the lower triangle (`t[i][j]`, j ≤ i).
 fn factor(dist: &Distribution<'_>, t: &[Vec<DistVar<f64>>], b: usize) -> depengine::Result<()> {
     let nt = t.len();
+    // The diagonal and panel ops first where they pay, as in `cholesky.rs`
+    // (PRIO=1 or PRIO=0 forces either).
+    let on = match std::env::var("PRIO").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => b >= 128,
+    };
+    let prio = |p: i32| if on { p } else { 0 };
     for k in 0..nt {
-        dist.op("potrf").write(&t[k][k]).run(move |_, w| Ok(potrf(&mut rows_mut(w[0], b))?))?;
+        dist.op("potrf")
+            .write(&t[k][k])
+            .priority(prio(2))
+            .run(move |_, w| Ok(potrf(&mut rows_mut(w[0], b))?))?;
         for i in k + 1..nt {
-            dist.op("trsm").read(&t[k][k]).write(&t[i][k]).run(move |r, w| {
+            dist.op("trsm").read(&t[k][k]).write(&t[i][k]).priority(prio(1)).run(move |r, w| {
                 trsm(&rows(r[0], b), &mut rows_mut(w[0], b));
                 Ok(())
             })?;

@@ -244,7 +244,14 @@ impl<'c> Distribution<'c> {
 
     /// An op on distributed vars, to declare and run (see [`DistOp`]).
     pub fn op<T: Plain>(&self, name: &str) -> DistOp<'_, 'c, T> {
-        DistOp { dist: self, name: name.to_owned(), reads: Vec::new(), writes: Vec::new(), repair: false }
+        DistOp {
+            dist: self,
+            name: name.to_owned(),
+            reads: Vec::new(),
+            writes: Vec::new(),
+            repair: false,
+            priority: 0,
+        }
     }
 
     /// Waits (blocking this thread) until every op and transfer this rank
@@ -486,6 +493,7 @@ pub struct DistOp<'d, 'c, T: Plain> {
     reads: Vec<&'d DistVar<T>>,
     writes: Vec<&'d DistVar<T>>,
     repair: bool,
+    priority: i32,
 }
 
 impl<T: Plain> fmt::Debug for DistOp<'_, '_, T> {
@@ -523,6 +531,13 @@ impl<'d, 'c, T: Plain> DistOp<'d, 'c, T> {
         self
     }
 
+    /// The op's priority on the rank that runs it (as
+    /// [`OpBuilder::priority`](crate::engine::OpBuilder::priority)).
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
     /// Pushes the op on every rank's books, the transfers it needs, and,
     /// on the rank that runs it, the op itself: its handle there, `None`
     /// elsewhere.
@@ -537,7 +552,7 @@ impl<'d, 'c, T: Plain> DistOp<'d, 'c, T> {
         self,
         body: impl FnOnce(&[&[T]], &mut [&mut [T]]) -> Result<(), BoxError> + Send + 'static,
     ) -> Result<Option<OpHandle<()>>, Error> {
-        let Self { dist, name, reads, writes, repair } = self;
+        let Self { dist, name, reads, writes, repair, priority } = self;
         let at = match (writes.first(), reads.first()) {
             (Some(w), _) => w.owner,
             (None, Some(r)) => r.owner,
@@ -570,7 +585,7 @@ impl<'d, 'c, T: Plain> DistOp<'d, 'c, T> {
         let written: Vec<u32> = writes.iter().map(|v| v.id).collect();
         let reads: Vec<&Var<Vec<T>>> = reads.iter().map(|v| &v.local).collect();
         let writes: Vec<&Var<Vec<T>>> = writes.iter().map(|v| &v.local).collect();
-        let op = dist.engine.op(name.clone()).repair(repair);
+        let op = dist.engine.op(name.clone()).repair(repair).priority(priority);
         let pushed = op.read_all(reads).write_all(writes).run(move |(reads,), (mut writes,)| {
             let reads: Vec<&[T]> = reads.iter().map(|g| g.as_slice()).collect();
             let mut writes: Vec<&mut [T]> = writes.iter_mut().map(|g| g.as_mut_slice()).collect();
