@@ -3,10 +3,13 @@
 //! Collectives arrive when their ops run, in any order; they start in
 //! the order they were pushed. Each goes through two immediate
 //! collectives, on two duplicates of the world so that each keeps its
-//! own order: the exchange of signatures (an all-gather of 64 bytes per
+//! own order: the exchange of signatures (an all-gather of 128 bytes per
 //! rank), started as soon as every collective before it has started its
 //! own, and then, if every rank agrees and none failed, the data
-//! collective, started in push order too. While anything is in flight the
+//! collective, started in push order too. A barrier and a small
+//! all-reduce are done by the exchange alone (their data rides in it).
+//! A distribution's transfers (`dist/`) start as soon as their ops hand
+//! them over, on a third duplicate. While anything is in flight the
 //! thread keeps testing it (MPI makes progress only inside its calls);
 //! with nothing in flight it sleeps on its queue.
 //!
@@ -26,7 +29,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 
 use super::flight::{Flight, Gone, Pool, Transfer};
 use super::raw::{self, Buffers, Request};
-use super::sig::{SIG_BYTES, Signature};
+use super::sig::{self, HEAD_BYTES, SIG_BYTES, Signature};
 use super::{CollectiveError, RankFailure};
 use crate::error::Error;
 
@@ -114,7 +117,7 @@ struct Comm {
 /// MPI's until its request is done.
 struct Staged {
     flight: Box<dyn Flight>,
-    mine: Box<[u8; SIG_BYTES]>,
+    mine: Box<[u8; HEAD_BYTES]>,
     all: Vec<u8>,
     request: Request,
 }
@@ -250,12 +253,15 @@ impl Loop {
     fn start_heads(&mut self, comm: &Comm) {
         while let Some(flight) = self.waiting.remove(&self.next) {
             self.next += 1;
-            let mine = Box::new(flight.signature().encode());
-            let mut all = vec![0u8; SIG_BYTES * comm.size];
+            let mut mine = Box::new([0u8; HEAD_BYTES]);
+            mine[..SIG_BYTES].copy_from_slice(&flight.signature().encode());
+            let inline = flight.inline();
+            mine[SIG_BYTES..SIG_BYTES + inline.len()].copy_from_slice(&inline);
+            let mut all = vec![0u8; HEAD_BYTES * comm.size];
             let b = Buffers {
                 send: mine.as_ptr().cast(),
                 recv: all.as_mut_ptr().cast(),
-                count: SIG_BYTES as i32,
+                count: HEAD_BYTES as i32,
                 datatype: u8::equivalent_datatype().as_raw(),
             };
             // SAFETY: `mine` holds one signature and `all` one per rank; both
@@ -288,9 +294,15 @@ impl Loop {
             }
             let Staged { mut flight, mine, all, request: _ } = self.heads.pop_front().expect("the front");
             drop(mine);
-            let sigs: Vec<Signature> = all.chunks(SIG_BYTES).map(Signature::decode).collect();
+            let sigs: Vec<Signature> =
+                all.chunks(HEAD_BYTES).map(|c| Signature::decode(&c[..SIG_BYTES])).collect();
             match verdict(flight.as_ref(), &sigs, comm.rank) {
                 Err(err) => self.finish(flight, Err(err)),
+                Ok(()) if sig::done_by_exchange(flight.signature()) => {
+                    let parts: Vec<&[u8]> = all.chunks(HEAD_BYTES).map(|c| &c[SIG_BYTES..]).collect();
+                    flight.finish_inline(&parts);
+                    self.done += 1;
+                }
                 Ok(()) => match flight.start(&comm.data, &mut self.pool) {
                     Ok(request) => self.flying.push((flight, request)),
                     Err(err) => self.finish(flight, Err(err)),

@@ -15,7 +15,7 @@ use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 
 use super::raw::{self, Buffers, Code, Request};
-use super::sig::Signature;
+use super::sig::{self, Signature};
 use super::{CollectiveError, Element, RankFailure, Reduce, mpi_count};
 use crate::op::op_handle::Completion;
 use crate::var::{ReadGuard, WriteGuard};
@@ -30,6 +30,15 @@ pub(super) trait Flight: Send {
 
     /// Starts its data collective on `comm`.
     fn start(&mut self, comm: &SimpleCommunicator, pool: &mut Pool) -> Result<Request, CollectiveError>;
+
+    /// This rank's data for its signature exchange, if the collective is
+    /// small enough to be done by it (`sig::done_by_exchange`); empty
+    /// otherwise.
+    fn inline(&self) -> Vec<u8>;
+
+    /// Done by the signature exchange: `parts` holds every rank's inline
+    /// data, in rank order. Hands the vars back and completes the op.
+    fn finish_inline(self: Box<Self>, parts: &[&[u8]]);
 
     /// Done (or failed on every rank): hands its vars back and completes
     /// its op.
@@ -196,6 +205,43 @@ impl<T: Element> Flight for Typed<T> {
         started.map_err(|code| CollectiveError::Mpi { what: self.sig.to_string(), code: code.0 })
     }
 
+    fn inline(&self) -> Vec<u8> {
+        match &self.what {
+            What::AllReduce { data, .. } if self.local.is_none() && sig::done_by_exchange(&self.sig) => {
+                bytemuck::cast_slice::<T, u8>(data).to_vec()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn finish_inline(self: Box<Self>, parts: &[&[u8]]) {
+        let Self { what, done, size, .. } = *self;
+        match what {
+            What::AllReduce { mut data, op, .. } => {
+                let bytes = data.len() * std::mem::size_of::<T>();
+                let elems = |part: &[u8]| -> Vec<T> {
+                    part[..bytes]
+                        .chunks_exact(std::mem::size_of::<T>())
+                        .map(bytemuck::pod_read_unaligned)
+                        .collect()
+                };
+                // Every rank folds the same parts in the same order, so
+                // every rank holds the same result.
+                let mut acc = elems(parts[0]);
+                for part in &parts[1..] {
+                    acc.iter_mut().zip(elems(part)).for_each(|(a, x)| *a = T::combine(op, *a, x));
+                }
+                if op == Reduce::Mean {
+                    T::divide(&mut acc, size);
+                }
+                data.copy_from_slice(&acc);
+            }
+            What::Barrier => {}
+            _ => unreachable!("only an all-reduce and a barrier are done by their signature exchange"),
+        }
+        done.succeed(());
+    }
+
     fn finish(self: Box<Self>, result: Result<(), CollectiveError>, pool: &mut Pool) {
         let Self { what, done, size, .. } = *self;
         if let Err(err) = result {
@@ -237,6 +283,14 @@ impl Flight for Gone {
     }
 
     fn start(&mut self, _: &SimpleCommunicator, _: &mut Pool) -> Result<Request, CollectiveError> {
+        unreachable!("a collective that never ran fails at its signature")
+    }
+
+    fn inline(&self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    fn finish_inline(self: Box<Self>, _: &[&[u8]]) {
         unreachable!("a collective that never ran fails at its signature")
     }
 

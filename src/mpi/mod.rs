@@ -67,7 +67,7 @@ mod sealed {
 
 /// An element type of a collective's buffers: `f32`, `f64`, `i32`, `i64`,
 /// `u32`, `u64`, `u8`.
-pub trait Element: sealed::Sealed + Copy + Default + Send + Sync + 'static {
+pub trait Element: sealed::Sealed + bytemuck::Pod + Default + Send + Sync + 'static {
     /// Its code in a signature.
     #[doc(hidden)]
     const CODE: u8;
@@ -77,6 +77,10 @@ pub trait Element: sealed::Sealed + Copy + Default + Send + Sync + 'static {
     /// Divides each element by `n` (floats only).
     #[doc(hidden)]
     fn divide(xs: &mut [Self], n: usize);
+    /// `a` and `b` combined by `op` (a mean sums: the division comes
+    /// after), as a small all-reduce done by its signature exchange does.
+    #[doc(hidden)]
+    fn combine(op: Reduce, a: Self, b: Self) -> Self;
 }
 
 macro_rules! element {
@@ -89,6 +93,25 @@ macro_rules! element {
                 let by = n as $t;
                 xs.iter_mut().for_each(|x| *x /= by);
             }
+            fn combine(op: Reduce, a: Self, b: Self) -> Self {
+                match op {
+                    Reduce::Sum | Reduce::Mean => a + b,
+                    Reduce::Min => {
+                        if b < a {
+                            b
+                        } else {
+                            a
+                        }
+                    }
+                    Reduce::Max => {
+                        if b > a {
+                            b
+                        } else {
+                            a
+                        }
+                    }
+                }
+            }
         }
     };
     ($t:ty, $code:expr) => {
@@ -98,6 +121,14 @@ macro_rules! element {
             const FLOAT: bool = false;
             fn divide(_: &mut [Self], _: usize) {
                 unreachable!("a mean of integers is refused at push")
+            }
+            fn combine(op: Reduce, a: Self, b: Self) -> Self {
+                match op {
+                    // MPI's integer sums wrap on every implementation.
+                    Reduce::Sum | Reduce::Mean => a.wrapping_add(b),
+                    Reduce::Min => a.min(b),
+                    Reduce::Max => a.max(b),
+                }
             }
         }
     };

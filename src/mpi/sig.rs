@@ -8,6 +8,14 @@ use std::fmt;
 /// Bytes of an encoded signature.
 pub(super) const SIG_BYTES: usize = 64;
 
+/// Bytes of a small collective's data that travel with its signature
+/// (an all-reduce of at most this many bytes needs no second MPI call).
+pub(super) const INLINE_BYTES: usize = 64;
+
+/// Bytes each rank contributes to a signature exchange: its signature,
+/// then a small collective's data (zeros otherwise).
+pub(super) const HEAD_BYTES: usize = SIG_BYTES + INLINE_BYTES;
+
 /// Bytes of the var's name kept in a signature.
 const TAG_BYTES: usize = 40;
 
@@ -80,6 +88,31 @@ fn cut(tag: &str) -> &str {
         end -= 1;
     }
     &tag[..end]
+}
+
+/// Whether the collective every rank agreed on (`sig`) is done by its
+/// signature exchange alone: a barrier (the exchange already waits for
+/// every rank), or an all-reduce whose data fits beside the signature
+/// (each rank then reduces every rank's data itself, in rank order). The
+/// same answer on every rank, from the agreed signature.
+pub(super) fn done_by_exchange(sig: &Signature) -> bool {
+    match sig.kind {
+        BARRIER => true,
+        ALL_REDUCE => {
+            elem_size(sig.elem).is_some_and(|size| sig.count.saturating_mul(size) <= INLINE_BYTES as u64)
+        }
+        _ => false,
+    }
+}
+
+/// The element types' sizes in bytes, by code.
+fn elem_size(code: u8) -> Option<u64> {
+    match code {
+        1 | 3 | 5 => Some(4),
+        2 | 4 | 6 => Some(8),
+        7 => Some(1),
+        _ => None,
+    }
 }
 
 /// The kinds of collective.

@@ -45,3 +45,26 @@ fn signatures_agree_on_everything_but_failure_and_missing_names() {
     }
     assert_eq!(a.to_string(), "all_reduce(sum) of 1024 f32 on `grad.0`");
 }
+
+#[test]
+fn only_barriers_and_small_all_reduces_are_done_by_the_exchange() {
+    let mut s = sig();
+    s.count = 16; // 16 f32: 64 bytes
+    assert!(done_by_exchange(&s));
+    s.count = 17;
+    assert!(!done_by_exchange(&s));
+    s.elem = 2; // f64
+    s.count = 8;
+    assert!(done_by_exchange(&s));
+    s.count = 9;
+    assert!(!done_by_exchange(&s));
+    s.kind = BROADCAST;
+    s.count = 1;
+    assert!(!done_by_exchange(&s));
+    s.kind = BARRIER;
+    s.count = 0;
+    assert!(done_by_exchange(&s));
+    s.kind = ALL_REDUCE;
+    s.elem = 99; // unknown type: never
+    assert!(!done_by_exchange(&s));
+}
