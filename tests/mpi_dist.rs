@@ -35,6 +35,7 @@ fn main() {
         a_different_program_is_named_by_the_receiver(&world);
         a_rank_whose_engine_refuses_leaves_no_one_waiting(&world);
         a_rank_with_an_extra_transfer_does_not_hang(&world);
+        a_size_that_differs_is_named_not_fatal(&world);
     }
     world.barrier().blocking_wait().expect("barrier");
     drop(world);
@@ -314,4 +315,24 @@ fn a_rank_whose_engine_refuses_leaves_no_one_waiting(world: &Collectives) {
     if rank != last {
         let _ = futures::executor::block_on(engine.shutdown(depengine::ShutdownMode::Drain));
     }
+}
+
+/// Rank 0 owns a var of 4096 elements that rank 1 registered with 2: the
+/// elements rank 0 sends do not fit what rank 1 posted, and rank 1's op
+/// fails naming both sides, instead of MPI ending the job.
+fn a_size_that_differs_is_named_not_fatal(world: &Collectives) {
+    let dist = Distribution::new(world);
+    let rank = dist.rank();
+    let len = if rank == 1 { 2 } else { 4096 };
+    let a = dist.var("a", 0, len, || vec![1u64; 4096]).unwrap();
+    let b = dist.var("b", 1, 1, || vec![0u64]).unwrap();
+    let read = dist.op::<u64>("reads a").read(&a).write(&b).run(|r, w| Ok(w[0][0] = r[0][0])).unwrap();
+    if rank == 1 {
+        let err = read.expect("runs on rank 1").blocking_wait().unwrap_err();
+        let mismatch = std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source()).any(|e| {
+            matches!(e.downcast_ref::<TransferError>(), Some(TransferError::Mismatch { rank: 0, .. }))
+        });
+        assert!(mismatch, "a mismatch naming rank 0: {err:#}");
+    }
+    programs_differ_everywhere(&dist);
 }

@@ -78,6 +78,9 @@ pub(super) fn start() -> Result<(Sender<Msg>, JoinHandle<()>, usize, usize), Err
                 size,
             };
             TAG_UB.store(raw::tag_upper_bound(&comm.p2p), std::sync::atomic::Ordering::Relaxed);
+            // Best effort: without it, a mismatch that truncates a message
+            // ends the job instead of failing the op.
+            let _ = raw::errors_return(&comm.p2p);
             let _ = ready_tx.send(Ok((rank, size)));
             Loop::new(rx).run(&mut comm);
             // The communicators go before the universe, whose drop

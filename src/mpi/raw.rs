@@ -239,3 +239,14 @@ pub(super) fn tag_upper_bound(comm: &SimpleCommunicator) -> c_int {
     // SAFETY: as above: a live int of MPI's.
     unsafe { *value }
 }
+
+/// Makes MPI return errors on `comm` to the caller instead of ending the
+/// job (the default): a transfer whose sender sent more than its receiver
+/// posted (ranks whose programs differ) then fails its op, named.
+pub(super) fn errors_return(comm: &SimpleCommunicator) -> Result<(), Code> {
+    // SAFETY: a live communicator of this process and the predefined
+    // handler, a static initialised by the MPI library (read after MPI is
+    // initialised).
+    let code = unsafe { ffi::MPI_Comm_set_errhandler(comm.as_raw(), ffi::RSMPI_ERRORS_RETURN) };
+    if code == 0 { Ok(()) } else { Err(Code(code)) }
+}

@@ -419,7 +419,17 @@ impl<T: Plain> Transfer for Incoming<T> {
             return;
         }
         if let Err(code) = result {
-            done.fail(TransferError::Mpi { what: expect.to_string(), code: code.0 });
+            // A header that arrived and differs says why (a sender that
+            // sent more than was posted, say), better than MPI's code.
+            let err = match Header::decode(&wire) {
+                Some((theirs, _)) if theirs != expect => TransferError::Mismatch {
+                    mine: expect.to_string(),
+                    rank: from,
+                    theirs: theirs.to_string(),
+                },
+                _ => TransferError::Mpi { what: expect.to_string(), code: code.0 },
+            };
+            done.fail(err);
             return;
         }
         match Header::decode(&wire) {
