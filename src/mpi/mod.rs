@@ -32,6 +32,10 @@
 //! waits for the collectives in flight.
 //!
 //! `README.md` beside this file has the protocol and its argument.
+//!
+//! **Tiles across ranks.** [`dist`] runs one tiled program on every rank,
+//! each op on the owner of what it writes, the vars it reads moved by the
+//! engine; its transfers go through the same comm thread.
 
 mod comm_thread;
 pub mod dist;
