@@ -46,7 +46,12 @@
 //!   a transfer of such a var carries the error, and the op that reads it
 //!   on another rank fails with it ([`TransferError::FailedOnOwner`]).
 
+mod error;
+mod grid;
+mod header;
+mod op;
 mod transfer;
+mod var;
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -55,15 +60,17 @@ use std::sync::mpsc::Sender;
 
 use super::Collectives;
 use super::comm_thread::Msg;
-use crate::BoxError;
 use crate::device::Lane;
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::op::op_handle::OpHandle;
-use crate::var::Var;
-use transfer::{Header, Incoming, Outgoing};
+use header::Header;
+use transfer::{Incoming, Outgoing};
 
-pub use transfer::TransferError;
+pub use error::TransferError;
+pub use grid::{block_cyclic, grid};
+pub use op::DistOp;
+pub use var::DistVar;
 
 /// What a distributed var holds: plain bytes (`bytemuck::Pod`), sent as
 /// they are between ranks of one program (the same binary everywhere, so
@@ -76,28 +83,6 @@ impl<T: bytemuck::Pod + Send + Sync> Plain for T {}
 /// size, the same on every rank of one program.
 fn elem_mark<T: Plain>() -> u64 {
     mix(std::mem::size_of::<T>() as u64, &std::any::type_name::<T>())
-}
-
-/// The rank that owns tile `(i, j)` of a matrix of tiles spread 2D
-/// block-cyclically over a `p × q` grid of ranks (ScaLAPACK's layout):
-/// rank `(i mod p) · q + (j mod q)`.
-///
-/// # Panics
-///
-/// If `p` or `q` is zero.
-pub fn block_cyclic(i: usize, j: usize, p: usize, q: usize) -> usize {
-    assert!(p > 0 && q > 0, "a grid of ranks has at least one row and one column");
-    (i % p) * q + (j % q)
-}
-
-/// The grid `p × q` closest to square for `size` ranks (`p ≤ q`).
-pub fn grid(size: usize) -> (usize, usize) {
-    let mut p = (size as f64).sqrt() as usize;
-    while p > 1 && !size.is_multiple_of(p) {
-        p -= 1;
-    }
-    let p = p.max(1);
-    (p, size / p)
 }
 
 /// A program of ops on distributed vars, submitted in the same order on
@@ -240,18 +225,6 @@ impl<'c> Distribution<'c> {
             let _ = init.run_detached(move |(), _| Err(wrong.into()));
         }
         Ok(DistVar { id, owner, len, local })
-    }
-
-    /// An op on distributed vars, to declare and run (see [`DistOp`]).
-    pub fn op<T: Plain>(&self, name: &str) -> DistOp<'_, 'c, T> {
-        DistOp {
-            dist: self,
-            name: name.to_owned(),
-            reads: Vec::new(),
-            writes: Vec::new(),
-            repair: false,
-            priority: 0,
-        }
     }
 
     /// Waits (blocking this thread) until every op and transfer this rank
@@ -438,174 +411,5 @@ impl fmt::Debug for Distribution<'_> {
             .field("rank", &self.rank())
             .field("size", &self.size())
             .finish_non_exhaustive()
-    }
-}
-
-/// A var of a [`Distribution`]: its data on its owner, a cached copy at
-/// most elsewhere.
-pub struct DistVar<T: Plain> {
-    id: u32,
-    owner: usize,
-    len: usize,
-    local: Var<Vec<T>>,
-}
-
-impl<T: Plain> DistVar<T> {
-    /// The rank that owns it.
-    pub fn owner(&self) -> usize {
-        self.owner
-    }
-
-    /// Its elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// This rank's var: the data on the owner, the cached copy elsewhere
-    /// (empty until a version is received, and stale once the owner writes
-    /// it again). Read it with the engine's ops, or after
-    /// [`Distribution::wait`].
-    pub fn local(&self) -> &Var<Vec<T>> {
-        &self.local
-    }
-}
-
-impl<T: Plain> fmt::Debug for DistVar<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DistVar")
-            .field("id", &self.id)
-            .field("owner", &self.owner)
-            .field("len", &self.len)
-            .finish()
-    }
-}
-
-/// An op on distributed vars, submitted on every rank alike: declare what
-/// it reads and writes, then [`run`](Self::run) it.
-pub struct DistOp<'d, 'c, T: Plain> {
-    dist: &'d Distribution<'c>,
-    name: String,
-    reads: Vec<&'d DistVar<T>>,
-    writes: Vec<&'d DistVar<T>>,
-    repair: bool,
-    priority: i32,
-}
-
-impl<T: Plain> fmt::Debug for DistOp<'_, '_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DistOp")
-            .field("name", &self.name)
-            .field("reads", &self.reads)
-            .field("writes", &self.writes)
-            .finish()
-    }
-}
-
-/// An op's body: the elements of what it reads, then of what it writes,
-/// in the order declared.
-type DistBody<T> = dyn FnOnce(&[&[T]], &mut [&mut [T]]) -> Result<(), BoxError> + Send;
-
-impl<'d, 'c, T: Plain> DistOp<'d, 'c, T> {
-    /// Declares a read of `var`.
-    pub fn read(mut self, var: &'d DistVar<T>) -> Self {
-        self.reads.push(var);
-        self
-    }
-
-    /// Declares a write of `var`.
-    pub fn write(mut self, var: &'d DistVar<T>) -> Self {
-        self.writes.push(var);
-        self
-    }
-
-    /// Whether the op runs even though what it uses carries an error, and
-    /// clears the error of what it writes when it succeeds (as
-    /// [`OpBuilder::repair`](crate::engine::OpBuilder::repair)).
-    pub fn repair(mut self, repair: bool) -> Self {
-        self.repair = repair;
-        self
-    }
-
-    /// The op's priority on the rank that runs it (as
-    /// [`OpBuilder::priority`](crate::engine::OpBuilder::priority)).
-    pub fn priority(mut self, priority: i32) -> Self {
-        self.priority = priority;
-        self
-    }
-
-    /// Pushes the op on every rank's books, the transfers it needs, and,
-    /// on the rank that runs it, the op itself: its handle there, `None`
-    /// elsewhere.
-    ///
-    /// # Errors
-    ///
-    /// The op writes vars of two owners (refused on every rank alike,
-    /// before anything is pushed), or the engine refused it on the rank
-    /// that runs it (there only: the vars it writes then carry the refusal
-    /// to the ranks they are sent to, until an op that repairs them).
-    pub fn run(
-        self,
-        body: impl FnOnce(&[&[T]], &mut [&mut [T]]) -> Result<(), BoxError> + Send + 'static,
-    ) -> Result<Option<OpHandle<()>>, Error> {
-        let Self { dist, name, reads, writes, repair, priority } = self;
-        let at = match (writes.first(), reads.first()) {
-            (Some(w), _) => w.owner,
-            (None, Some(r)) => r.owner,
-            (None, None) => 0,
-        };
-        if let Some(other) = writes.iter().find(|w| w.owner != at) {
-            let mut books = dist.lock();
-            let names = |v: &DistVar<T>| books.vars[v.id as usize].name.clone();
-            let first = names(writes[0]);
-            let second = names(other);
-            books.program = mix(books.program, &("refused", &name));
-            return Err(Error::invalid(format!(
-                "op `{name}` writes `{first}` (owned by rank {at}) and `{second}` (owned by rank {}): an op writes vars of one owner",
-                other.owner
-            )));
-        }
-        let mut books = dist.lock();
-        dist.move_reads(&mut books, &reads, at);
-        for w in &writes {
-            let book = &mut books.vars[w.id as usize];
-            book.version += 1;
-            book.copies[at] = Some(book.version);
-        }
-        let ids: Vec<u32> = reads.iter().chain(&writes).map(|v| v.id).collect();
-        books.program = mix(books.program, &(&name, reads.len(), &ids));
-        if dist.rank() != at {
-            return Ok(None);
-        }
-        let body: Box<DistBody<T>> = Box::new(body);
-        let written: Vec<u32> = writes.iter().map(|v| v.id).collect();
-        let reads: Vec<&Var<Vec<T>>> = reads.iter().map(|v| &v.local).collect();
-        let writes: Vec<&Var<Vec<T>>> = writes.iter().map(|v| &v.local).collect();
-        let op = dist.engine.op(name.clone()).repair(repair).priority(priority);
-        let pushed = op.read_all(reads).write_all(writes).run(move |(reads,), (mut writes,)| {
-            let reads: Vec<&[T]> = reads.iter().map(|g| g.as_slice()).collect();
-            let mut writes: Vec<&mut [T]> = writes.iter_mut().map(|g| g.as_mut_slice()).collect();
-            body(&reads, &mut writes)
-        });
-        // A refused op leaves its vars without their new version here: the
-        // ranks they are sent to learn why instead of getting the old one.
-        let refused = pushed.pushed().map_err(|err| {
-            let why = format!("op `{name}`, which writes it, was refused on rank {at}: {err}");
-            (why, err)
-        });
-        for id in written {
-            match &refused {
-                Err((why, _)) => books.vars[id as usize].refused = Some(why.clone()),
-                Ok(_) if repair => books.vars[id as usize].refused = None,
-                Ok(_) => {}
-            }
-        }
-        let handle = refused.map_err(|(_, err)| err)?;
-        books.stats.ops_run += 1;
-        Ok(Some(handle))
     }
 }

@@ -1,0 +1,114 @@
+//! A transfer's header: what every rank's program says the transfer is,
+//! and whether the owner's copy carries an error; and the transfer's tag.
+
+use std::ffi::c_int;
+use std::fmt;
+
+use super::super::comm_thread::TAG_UB;
+
+/// Bytes of a header on the wire.
+pub(super) const HEADER: usize = 256;
+const MAGIC: &[u8; 4] = b"DPTX";
+const NAME: std::ops::Range<usize> = 52..116;
+const MESSAGE: std::ops::Range<usize> = 124..HEADER;
+
+/// What a transfer is, as every rank's program numbers it: the receiver
+/// checks the sender's against its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Header {
+    /// The distribution's number among the world's.
+    pub(super) dist: u32,
+    /// Its number among the distribution's transfers.
+    pub(super) seq: u64,
+    pub(super) var: u32,
+    /// The var's version: how many ops had written it.
+    pub(super) version: u64,
+    pub(super) count: u64,
+    /// The element type (a hash of its name and size).
+    pub(super) elem: u64,
+    /// The program so far: a hash of every op and var, in push order.
+    pub(super) program: u64,
+    pub(super) name: String,
+}
+
+impl Header {
+    /// The header on the wire, with the owner's error if its copy carries
+    /// one (cut to what fits).
+    pub(super) fn encode(&self, failure: Option<&str>) -> Box<[u8; HEADER]> {
+        let mut b = Box::new([0u8; HEADER]);
+        b[0..4].copy_from_slice(MAGIC);
+        b[4..12].copy_from_slice(&self.seq.to_le_bytes());
+        b[12..16].copy_from_slice(&self.var.to_le_bytes());
+        b[16..24].copy_from_slice(&self.version.to_le_bytes());
+        b[24..32].copy_from_slice(&self.count.to_le_bytes());
+        b[32..40].copy_from_slice(&self.elem.to_le_bytes());
+        b[40..48].copy_from_slice(&self.program.to_le_bytes());
+        b[48] = u8::from(failure.is_some());
+        b[120..124].copy_from_slice(&self.dist.to_le_bytes());
+        let name = cut(&self.name, NAME.len());
+        b[50..52].copy_from_slice(&(name.len() as u16).to_le_bytes());
+        b[NAME.start..NAME.start + name.len()].copy_from_slice(name.as_bytes());
+        if let Some(text) = failure {
+            let text = cut(text, MESSAGE.len());
+            b[116..118].copy_from_slice(&(text.len() as u16).to_le_bytes());
+            b[MESSAGE.start..MESSAGE.start + text.len()].copy_from_slice(text.as_bytes());
+        }
+        b
+    }
+
+    /// The header a sender sent and its error, if it says it has one;
+    /// `None` if the bytes are not a header.
+    pub(super) fn decode(b: &[u8; HEADER]) -> Option<(Self, Option<String>)> {
+        if &b[0..4] != MAGIC {
+            return None;
+        }
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("eight bytes"));
+        let len_at = |at: usize| usize::from(u16::from_le_bytes([b[at], b[at + 1]]));
+        let name_len = len_at(50).min(NAME.len());
+        let text_len = len_at(116).min(MESSAGE.len());
+        let header = Self {
+            seq: u64_at(4),
+            var: u32::from_le_bytes(b[12..16].try_into().expect("four bytes")),
+            version: u64_at(16),
+            count: u64_at(24),
+            dist: u32::from_le_bytes(b[120..124].try_into().expect("four bytes")),
+            elem: u64_at(32),
+            program: u64_at(40),
+            name: String::from_utf8_lossy(&b[NAME.start..NAME.start + name_len]).into_owned(),
+        };
+        let failure = (b[48] != 0)
+            .then(|| String::from_utf8_lossy(&b[MESSAGE.start..MESSAGE.start + text_len]).into_owned());
+        Some((header, failure))
+    }
+}
+
+impl fmt::Display for Header {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "transfer #{} of distribution #{}, var #{} `{}` at version {} ({} elements of type {:016x}; program hash {:016x})",
+            self.seq, self.dist, self.var, self.name, self.version, self.count, self.elem, self.program
+        )
+    }
+}
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The tag of transfer `seq` of distribution `dist`: the distribution's
+/// number in the top bits and the transfer's below, so that transfers of
+/// two distributions alive at once do not match each other's (with Open
+/// MPI's bound of 2³¹ − 1: 128 distributions of 2²⁴ transfers in flight;
+/// where MPI allows fewer tags, the number wraps sooner, and a header that
+/// does not match the receiver's books fails its op).
+pub(super) fn tag(dist: u32, seq: u64) -> c_int {
+    let ub = i64::from(TAG_UB.load(std::sync::atomic::Ordering::Relaxed)).max(32_767);
+    let raw = (i64::from(dist % 128) << 24) | (seq % (1 << 24)) as i64;
+    (raw % (ub + 1)) as c_int
+}
