@@ -109,6 +109,19 @@ struct Books {
     stats: Stats,
 }
 
+impl Books {
+    /// Keeps a transfer's handle for the drop and the wait. Those already
+    /// finished are let go now and then, so that a long program does not
+    /// keep one per transfer (a failure among them still reaches the
+    /// engine's `wait_for_all`, which `Distribution::wait` reports).
+    fn keep(&mut self, handle: OpHandle<()>) {
+        if self.in_flight.len() >= 1024 && self.in_flight.len().is_power_of_two() {
+            self.in_flight.retain(|h| !h.is_finished());
+        }
+        self.in_flight.push(handle);
+    }
+}
+
 struct Book {
     owner: usize,
     name: String,
@@ -315,13 +328,13 @@ impl<'c> Distribution<'c> {
                 books.stats.bytes_sent += bytes;
                 let refused = books.vars[var.id as usize].refused.clone();
                 if let Some(handle) = self.send(var, header, refused, at) {
-                    books.in_flight.push(handle);
+                    books.keep(handle);
                 }
             } else if rank == at {
                 books.stats.received += 1;
                 books.stats.bytes_received += bytes;
                 if let Some(handle) = self.receive(var, header, owner) {
-                    books.in_flight.push(handle);
+                    books.keep(handle);
                 }
             }
         }
