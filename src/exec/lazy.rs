@@ -70,7 +70,7 @@ impl<T> Lazy<T> {
     /// [`get_or_start`](Self::get_or_start) on the clock `now`.
     fn get_or_start_at(
         &self,
-        now: impl FnOnce() -> Instant,
+        now: impl Fn() -> Instant,
         start: impl FnOnce() -> Result<T, Error>,
         remember: impl FnOnce(&Error) -> bool,
     ) -> Result<&T, Error> {
@@ -78,8 +78,8 @@ impl<T> Lazy<T> {
         if let Some(value) = self.value.get() {
             return Ok(value);
         }
-        let now = now();
-        if let Some(failure) = failed.as_ref().filter(|f| now < f.retry_at) {
+        let asked = now();
+        if let Some(failure) = failed.as_ref().filter(|f| asked < f.retry_at) {
             return Err(failure.error.clone());
         }
         match start() {
@@ -90,7 +90,10 @@ impl<T> Lazy<T> {
             Err(error) => {
                 if remember(&error) {
                     let backoff = failed.as_ref().map_or(FIRST_BACKOFF, |f| (f.backoff * 2).min(MAX_BACKOFF));
-                    *failed = Some(Failure { error: error.clone(), retry_at: now + backoff, backoff });
+                    // From the failed start's end: a start that took long
+                    // (the threads it did start, stopped and joined on a
+                    // loaded machine) must not use up its own back-off.
+                    *failed = Some(Failure { error: error.clone(), retry_at: now() + backoff, backoff });
                 }
                 Err(error)
             }

@@ -41,3 +41,26 @@ fn errors_not_remembered_are_tried_again_at_once() {
     assert!(lazy.get_or_start(|| Err(refused()), |_| false).is_err());
     assert_eq!(*lazy.get_or_start(|| Ok(3), |_| true).unwrap(), 3);
 }
+
+#[test]
+fn the_backoff_counts_from_the_end_of_a_slow_failed_start() {
+    let lazy: Lazy<u32> = Lazy::default();
+    let t0 = Instant::now();
+    // The clock moves 100 ms during the failing start.
+    let clock = Cell::new(t0);
+    let slow_failing = || {
+        clock.set(t0 + Duration::from_millis(100));
+        Err(refused())
+    };
+    assert!(lazy.get_or_start_at(|| clock.get(), slow_failing, |_| true).is_err());
+    let tries = Cell::new(0);
+    let counted = || {
+        tries.set(tries.get() + 1);
+        Err(refused())
+    };
+    let at = |ms: u64| move || t0 + Duration::from_millis(ms);
+    assert!(lazy.get_or_start_at(at(120), counted, |_| true).is_err());
+    assert_eq!(tries.get(), 0, "retried within the back-off that followed the slow start");
+    assert!(lazy.get_or_start_at(at(150), counted, |_| true).is_err());
+    assert_eq!(tries.get(), 1, "not retried after it");
+}
