@@ -36,6 +36,7 @@ fn main() {
         a_rank_whose_engine_refuses_leaves_no_one_waiting(&world);
         a_rank_with_an_extra_transfer_does_not_hang(&world);
         a_size_that_differs_is_named_not_fatal(&world);
+        the_explainer_shows_a_reader_waiting_for_its_transfer(&world);
     }
     world.barrier().blocking_wait().expect("barrier");
     drop(world);
@@ -335,4 +336,32 @@ fn a_size_that_differs_is_named_not_fatal(world: &Collectives) {
         assert!(mismatch, "a mismatch naming rank 0: {err:#}");
     }
     programs_differ_everywhere(&dist);
+}
+
+/// While the owner is still writing a var, the explainer of the rank that
+/// reads it shows the reading op waiting on its copy, behind the transfer
+/// that will fill it.
+fn the_explainer_shows_a_reader_waiting_for_its_transfer(world: &Collectives) {
+    let dist = Distribution::new(world);
+    let rank = dist.rank();
+    let a = dist.var("slow", 0, 1, || vec![1u64]).unwrap();
+    let b = dist.var("b", 1, 1, || vec![0u64]).unwrap();
+    dist.op::<u64>("writes slowly")
+        .write(&a)
+        .run(|_, w| {
+            std::thread::sleep(Duration::from_millis(300));
+            w[0][0] = 2;
+            Ok(())
+        })
+        .unwrap();
+    dist.op::<u64>("reads slow").read(&a).write(&b).run(|r, w| Ok(w[0][0] = r[0][0])).unwrap();
+    if rank == 1 {
+        std::thread::sleep(Duration::from_millis(100));
+        let pending = world.engine().debug_pending().to_string();
+        assert!(pending.contains("reads slow") && pending.contains("receive slow from rank 0"), "{pending}");
+    }
+    dist.wait().expect("the program");
+    if rank == 1 {
+        assert_eq!(value_of(&b), vec![2]);
+    }
 }
