@@ -16,6 +16,9 @@
 //! one more op per tile, on rank 0) and exits non-zero unless it equals
 //! the sequential run's bit for bit and ‖A − L·Lᵀ‖/‖A‖ is small.
 
+#[path = "shared/overlap.rs"]
+mod overlap;
+
 use std::time::Instant;
 
 use depengine::Engine;
@@ -84,36 +87,13 @@ fn factor(dist: &Distribution<'_>, t: &[Vec<DistVar<f64>>], b: usize) -> depengi
 
 const KERNELS: [&str; 4] = ["potrf", "trsm", "syrk", "gemm"];
 
-/// The share of the transfers' time (from the op's start, which hands it
-/// to the comm thread, to its completion) during which a kernel ran on
-/// this rank, from a profile.
+/// The share of the communication's time during which a compute op ran.
 fn overlap(profile: &depengine::profile::Profile) -> f64 {
-    let mut compute: Vec<(u64, u64)> = Vec::new();
-    let mut transfers: Vec<(u64, u64)> = Vec::new();
-    for op in profile.ops() {
-        match (op.start, op.end) {
-            (Some(s), _) if op.name.starts_with("send ") || op.name.starts_with("receive ") => {
-                transfers.push((s, op.done))
-            }
-            // The kernels (not the collectives and checks of the wait).
-            (Some(s), Some(e)) if KERNELS.contains(&op.name.as_ref()) => compute.push((s, e)),
-            _ => {}
-        }
-    }
-    compute.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::new();
-    for (s, e) in compute {
-        match merged.last_mut() {
-            Some(last) if s <= last.1 => last.1 = last.1.max(e),
-            _ => merged.push((s, e)),
-        }
-    }
-    let total: u64 = transfers.iter().map(|(s, e)| e - s).sum();
-    let covered: u64 = transfers
-        .iter()
-        .map(|&(s, e)| merged.iter().map(|&(a, b)| b.min(e).saturating_sub(a.max(s))).sum::<u64>())
-        .sum();
-    if total == 0 { 0.0 } else { covered as f64 / total as f64 }
+    overlap::overlapped(
+        profile,
+        |name| name.starts_with("send ") || name.starts_with("receive "),
+        |name| KERNELS.contains(&name),
+    )
 }
 
 fn main() -> BoxResult<()> {

@@ -26,6 +26,9 @@
 //! on the whole batch without the engine (the sums are taken in another
 //! order).
 
+#[path = "shared/overlap.rs"]
+mod overlap;
+
 use std::time::Instant;
 
 use depengine::mpi::{Collectives, Reduce};
@@ -247,35 +250,9 @@ fn push_step(engine: &Engine, mpi: &Collectives, m: &Model, step: usize, comm_af
     }
 }
 
-/// The share of the collectives' time during which a compute op ran,
-/// from a profile.
+/// The share of the communication's time during which a compute op ran.
 fn overlap(profile: &depengine::profile::Profile) -> f64 {
-    let mut compute: Vec<(u64, u64)> = Vec::new();
-    let mut comm: Vec<(u64, u64)> = Vec::new();
-    for op in profile.ops() {
-        match (op.start, op.end) {
-            // A collective's body only hands it to the comm thread: it is
-            // in flight until it completes.
-            (Some(s), _) if op.name.starts_with("all_reduce") => comm.push((s, op.done)),
-            (Some(s), Some(e)) => compute.push((s, e)),
-            _ => {}
-        }
-    }
-    compute.sort_unstable();
-    // Merge the compute intervals, then intersect each collective with them.
-    let mut merged: Vec<(u64, u64)> = Vec::new();
-    for (s, e) in compute {
-        match merged.last_mut() {
-            Some(last) if s <= last.1 => last.1 = last.1.max(e),
-            _ => merged.push((s, e)),
-        }
-    }
-    let total: u64 = comm.iter().map(|(s, e)| e - s).sum();
-    let covered: u64 = comm
-        .iter()
-        .map(|&(s, e)| merged.iter().map(|&(a, b)| b.min(e).saturating_sub(a.max(s))).sum::<u64>())
-        .sum();
-    if total == 0 { 0.0 } else { covered as f64 / total as f64 }
+    overlap::overlapped(profile, |name| name.starts_with("all_reduce"), |_| true)
 }
 
 fn main() {

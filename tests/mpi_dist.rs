@@ -284,6 +284,10 @@ fn a_rank_with_an_extra_transfer_does_not_hang(world: &Collectives) {
         let err = extra.blocking_wait().unwrap_err();
         assert!(format!("{err:#}").contains("given up"), "{err:#}");
     }
+    // What was given up may hold its var for good: nothing more is taken.
+    let refused = dist.op::<u64>("after").read(&a).write(&b).run(|_, _| Ok(())).unwrap_err();
+    assert!(format!("{refused:#}").contains("different programs"), "{refused:#}");
+    assert!(dist.var::<u64>("later", 0, 1, || vec![0]).is_err());
 }
 
 /// The last rank's engine is shut down, so it refuses every op: its sends

@@ -50,7 +50,7 @@ impl Signature {
         out[11] = self.failure;
         out[12..16].copy_from_slice(&self.root.to_le_bytes());
         out[16..24].copy_from_slice(&self.count.to_le_bytes());
-        let tag = cut(&self.tag);
+        let tag = cut(&self.tag, TAG_BYTES);
         out[24..24 + tag.len()].copy_from_slice(tag.as_bytes());
         out
     }
@@ -81,13 +81,14 @@ impl Signature {
     }
 }
 
-/// `tag` cut to at most `TAG_BYTES` bytes, on a character boundary.
-fn cut(tag: &str) -> &str {
-    let mut end = tag.len().min(TAG_BYTES);
-    while !tag.is_char_boundary(end) {
+/// `s` cut to at most `max` bytes, on a character boundary (a signature's
+/// var name, a transfer header's texts).
+pub(super) fn cut(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
         end -= 1;
     }
-    &tag[..end]
+    &s[..end]
 }
 
 /// Whether the collective every rank agreed on (`sig`) is done by its

@@ -5,6 +5,7 @@ use std::ffi::c_int;
 use std::fmt;
 
 use super::super::comm_thread::TAG_UB;
+use super::super::sig::cut;
 
 /// Bytes of a header on the wire.
 pub(super) const HEADER: usize = 256;
@@ -90,15 +91,6 @@ impl fmt::Display for Header {
             self.seq, self.dist, self.var, self.name, self.version, self.count, self.elem, self.program
         )
     }
-}
-
-/// `s` cut to at most `max` bytes, at a character boundary.
-fn cut(s: &str, max: usize) -> &str {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// The tag of transfer `seq` of distribution `dist`: the distribution's

@@ -106,6 +106,9 @@ struct Books {
     program: u64,
     /// This rank's transfer ops, waited for at the drop.
     in_flight: Vec<OpHandle<()>>,
+    /// Why the ranks' programs were found to differ: every later var and
+    /// op is refused with it.
+    diverged: Option<Error>,
     stats: Stats,
 }
 
@@ -195,7 +198,9 @@ impl<'c> Distribution<'c> {
     ///
     /// # Errors
     ///
-    /// `owner` is not a rank of the world, or the var holds more than
+    /// The ranks' programs were found to differ at an earlier
+    /// [`wait`](Self::wait), `owner` is not a rank of the world, or the
+    /// var holds more than
     /// 2³¹ − 1 bytes (on every rank alike). If `init` makes a vector of
     /// another length, the var is made all the same, carrying that error,
     /// so that every rank's program goes on alike: the ops that use it fail
@@ -207,6 +212,9 @@ impl<'c> Distribution<'c> {
         len: usize,
         init: impl FnOnce() -> Vec<T>,
     ) -> Result<DistVar<T>, Error> {
+        if let Some(err) = &self.lock().diverged {
+            return Err(err.clone());
+        }
         if owner >= self.size() {
             return Err(Error::invalid(format!("var `{name}`: owner {owner} in a world of {}", self.size())));
         }
@@ -252,12 +260,16 @@ impl<'c> Distribution<'c> {
     /// [`TransferError::ProgramsDiffer`], naming the first rank that
     /// differs from it, and the transfers in flight are given up
     /// ([`TransferError::Abandoned`]) instead of waited for, as some may
-    /// never be matched. Else the first failure among the ops, as
+    /// never be matched; every later var and op of this distribution is
+    /// refused with the same error. Else the first failure among the ops, as
     /// [`Engine::wait_for_all`] reports it.
     pub fn wait(&self) -> Result<(), Error> {
         let agreed = self.agree().blocking_wait();
         if let Err(err) = &agreed {
             let _ = self.tx.send(Msg::Abandon(format!("{err:#}")));
+            // A send given up keeps its var read-held for good: no op of
+            // the distribution may queue behind it, so none is taken.
+            self.lock().diverged = Some(err.clone());
         }
         let handles = std::mem::take(&mut self.lock().in_flight);
         let mut first = agreed.err();

@@ -82,7 +82,9 @@ impl<'d, 'c, T: Plain> DistOp<'d, 'c, T> {
     ///
     /// # Errors
     ///
-    /// The op writes vars of two owners (refused on every rank alike,
+    /// The ranks' programs were found to differ at an earlier
+    /// [`Distribution::wait`] (that error, on every rank), the op writes
+    /// vars of two owners (refused on every rank alike,
     /// before anything is pushed), or the engine refused it on the rank
     /// that runs it (there only: the vars it writes then carry the refusal
     /// to the ranks they are sent to, until an op that repairs them).
@@ -91,6 +93,9 @@ impl<'d, 'c, T: Plain> DistOp<'d, 'c, T> {
         body: impl FnOnce(&[&[T]], &mut [&mut [T]]) -> Result<(), BoxError> + Send + 'static,
     ) -> Result<Option<OpHandle<()>>, Error> {
         let Self { dist, name, reads, writes, repair, priority } = self;
+        if let Some(err) = &dist.lock().diverged {
+            return Err(err.clone());
+        }
         let at = match (writes.first(), reads.first()) {
             (Some(w), _) => w.owner,
             (None, Some(r)) => r.owner,

@@ -160,32 +160,19 @@ pub(super) struct Incoming<T: Plain> {
 impl<T: Plain> Incoming<T> {
     /// The receive from rank `from` into the cached copy `data`.
     pub(super) fn new(expect: Header, data: WriteGuard<Vec<T>>, from: usize, done: Completion<()>) -> Self {
-        let into = Landing::Copy(data);
-        Self {
-            expect,
-            into,
-            from,
-            done: Some(done),
-            wire: Box::new([0u8; HEADER]),
-            requests: Vec::new(),
-            abandoned: None,
-        }
+        Self::landing(expect, Landing::Copy(data), from, Some(done))
     }
 
     /// The receive of a transfer this rank has no op for: taken, then
     /// dropped.
     pub(super) fn drain(expect: Header, from: usize) -> Self {
         let bytes = expect.count as usize * std::mem::size_of::<T>();
-        let into = Landing::Drain(vec![0u8; bytes]);
-        Self {
-            expect,
-            into,
-            from,
-            done: None,
-            wire: Box::new([0u8; HEADER]),
-            requests: Vec::new(),
-            abandoned: None,
-        }
+        Self::landing(expect, Landing::Drain(vec![0u8; bytes]), from, None)
+    }
+
+    fn landing(expect: Header, into: Landing<T>, from: usize, done: Option<Completion<()>>) -> Self {
+        let wire = Box::new([0u8; HEADER]);
+        Self { expect, into, from, done, wire, requests: Vec::new(), abandoned: None }
     }
 }
 
