@@ -109,7 +109,7 @@ fn main() -> BoxResult<()> {
     let world = Collectives::new(&engine)?;
     let (rank, size) = (world.rank(), world.size());
     let (p, q) = grid(size);
-    let dist = Distribution::new(&world);
+    let dist = Distribution::new(&world)?;
     let a = spd(n);
     let t: Vec<Vec<DistVar<f64>>> = (0..nt)
         .map(|i| {

@@ -155,7 +155,7 @@ fn transfer_mode() {
     let (rank, size) = (world.rank(), world.size());
     assert_eq!(size, 2, "transfer mode runs on two ranks");
     for (elems, rounds) in sizes() {
-        let dist = Distribution::new(&world);
+        let dist = Distribution::new(&world).expect("a distribution");
         let x = dist.var("x", 0, elems, || vec![1.0f32; elems]).expect("var");
         let y = dist.var("y", 1, 1, || vec![0.0f32]).expect("var");
         let batch = |n: usize| {
@@ -234,7 +234,7 @@ fn tasks_mode() {
     let nt = 32;
     let mut rates = Vec::new();
     for _ in 0..5 {
-        let dist = Distribution::new(&world);
+        let dist = Distribution::new(&world).expect("a distribution");
         let t: Vec<Vec<_>> = (0..nt)
             .map(|i| {
                 (0..=i)

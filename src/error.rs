@@ -62,8 +62,8 @@ pub(crate) enum Kind {
     Unsupported(String),
     /// A future op was pushed with no Tokio runtime to run it on.
     NoRuntime,
-    /// A blocking wait was called from inside a Tokio runtime.
-    BlockingInRuntime { what: &'static str },
+    /// A blocking call was made in async code; `instead` says what to do.
+    BlockingInRuntime { what: &'static str, instead: &'static str },
     /// A wait that could never end where it was called.
     WouldDeadlock { what: &'static str, why: &'static str },
     /// A worker pool could not start its threads.
@@ -102,6 +102,10 @@ impl Error {
 
     pub(crate) fn would_deadlock(what: &'static str, why: &'static str) -> Self {
         Self::new(Kind::WouldDeadlock { what, why })
+    }
+
+    pub(crate) fn blocking_in_runtime(what: &'static str, instead: &'static str) -> Self {
+        Self::new(Kind::BlockingInRuntime { what, instead })
     }
 
     pub(crate) fn pool_unavailable(pool: &str, reason: &std::io::Error) -> Self {
@@ -387,7 +391,11 @@ impl Error {
         matches!(self.detail(), Kind::NoRuntime)
     }
 
-    /// A `blocking_*` call was refused because it ran inside a Tokio runtime.
+    /// A blocking call (`blocking_*`, [`scope`](fn@crate::scope)) was refused
+    /// because it ran in async code (a task, the future of a `block_on`),
+    /// where it would stall the runtime's tasks. Inside
+    /// `tokio::task::spawn_blocking`, `tokio::task::block_in_place` and on
+    /// plain threads it is allowed.
     ///
     /// # Examples
     ///
@@ -567,8 +575,11 @@ impl Error {
             Kind::NoRuntime => {
                 f.write_str("no tokio runtime: build the engine inside one or pass EngineBuilder::runtime")
             }
-            Kind::BlockingInRuntime { what } => {
-                write!(f, "{what} would block a tokio runtime thread; use the async variant instead")
+            Kind::BlockingInRuntime { what, instead } => {
+                write!(
+                    f,
+                    "{what} blocks, and was called in async code, where it would stall a tokio runtime's tasks; {instead}"
+                )
             }
             Kind::WouldDeadlock { what, why } => write!(f, "{what} would never return: {why}"),
             Kind::PoolUnavailable { pool, reason } => {
@@ -607,14 +618,6 @@ impl std::error::Error for Error {
             Kind::Skipped { root, .. } => Some(root.root()),
             _ => None,
         }
-    }
-}
-
-/// Refuses a blocking wait inside a Tokio runtime, where it could deadlock.
-pub(crate) fn refuse_in_runtime(what: &'static str) -> Result<(), Error> {
-    match tokio::runtime::Handle::try_current() {
-        Ok(_) => Err(Error::new(Kind::BlockingInRuntime { what })),
-        Err(_) => Ok(()),
     }
 }
 

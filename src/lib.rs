@@ -95,6 +95,7 @@ mod device;
 mod error;
 // 1: primitives, and what the engine reports.
 pub mod explain;
+mod may_block;
 pub mod metrics;
 pub mod profile;
 mod sync;

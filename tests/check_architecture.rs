@@ -25,6 +25,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("profile", 1),
     ("explain", 1),
     ("sync", 1),
+    ("may_block", 1),
     ("gpu", 2),
     ("var", 2),
     ("op", 3),

@@ -9,6 +9,12 @@ use depengine::engine::EngineKind;
 
 /// Runs the ignored test `child` in a child process with `env` set.
 fn child(test: &str, env: &[(&str, &str)]) -> String {
+    let env: Vec<(&str, std::ffi::OsString)> = env.iter().map(|&(k, v)| (k, v.into())).collect();
+    child_os(test, &env)
+}
+
+/// [`child`] with values that need not be text.
+fn child_os(test: &str, env: &[(&str, std::ffi::OsString)]) -> String {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", test, "--ignored", "--nocapture", "--test-threads=1"]);
     for var in [
@@ -27,10 +33,11 @@ fn child(test: &str, env: &[(&str, &str)]) -> String {
         "DEPENGINE_TRACK_HOLDERS",
         "DEPENGINE_PROFILE_KEEP",
         "DEPENGINE_PUSHER_RUNS_AT",
+        "DEPENGINE_PROFILE",
     ] {
         cmd.env_remove(var);
     }
-    cmd.envs(env.iter().copied());
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     let out = cmd.output().unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -267,4 +274,61 @@ fn engine_new_reports_an_invalid_variable_and_uses_the_default() {
     assert!(out.contains("DEPENGINE_CPU_WORKERS=\"many\": expected a positive integer"), "{out}");
     assert!(out.contains("spin 5s is past its bound of 1s"), "{out}");
     assert!(out.contains("ignored, the setting's default is used"), "{out}");
+}
+
+/// Bytes that are not UTF-8, as a value of the environment.
+#[cfg(unix)]
+fn not_utf8(text: &str) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    let mut bytes = vec![0xff];
+    bytes.extend_from_slice(text.as_bytes());
+    std::ffi::OsString::from_vec(bytes)
+}
+
+#[cfg(unix)]
+#[test]
+fn a_value_that_is_not_utf8_is_refused_naming_its_variable() {
+    for (name, value) in [
+        ("DEPENGINE_TYPE", "naive"),
+        ("DEPENGINE_CPU_WORKERS", "3"),
+        ("DEPENGINE_BULK_SIZE", "4"),
+        ("DEPENGINE_SPIN_US", "10"),
+        ("DEPENGINE_METRICS_TIMING", "1"),
+        ("DEPENGINE_PROFILE_KEEP", "10"),
+        ("DEPENGINE_WATCHDOG_MS", "100"),
+    ] {
+        let out = child_os("child_with_defaults", &[(name, not_utf8(value))]);
+        let said = format!("config error: invalid argument: {name}=\"\\xFF{value}\": not UTF-8 text");
+        assert!(out.contains(&said), "{name}: {out}");
+        // `Engine::new` reports it and takes the default.
+        let out = child_os("child_with_engine_new", &[(name, not_utf8(value))]);
+        assert!(out.contains(&format!("{name}=\"\\xFF{value}\": not UTF-8 text")), "{name}: {out}");
+        assert!(out.contains("config: kind=Threaded"), "{name}: {out}");
+    }
+}
+
+#[test]
+#[ignore = "run by the other tests of this file in a child process"]
+fn child_profiling_one_op() {
+    let engine = Engine::builder().build().unwrap();
+    engine.op("profiled").run(|(), ()| Ok(())).blocking_wait().unwrap();
+    engine.blocking_shutdown(depengine::ShutdownMode::Drain).unwrap();
+}
+
+/// A profile's path is a path: any bytes the OS takes, UTF-8 or not.
+#[cfg(unix)]
+#[test]
+fn a_profile_path_that_is_not_utf8_is_written_to() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = std::env::temp_dir().join(format!("depengine-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut path = dir.clone().into_os_string();
+    path.push("/");
+    path.push(not_utf8("trace.json"));
+    let _ = child_os("child_profiling_one_op", &[("DEPENGINE_PROFILE", path.clone())]);
+    let written = std::fs::read(std::path::Path::new(&path));
+    let _ = std::fs::remove_dir_all(&dir);
+    let written = written.expect("the trace at the path that is not UTF-8");
+    assert!(std::str::from_utf8(&written).unwrap().contains("profiled"));
+    assert!(!path.as_bytes().is_ascii());
 }

@@ -28,6 +28,7 @@ fn main() {
     });
     all_reduce_matches_a_local_sum(&engine, &mpi);
     all_reduce_min_max_and_mean(&engine, &mpi);
+    float_min_max_follow_one_rule_at_every_size(&engine, &mpi);
     broadcast_copies_the_root(&engine, &mpi);
     all_gather_and_reduce_scatter(&engine, &mpi);
     a_second_init_is_refused(&engine);
@@ -81,6 +82,87 @@ fn all_reduce_min_max_and_mean(engine: &Engine, mpi: &Collectives) {
     let ints = engine.var(vec![1u32]);
     let refused = mpi.all_reduce(&ints, Reduce::Mean).blocking_wait().expect_err("a mean of integers");
     assert!(refused.is_invalid_argument(), "{refused}");
+}
+
+/// A rank's element `i` in the NaN and signed-zero check: rank 0 and the
+/// others disagree on NaN against a number and on the sign of zero.
+fn awkward(rank: usize, i: usize) -> f64 {
+    let first = rank == 0;
+    match i % 4 {
+        0 => {
+            if first {
+                0.1
+            } else {
+                f64::NAN
+            }
+        }
+        1 => {
+            if first {
+                0.0
+            } else {
+                -0.0
+            }
+        }
+        2 => {
+            if first {
+                f64::NAN
+            } else {
+                0.1
+            }
+        }
+        _ => {
+            if first {
+                -0.0
+            } else {
+                0.0
+            }
+        }
+    }
+}
+
+/// The rule, as a model: a NaN wins (as the quiet NaN), −0 is below +0.
+fn model(max: bool, a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == b {
+        if (a.is_sign_positive() && max) || (a.is_sign_negative() && !max) { a } else { b }
+    } else if (a > b) == max {
+        a
+    } else {
+        b
+    }
+}
+
+/// `Min` and `Max` over floats give the same bits, by one rule, whether the
+/// all-reduce is small enough to be folded in the signature exchange (up to
+/// 64 bytes: 16 `f32`, 8 `f64`) or goes through MPI, and in a
+/// reduce-scatter.
+fn float_min_max_follow_one_rule_at_every_size(engine: &Engine, mpi: &Collectives) {
+    let (rank, size) = (mpi.rank(), mpi.size());
+    let want = |max: bool, i: usize| (1..size).fold(awkward(0, i), |acc, r| model(max, acc, awkward(r, i)));
+    for (op, max) in [(Reduce::Max, true), (Reduce::Min, false)] {
+        for len in [16usize, 17, 1000] {
+            let v = engine.var((0..len).map(|i| awkward(rank, i) as f32).collect::<Vec<f32>>());
+            mpi.all_reduce(&v, op).blocking_wait().expect("f32 all-reduce");
+            let got: Vec<u32> = read(&v).iter().map(|x| x.to_bits()).collect();
+            let wanted: Vec<u32> = (0..len).map(|i| (want(max, i) as f32).to_bits()).collect();
+            assert_eq!(got, wanted, "{op:?} over {len} f32");
+        }
+        for len in [8usize, 9, 1000] {
+            let v = engine.var((0..len).map(|i| awkward(rank, i)).collect::<Vec<f64>>());
+            mpi.all_reduce(&v, op).blocking_wait().expect("f64 all-reduce");
+            let got: Vec<u64> = read(&v).iter().map(|x| x.to_bits()).collect();
+            let wanted: Vec<u64> = (0..len).map(|i| want(max, i).to_bits()).collect();
+            assert_eq!(got, wanted, "{op:?} over {len} f64");
+        }
+        let block = 8;
+        let input = engine.var((0..block * size).map(|i| awkward(rank, i)).collect::<Vec<f64>>());
+        let output = engine.var(Vec::<f64>::new());
+        mpi.reduce_scatter(&input, &output, op).blocking_wait().expect("reduce-scatter");
+        let got: Vec<u64> = read(&output).iter().map(|x| x.to_bits()).collect();
+        let wanted: Vec<u64> = (rank * block..(rank + 1) * block).map(|i| want(max, i).to_bits()).collect();
+        assert_eq!(got, wanted, "{op:?} reduce-scatter");
+    }
 }
 
 fn broadcast_copies_the_root(engine: &Engine, mpi: &Collectives) {

@@ -24,6 +24,9 @@ fn main() {
         eprintln!("mpi_dist: still running after 240 s");
         std::process::exit(3);
     });
+    if std::env::args().any(|arg| arg == "--panic-on-the-last-rank") {
+        the_last_rank_panics_out_of_main(&world);
+    }
     block_cyclic_places_tiles_on_a_grid();
     for seed in 0..6 {
         random_programs_match_a_sequential_model(&world, seed);
@@ -31,7 +34,9 @@ fn main() {
     a_write_on_the_owner_makes_copies_stale(&world);
     a_failure_on_the_owner_fails_the_readers_elsewhere(&world);
     an_op_writing_two_owners_is_refused_everywhere(&world);
+    the_129th_live_distribution_is_refused_everywhere(&world);
     if size > 1 {
+        distributions_alive_together_never_take_each_others_messages(&world);
         a_different_program_is_named_by_the_receiver(&world);
         a_rank_whose_engine_refuses_leaves_no_one_waiting(&world);
         a_rank_with_an_extra_transfer_does_not_hang(&world);
@@ -81,7 +86,7 @@ fn block_cyclic_places_tiles_on_a_grid() {
 /// through the distribution, and a sequential model of it. Each rank's
 /// own vars must end as the model's, which folds every write in order.
 fn random_programs_match_a_sequential_model(world: &Collectives, seed: u64) {
-    let dist = Distribution::new(world);
+    let dist = Distribution::new(world).expect("a distribution");
     let (rank, size) = (dist.rank(), dist.size());
     let mut rng = Rng(seed + 1);
     let nvars = 3 + rng.below(10);
@@ -138,7 +143,7 @@ fn random_programs_match_a_sequential_model(world: &Collectives, seed: u64) {
 /// A copy is stale once the owner writes again: the next read elsewhere
 /// receives the new version, and a read of an unchanged var moves nothing.
 fn a_write_on_the_owner_makes_copies_stale(world: &Collectives) {
-    let dist = Distribution::new(world);
+    let dist = Distribution::new(world).expect("a distribution");
     let size = dist.size();
     let (a, b) =
         (dist.var("a", 0, 1, || vec![0u64]).unwrap(), dist.var("b", size - 1, 1, || vec![0u64]).unwrap());
@@ -167,7 +172,7 @@ fn a_write_on_the_owner_makes_copies_stale(world: &Collectives) {
 /// An op that fails on its rank fails, with its error, the op that reads
 /// its output on another rank; a repair on the owner, sent again, heals it.
 fn a_failure_on_the_owner_fails_the_readers_elsewhere(world: &Collectives) {
-    let dist = Distribution::new(world);
+    let dist = Distribution::new(world).expect("a distribution");
     let size = dist.size();
     let last = size - 1;
     let a = dist.var("a", 0, 1, || vec![0u64]).unwrap();
@@ -209,7 +214,7 @@ fn a_failure_on_the_owner_fails_the_readers_elsewhere(world: &Collectives) {
 /// An op that writes vars of two owners is refused on every rank alike,
 /// and the program goes on (nothing hangs).
 fn an_op_writing_two_owners_is_refused_everywhere(world: &Collectives) {
-    let dist = Distribution::new(world);
+    let dist = Distribution::new(world).expect("a distribution");
     let size = dist.size();
     let a = dist.var("a", 0, 1, || vec![1u64]).unwrap();
     let b = dist.var("b", size - 1, 1, || vec![2u64]).unwrap();
@@ -231,7 +236,7 @@ fn an_op_writing_two_owners_is_refused_everywhere(world: &Collectives) {
 /// naming the sender and both sides' versions of the transfer, instead of
 /// taking data it did not ask for.
 fn a_different_program_is_named_by_the_receiver(world: &Collectives) {
-    let dist = Distribution::new(world);
+    let dist = Distribution::new(world).expect("a distribution");
     let rank = dist.rank();
     let a = dist.var("a", 0, 2, || vec![1u64, 2]).unwrap();
     let b = dist.var("b", 1, 2, || vec![0u64, 0]).unwrap();
@@ -270,7 +275,7 @@ fn programs_differ_everywhere(dist: &Distribution<'_>) {
 /// that is never sent: the wait compares the programs, fails on every
 /// rank instead of hanging, and gives the receive up.
 fn a_rank_with_an_extra_transfer_does_not_hang(world: &Collectives) {
-    let dist = Distribution::new(world);
+    let dist = Distribution::new(world).expect("a distribution");
     let rank = dist.rank();
     let a = dist.var("a", 0, 1 << 16, || vec![3u64; 1 << 16]).unwrap();
     let b = dist.var("b", 1, 1, || vec![0u64]).unwrap();
@@ -301,7 +306,7 @@ fn a_rank_whose_engine_refuses_leaves_no_one_waiting(world: &Collectives) {
     if rank == last {
         futures::executor::block_on(engine.shutdown(depengine::ShutdownMode::Drain)).expect("shut down");
     }
-    let dist = Distribution::with_engine(world, &engine);
+    let dist = Distribution::with_engine(world, &engine).expect("a distribution");
     let theirs = dist.var("theirs", last, 1, || vec![5u64]).unwrap();
     let mine = dist.var("mine", 0, 1, || vec![1u64]).unwrap();
     let to_them = dist.var("to them", last, 1, || vec![0u64]).unwrap();
@@ -326,7 +331,7 @@ fn a_rank_whose_engine_refuses_leaves_no_one_waiting(world: &Collectives) {
 /// elements rank 0 sends do not fit what rank 1 posted, and rank 1's op
 /// fails naming both sides, instead of MPI ending the job.
 fn a_size_that_differs_is_named_not_fatal(world: &Collectives) {
-    let dist = Distribution::new(world);
+    let dist = Distribution::new(world).expect("a distribution");
     let rank = dist.rank();
     let len = if rank == 1 { 2 } else { 4096 };
     let a = dist.var("a", 0, len, || vec![1u64; 4096]).unwrap();
@@ -346,7 +351,7 @@ fn a_size_that_differs_is_named_not_fatal(world: &Collectives) {
 /// reads it shows the reading op waiting on its copy, behind the transfer
 /// that will fill it.
 fn the_explainer_shows_a_reader_waiting_for_its_transfer(world: &Collectives) {
-    let dist = Distribution::new(world);
+    let dist = Distribution::new(world).expect("a distribution");
     let rank = dist.rank();
     let a = dist.var("slow", 0, 1, || vec![1u64]).unwrap();
     let b = dist.var("b", 1, 1, || vec![0u64]).unwrap();
@@ -368,4 +373,74 @@ fn the_explainer_shows_a_reader_waiting_for_its_transfer(world: &Collectives) {
     if rank == 1 {
         assert_eq!(value_of(&b), vec![2]);
     }
+}
+
+/// Every rank holds 128 distributions alive, the most at once: the 129th
+/// is refused on every rank alike, with a clear error, and one more may be
+/// made once one is dropped.
+fn the_129th_live_distribution_is_refused_everywhere(world: &Collectives) {
+    let mut live: Vec<Distribution<'_>> = (0..depengine::mpi::dist::MAX_LIVE)
+        .map(|_| Distribution::new(world).expect("a distribution"))
+        .collect();
+    let err = Distribution::new(world).expect_err("the 129th live distribution");
+    assert!(err.is_invalid_argument() && err.to_string().contains("drop one"), "{err}");
+    live.swap_remove(40);
+    let again = Distribution::new(world).expect("a distribution once one is dropped");
+    let v = again.var("v", 0, 1, || vec![9u64]).unwrap();
+    again.wait().expect("wait");
+    if world.rank() == 0 {
+        assert_eq!(value_of(&v), [9]);
+    }
+    drop(again);
+    drop(live);
+}
+
+/// Two distributions alive together whose numbers differ by 128 (they
+/// once shared their transfers' tags) each move a var from rank 0 to the
+/// last rank. The last rank holds the first one's copy, so that the second
+/// one's receive is posted first, while rank 0 sends the first one's
+/// message first: each receive still takes its own distribution's message.
+fn distributions_alive_together_never_take_each_others_messages(world: &Collectives) {
+    let (rank, last) = (world.rank(), world.size() - 1);
+    let first = Distribution::new(world).expect("a distribution");
+    for _ in 0..127 {
+        drop(Distribution::new(world).expect("a distribution"));
+    }
+    let second = Distribution::new(world).expect("a distribution");
+    let a1 = first.var("a", 0, 4, || vec![1u64; 4]).unwrap();
+    let b1 = first.var("b", last, 4, || vec![0u64; 4]).unwrap();
+    let a2 = second.var("a", 0, 4, || vec![2u64; 4]).unwrap();
+    let b2 = second.var("b", last, 4, || vec![0u64; 4]).unwrap();
+    let held = (rank == last).then(|| a1.local().read().blocking_wait().expect("the copy, held"));
+    let copy = |r: &[&[u64]], w: &mut [&mut [u64]]| Ok(w[0].copy_from_slice(r[0]));
+    first.op::<u64>("copy").read(&a1).write(&b1).run(copy).expect("pushed");
+    second.op::<u64>("copy").read(&a2).write(&b2).run(copy).expect("pushed");
+    if rank == last {
+        assert_eq!(value_of(&b2), [2; 4], "the second distribution's own message");
+    }
+    drop(held);
+    second.wait().expect("the second distribution");
+    first.wait().expect("the first distribution");
+    if rank == last {
+        assert_eq!(value_of(&b1), [1; 4], "the first distribution's own message");
+    }
+}
+
+/// Run alone (`--panic-on-the-last-rank`, by `tests/mpi/run.sh`): the last
+/// rank panics out of `main` while the others wait for it in a
+/// distribution's wait. Its unwinding ends the whole job (`mpirun` exits
+/// non-zero at once) instead of finalising MPI, which would wait for the
+/// others for ever.
+fn the_last_rank_panics_out_of_main(world: &Collectives) -> ! {
+    let (rank, last) = (world.rank(), world.size() - 1);
+    let dist = Distribution::new(world).expect("a distribution");
+    let a = dist.var("a", 0, 4, || vec![1u64; 4]).unwrap();
+    let b = dist.var("b", last, 4, || vec![0u64; 4]).unwrap();
+    dist.op::<u64>("copy").read(&a).write(&b).run(|r, w| Ok(w[0].copy_from_slice(r[0]))).expect("pushed");
+    if rank == last {
+        panic!("rank {rank} panics out of main, on purpose");
+    }
+    let _ = dist.wait();
+    std::thread::sleep(Duration::from_secs(600));
+    unreachable!("the job ended while rank {rank} waited")
 }

@@ -13,7 +13,8 @@ use super::jobs::{DeleteJob, WaitJob};
 use super::op_builder::OpBuilder;
 use super::shared::{Body, OpOptions, Role, Shared};
 use super::watchdog::Watchdog;
-use crate::error::{Error, refuse_in_runtime};
+use crate::error::Error;
+use crate::may_block::{Instead, refuse_blocking};
 use crate::op::Decl;
 use crate::op::DepList;
 use crate::op::access::{AsVar, var_of};
@@ -381,9 +382,9 @@ impl Engine {
     ///
     /// # Errors
     ///
-    /// As for `wait_for_var`, and [`Error::is_blocking_in_runtime`] inside a
-    /// Tokio runtime. In `spawn_blocking`, use `Handle::block_on` on the
-    /// async variant instead. Inside an op body whose op declared `var`,
+    /// As for `wait_for_var`, and [`Error::is_blocking_in_runtime`] in an
+    /// async task (`.await` `wait_for_var` there; `spawn_blocking`,
+    /// `block_in_place` and plain threads may block). Inside an op body whose op declared `var`,
     /// [`Error::is_would_deadlock`]: a write pushed before this call and
     /// not yet completed could only run after that op.
     ///
@@ -403,7 +404,7 @@ impl Engine {
     pub fn blocking_wait_for_var<V: AsVar>(&self, var: &V) -> Result<(), Error> {
         const WHAT: &str = "Engine::blocking_wait_for_var";
         let var = var_of(var);
-        refuse_in_runtime(WHAT)?;
+        refuse_blocking(WHAT, Instead::Await)?;
         if current_body_holds(var.id()) {
             return Err(Error::would_deadlock(WHAT, "the op running this body holds the var"));
         }
@@ -509,8 +510,8 @@ impl Engine {
     ///
     /// # Errors
     ///
-    /// As for `shutdown`, and [`Error::is_blocking_in_runtime`] inside a
-    /// Tokio runtime.
+    /// As for `shutdown`, and [`Error::is_blocking_in_runtime`] in an async
+    /// task (`.await` `shutdown` there).
     ///
     /// # Examples
     ///
@@ -534,7 +535,7 @@ impl Engine {
     /// ```
     pub fn blocking_shutdown(&self, mode: ShutdownMode) -> Result<(), Error> {
         const WHAT: &str = "Engine::blocking_shutdown";
-        refuse_in_runtime(WHAT)?;
+        refuse_blocking(WHAT, Instead::Await)?;
         futures::executor::block_on(self.close_and_wait(mode, WHAT))
     }
 }
@@ -621,8 +622,9 @@ impl WaitForAll {
     ///
     /// # Errors
     ///
-    /// As for the future, and [`Error::is_blocking_in_runtime`] inside a
-    /// Tokio runtime.
+    /// As for the future, and [`Error::is_blocking_in_runtime`] in an async
+    /// task (`.await` it there); [`Error::is_would_deadlock`] in a waker the
+    /// engine wakes (see [`OpHandle::blocking_wait`](crate::OpHandle::blocking_wait)).
     ///
     /// # Examples
     ///
@@ -635,7 +637,7 @@ impl WaitForAll {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn blocking_wait(self) -> Result<(), Error> {
-        refuse_in_runtime("WaitForAll::blocking_wait")?;
+        refuse_blocking("WaitForAll::blocking_wait", Instead::Await)?;
         futures::executor::block_on(self)
     }
 }

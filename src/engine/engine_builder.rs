@@ -413,6 +413,12 @@ impl EngineBuilder {
     /// ([`Error::is_pool_unavailable`], saying which thread's hook
     /// panicked).
     ///
+    /// The pool being started waits for its hooks, so a hook must not wait
+    /// for ops: in a start hook, a push whose op needs a pool not yet
+    /// running, and every blocking wait, fail with
+    /// [`Error::is_would_deadlock`] instead of hanging. Pushes to pools
+    /// already running are taken.
+    ///
     /// # Examples
     ///
     /// ```
@@ -833,8 +839,7 @@ impl EngineBuilder {
         };
         let track_holders = flag(env, self.track_holders, ENV_TRACK_HOLDERS, true)?;
         let profile_keep = env.count(ENV_PROFILE_KEEP, usize::MAX)?.unwrap_or(DEFAULT_KEEP);
-        let profile_to =
-            env.get(ENV_PROFILE, |raw| Ok(raw.to_owned()))?.filter(|p| !p.is_empty()).map(PathBuf::from);
+        let profile_to = env.path(ENV_PROFILE);
         let config = Config {
             kind,
             topology,
@@ -883,8 +888,12 @@ impl Env {
         if !self.read || name.is_empty() {
             return Ok(None);
         }
-        let Ok(raw) = std::env::var(name) else { return Ok(None) };
-        match parse(&raw) {
+        let Some(raw) = std::env::var_os(name) else { return Ok(None) };
+        let parsed = match raw.to_str() {
+            Some(raw) => parse(raw),
+            None => Err(format!("{name}={raw:?}: not UTF-8 text")),
+        };
+        match parsed {
             Ok(value) => Ok(Some(value)),
             Err(wrong) if self.lenient => {
                 tracing::warn!(target: "depengine", "{wrong}: ignored, the setting's default is used");
@@ -892,6 +901,15 @@ impl Env {
             }
             Err(wrong) => Err(Error::invalid(wrong)),
         }
+    }
+
+    /// A path from variable `name`, if set and not empty: any bytes the OS
+    /// allows in a path, UTF-8 or not.
+    fn path(&self, name: &str) -> Option<PathBuf> {
+        if !self.read {
+            return None;
+        }
+        std::env::var_os(name).filter(|p| !p.is_empty()).map(PathBuf::from)
     }
 
     /// A count from variable `name`: from 1 to `max`.

@@ -28,7 +28,8 @@ pub enum ErrorKind {
     Unsupported,
     /// A future op was pushed with no Tokio runtime to run it.
     NoRuntime,
-    /// A blocking wait was called from inside a Tokio runtime.
+    /// A blocking call ran in an async task, on a thread that runs a Tokio
+    /// runtime's tasks.
     BlockingInRuntime,
     /// A wait that could never end where it was called.
     WouldDeadlock,

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::pool::lock;
 use crate::error::Error;
+use crate::may_block;
 
 /// The back-off after a first failure.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
@@ -64,6 +65,16 @@ impl<T> Lazy<T> {
         start: impl FnOnce() -> Result<T, Error>,
         remember: impl FnOnce(&Error) -> bool,
     ) -> Result<&T, Error> {
+        if may_block::is_in_start_hook() {
+            // The pool whose hook this is waits for it under a start lock
+            // like this one: a push that needs a pool started waits for
+            // that lock, or starts pools from inside a start.
+            return Err(Error::would_deadlock(
+                "a push in a thread start hook",
+                "its op needs a pool that has not started, and a start hook may only push to pools \
+                 already running",
+            ));
+        }
         self.get_or_start_at(Instant::now, start, remember)
     }
 

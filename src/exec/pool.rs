@@ -45,6 +45,7 @@ use super::park::Parking;
 use super::stats::{PoolStats, Sums};
 use super::this_thread;
 use super::worker::Worker;
+use crate::may_block;
 use crate::op::TaskRef;
 use crate::op::body::in_user_body;
 
@@ -199,11 +200,13 @@ impl Pool {
             let started = spawn_failure(k).map_or_else(
                 || {
                     builder.spawn(move || {
-                        crate::gpu::blocking::mark_worker_thread();
+                        crate::may_block::mark_engine_thread();
                         if let Some(init) = init {
                             init(k);
                         }
-                        if let Err(err) = run_hook(hooks.start.as_ref(), "start", &thread) {
+                        let started =
+                            may_block::in_start_hook(|| run_hook(hooks.start.as_ref(), "start", &thread));
+                        if let Err(err) = started {
                             let _ = up.send(Err(err));
                             return;
                         }

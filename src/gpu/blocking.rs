@@ -14,24 +14,20 @@ use std::cell::Cell;
 
 thread_local! {
     static ENGINE_GPU_THREAD: Cell<bool> = const { Cell::new(false) };
-    static WORKER_THREAD: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Marks this thread as one that must never block on the GPU.
+/// Marks this thread as one that must never block on the GPU (and as one
+/// of the engine's own).
 pub(crate) fn mark_engine_thread() {
     ENGINE_GPU_THREAD.with(|m| m.set(true));
+    crate::may_block::mark_engine_thread();
 }
 
-/// Marks this thread as a worker of the engine's pools.
-pub(crate) fn mark_worker_thread() {
-    WORKER_THREAD.with(|m| m.set(true));
-}
-
-/// Whether this thread is a GPU worker or a poller, or any worker of the
-/// engine's pools: where the engine makes none of its own blocking calls.
+/// Whether this thread is a GPU worker or a poller, or any thread of the
+/// engine's own: where the engine makes none of its own blocking calls.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn is_engine_thread() -> bool {
-    ENGINE_GPU_THREAD.with(Cell::get) || WORKER_THREAD.with(Cell::get)
+    crate::may_block::is_engine_thread()
 }
 
 /// Panics, in a debug build, if this thread is a GPU worker or a poller:

@@ -28,7 +28,7 @@ use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 
 use super::flight::{Flight, Gone, Pool, Transfer};
-use super::raw::{self, Buffers, Request};
+use super::raw::{self, Buffers, FloatReductions, Request};
 use super::sig::{self, HEAD_BYTES, SIG_BYTES, Signature};
 use super::{CollectiveError, RankFailure};
 use crate::error::Error;
@@ -50,7 +50,16 @@ pub(super) enum Msg {
     /// No collective after number `pushed - 1` will come: stop once those
     /// are done.
     Stop(u64),
+    /// The rank is unwinding from a panic: end the whole job now
+    /// (`MPI_Abort`), as MPI ends a job a rank leaves without finalising,
+    /// instead of finalising, which waits for ranks that may wait for this
+    /// one for ever.
+    Abort,
 }
+
+/// The exit code an aborted job reports: the one a panicking Rust program
+/// exits with.
+const ABORT_CODE: i32 = 101;
 
 /// Starts the comm thread, which initialises MPI: its queue, its handle,
 /// this rank and the world's size.
@@ -74,6 +83,7 @@ pub(super) fn start() -> Result<(Sender<Msg>, JoinHandle<()>, usize, usize), Err
                 heads: world.duplicate(),
                 data: world.duplicate(),
                 p2p: world.duplicate(),
+                floats: FloatReductions::new(),
                 rank,
                 size,
             };
@@ -112,6 +122,8 @@ struct Comm {
     data: SimpleCommunicator,
     /// Where the transfers of distributions run (their tags are their own).
     p2p: SimpleCommunicator,
+    /// Float minimum and maximum by the crate's rule (see `Reduce`).
+    floats: FloatReductions,
     rank: usize,
     size: usize,
 }
@@ -145,6 +157,8 @@ struct Loop {
     done: u64,
     /// The queue's senders are all gone.
     closed: bool,
+    /// Told to end the job.
+    abort: bool,
 }
 
 impl Loop {
@@ -161,6 +175,7 @@ impl Loop {
             stop_at: None,
             done: 0,
             closed: false,
+            abort: false,
         }
     }
 
@@ -191,6 +206,10 @@ impl Loop {
                         break;
                     }
                 }
+            }
+            if self.abort {
+                tracing::error!(target: "depengine", "rank {} is unwinding from a panic: ending the MPI job", comm.rank);
+                comm.heads.abort(ABORT_CODE);
             }
             self.start_heads(comm);
             self.advance_heads(comm);
@@ -249,6 +268,7 @@ impl Loop {
                 self.transfers = handed.into_iter().chain(flying).filter_map(|t| t.abandon(&why)).collect();
             }
             Msg::Stop(pushed) => self.stop_at = Some(pushed),
+            Msg::Abort => self.abort = true,
         }
     }
 
@@ -306,7 +326,7 @@ impl Loop {
                     flight.finish_inline(&parts);
                     self.done += 1;
                 }
-                Ok(()) => match flight.start(&comm.data, &mut self.pool) {
+                Ok(()) => match flight.start(&comm.data, &comm.floats, &mut self.pool) {
                     Ok(request) => self.flying.push((flight, request)),
                     Err(err) => self.finish(flight, Err(err)),
                 },

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 
-use super::raw::{self, Buffers, Code, Request};
+use super::raw::{self, Buffers, Code, FloatReductions, Request};
 use super::sig::{self, Signature};
 use super::{CollectiveError, Element, RankFailure, Reduce, mpi_count};
 use crate::op::op_handle::Completion;
@@ -29,7 +29,12 @@ pub(super) trait Flight: Send {
     fn local_error(&self) -> Option<CollectiveError>;
 
     /// Starts its data collective on `comm`.
-    fn start(&mut self, comm: &SimpleCommunicator, pool: &mut Pool) -> Result<Request, CollectiveError>;
+    fn start(
+        &mut self,
+        comm: &SimpleCommunicator,
+        floats: &FloatReductions,
+        pool: &mut Pool,
+    ) -> Result<Request, CollectiveError>;
 
     /// This rank's data for its signature exchange, if the collective is
     /// small enough to be done by it (`sig::done_by_exchange`); empty
@@ -123,8 +128,11 @@ fn datatype<T: Element>() -> mpi::ffi::MPI_Datatype {
     T::equivalent_datatype().as_raw()
 }
 
-fn reduction(op: Reduce) -> mpi::ffi::MPI_Op {
+fn reduction<T: Element>(op: Reduce, floats: &FloatReductions) -> mpi::ffi::MPI_Op {
     use mpi::collective::SystemOperation;
+    if let Some(own) = floats.get::<T>(op) {
+        return own;
+    }
     match op {
         Reduce::Sum | Reduce::Mean => SystemOperation::sum().as_raw(),
         Reduce::Min => SystemOperation::min().as_raw(),
@@ -141,7 +149,12 @@ impl<T: Element> Flight for Typed<T> {
         self.local.clone()
     }
 
-    fn start(&mut self, comm: &SimpleCommunicator, pool: &mut Pool) -> Result<Request, CollectiveError> {
+    fn start(
+        &mut self,
+        comm: &SimpleCommunicator,
+        floats: &FloatReductions,
+        pool: &mut Pool,
+    ) -> Result<Request, CollectiveError> {
         let len = self.sig.count as usize;
         let count = |n: usize| mpi_count(n).expect("counts are checked when the collective is made");
         let started = match &mut self.what {
@@ -158,7 +171,7 @@ impl<T: Element> Flight for Typed<T> {
                 // allocations, and neither is touched nor moved in memory
                 // until the comm thread finds the request done: both live
                 // in this flight, which it keeps beside the request.
-                unsafe { raw::all_reduce(comm, &b, reduction(*op)) }
+                unsafe { raw::all_reduce(comm, &b, reduction::<T>(*op, floats)) }
             }
             What::Broadcast { data, root } => {
                 let b = Buffers {
@@ -198,7 +211,7 @@ impl<T: Element> Flight for Typed<T> {
                 // SAFETY: `input` holds the world's size times `block`
                 // elements (checked when made) and `output` `block`, kept
                 // as above.
-                unsafe { raw::reduce_scatter(comm, &b, reduction(*op)) }
+                unsafe { raw::reduce_scatter(comm, &b, reduction::<T>(*op, floats)) }
             }
             What::Barrier => raw::barrier(comm),
         };
@@ -282,7 +295,12 @@ impl Flight for Gone {
         None
     }
 
-    fn start(&mut self, _: &SimpleCommunicator, _: &mut Pool) -> Result<Request, CollectiveError> {
+    fn start(
+        &mut self,
+        _: &SimpleCommunicator,
+        _: &FloatReductions,
+        _: &mut Pool,
+    ) -> Result<Request, CollectiveError> {
         unreachable!("a collective that never ran fails at its signature")
     }
 

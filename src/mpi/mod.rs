@@ -100,20 +100,13 @@ macro_rules! element {
             fn combine(op: Reduce, a: Self, b: Self) -> Self {
                 match op {
                     Reduce::Sum | Reduce::Mean => a + b,
-                    Reduce::Min => {
-                        if b < a {
-                            b
-                        } else {
-                            a
-                        }
-                    }
-                    Reduce::Max => {
-                        if b > a {
-                            b
-                        } else {
-                            a
-                        }
-                    }
+                    // One rule, commutative and associative, so that every
+                    // order of folding gives every rank the same bits: a
+                    // NaN wins (as the quiet NaN), and −0 is below +0.
+                    _ if a.is_nan() || b.is_nan() => <$t>::NAN,
+                    Reduce::Min if a < b || (a == b && a.is_sign_negative()) => a,
+                    Reduce::Max if a > b || (a == b && a.is_sign_positive()) => a,
+                    Reduce::Min | Reduce::Max => b,
                 }
             }
         }
@@ -146,25 +139,39 @@ element!(u64, 6);
 element!(u8, 7);
 
 /// How an all-reduce or a reduce-scatter combines the ranks' elements.
+///
+/// Over floats, `Min` and `Max` follow one rule whatever the size and the
+/// number of ranks (small all-reduces, folded in the signature exchange,
+/// and MPI's path alike): a NaN among the elements gives NaN (the quiet
+/// `f32::NAN`/`f64::NAN`), and −0.0 is below +0.0 (IEEE 754-2019's
+/// `minimum`/`maximum`). Every rank gets the same bits. A float `Sum`
+/// (and `Mean`) is rounded in the order the path folds in, which MPI does
+/// not fix: the last bit may differ between sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Reduce {
     /// The sum.
-    Sum,
+    Sum = 1,
     /// The sum divided by the number of ranks (floats only).
-    Mean,
+    Mean = 2,
     /// The smallest.
-    Min,
+    Min = 3,
     /// The largest.
-    Max,
+    Max = 4,
 }
 
 impl Reduce {
     fn code(self) -> u8 {
-        match self {
-            Self::Sum => 1,
-            Self::Mean => 2,
-            Self::Min => 3,
-            Self::Max => 4,
+        self as u8
+    }
+
+    /// The reduction of a code from [`code`](Self::code).
+    fn of_code(code: u8) -> Self {
+        match code {
+            1 => Self::Sum,
+            2 => Self::Mean,
+            3 => Self::Min,
+            _ => Self::Max,
         }
     }
 }
@@ -177,7 +184,11 @@ fn mpi_count(len: usize) -> Option<i32> {
 /// The collectives of one process's MPI world, pushed as ops of `engine`.
 ///
 /// MPI is initialised when this is made (once per process) and finalised
-/// when it is dropped, after the collectives in flight.
+/// when it is dropped, after the collectives in flight. Dropped while its
+/// thread unwinds from a panic (a rank whose program panicked), it ends the
+/// whole job instead (`MPI_Abort`, exit code 101), so that `mpirun` reports
+/// the failure rather than waiting for ever for the ranks that wait for
+/// this one.
 pub struct Collectives {
     engine: Engine,
     /// The next collective's number, held while it is pushed: numbers and
@@ -186,8 +197,9 @@ pub struct Collectives {
     order: Mutex<(u64, Sender<Msg>)>,
     rank: usize,
     size: usize,
-    /// Distributions made so far (`dist`), numbered in order.
-    distributions: std::sync::atomic::AtomicU32,
+    /// The distributions (`dist`): how many were made, and which tag
+    /// slots the live ones hold.
+    distributions: Mutex<dist::Slots>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -207,7 +219,7 @@ impl Collectives {
             order: Mutex::new((0, tx)),
             rank,
             size,
-            distributions: std::sync::atomic::AtomicU32::new(0),
+            distributions: Mutex::default(),
             thread: Some(thread),
         })
     }
@@ -227,9 +239,9 @@ impl Collectives {
         &self.engine
     }
 
-    /// The next distribution's number.
-    fn next_distribution(&self) -> u32 {
-        self.distributions.fetch_add(1, Ordering::Relaxed)
+    /// The distributions' numbers and tag slots.
+    fn distributions(&self) -> std::sync::MutexGuard<'_, dist::Slots> {
+        self.distributions.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A way to the comm thread, for a distribution's transfers.
@@ -448,7 +460,12 @@ impl Drop for TicketInner {
 impl Drop for Collectives {
     fn drop(&mut self) {
         let (pushed, tx) = self.order.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _ = tx.send(Msg::Stop(*pushed));
+        // Dropped by a panic's unwinding (out of the rank's program): the
+        // other ranks may wait in a collective or a transfer this rank will
+        // never reach, and finalising would wait for them. The comm thread
+        // ends the whole job instead, and never returns to be joined.
+        let stop = if std::thread::panicking() { Msg::Abort } else { Msg::Stop(*pushed) };
+        let _ = tx.send(stop);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }

@@ -17,9 +17,12 @@
 
 use std::ffi::{c_int, c_void};
 
+use mpi::collective::UnsafeUserOperation;
 use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
+
+use super::{Element, Reduce};
 
 /// A collective in flight. Never dropped unfinished (MPI cannot cancel a
 /// collective): its owner tests it until done.
@@ -249,4 +252,73 @@ pub(super) fn errors_return(comm: &SimpleCommunicator) -> Result<(), Code> {
     // initialised).
     let code = unsafe { ffi::MPI_Comm_set_errhandler(comm.as_raw(), ffi::RSMPI_ERRORS_RETURN) };
     if code == 0 { Ok(()) } else { Err(Code(code)) }
+}
+
+/// The minimum and maximum of floats as MPI reductions of the crate's own,
+/// so that MPI's path folds by the rule a small all-reduce's signature
+/// exchange folds by ([`Element::combine`]: a NaN wins, −0 is below +0).
+/// MPI's own `MPI_MIN`/`MPI_MAX` compare with `<`, which makes the result
+/// depend on the operands' order (NaN and signed zeros), and so on the
+/// algorithm MPI picks for a size. Made by the comm thread after MPI
+/// starts, freed before it finalises.
+pub(super) struct FloatReductions {
+    ops: [UnsafeUserOperation; 4],
+}
+
+impl FloatReductions {
+    pub(super) fn new() -> Self {
+        // SAFETY: each function is called by MPI only for the reductions
+        // it is used in below (`get`), on buffers of the element type it
+        // reads; it reads and writes `*len` elements, unaligned, and never
+        // panics.
+        let ops = unsafe {
+            [
+                UnsafeUserOperation::commutative(fold::<f32, { Reduce::Min as u8 }>),
+                UnsafeUserOperation::commutative(fold::<f32, { Reduce::Max as u8 }>),
+                UnsafeUserOperation::commutative(fold::<f64, { Reduce::Min as u8 }>),
+                UnsafeUserOperation::commutative(fold::<f64, { Reduce::Max as u8 }>),
+            ]
+        };
+        Self { ops }
+    }
+
+    /// The op for `reduce` over `T`, if it is a float's minimum or maximum.
+    pub(super) fn get<T: Element>(&self, reduce: Reduce) -> Option<ffi::MPI_Op> {
+        let of_type = match T::CODE {
+            c if c == f32::CODE => 0,
+            c if c == f64::CODE => 2,
+            _ => return None,
+        };
+        let which = match reduce {
+            Reduce::Min => 0,
+            Reduce::Max => 1,
+            Reduce::Sum | Reduce::Mean => return None,
+        };
+        Some(self.ops[of_type + which].as_raw())
+    }
+}
+
+/// `inout[i] = combine(input[i], inout[i])` over `*len` elements of `T`,
+/// as MPI calls a user reduction.
+///
+/// # Safety
+///
+/// `input` and `inout` point to `*len` elements of `T` each (MPI calls it
+/// only for reductions over `T`: see `FloatReductions::get`).
+unsafe extern "C" fn fold<T: Element, const OP: u8>(
+    input: *mut c_void,
+    inout: *mut c_void,
+    len: *mut c_int,
+    _datatype: *mut ffi::MPI_Datatype,
+) {
+    let op = Reduce::of_code(OP);
+    // SAFETY: as the caller's contract says; MPI's own buffers need not
+    // be aligned for `T`, so every access is unaligned.
+    unsafe {
+        let (input, inout) = (input.cast::<T>(), inout.cast::<T>());
+        for i in 0..usize::try_from(*len).unwrap_or(0) {
+            let folded = T::combine(op, input.add(i).read_unaligned(), inout.add(i).read_unaligned());
+            inout.add(i).write_unaligned(folded);
+        }
+    }
 }

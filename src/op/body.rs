@@ -20,9 +20,9 @@ use std::sync::Arc;
 use super::record::Header;
 use crate::var::Access;
 
+use crate::may_block::BODY;
+
 thread_local! {
-    /// The op whose user body runs on this thread (innermost), or null.
-    static BODY: Cell<*const Header> = const { Cell::new(std::ptr::null()) };
     /// Whether that body dropped its own [`Completion`] unsignalled.
     static TOKEN_LEFT: Cell<bool> = const { Cell::new(false) };
 }
@@ -38,10 +38,10 @@ pub(crate) fn in_user_body() -> bool {
 /// The op whose user body runs on this thread (the innermost one, if
 /// bodies nest), for checks that would otherwise wait for it.
 pub(crate) fn current_body<T>(look: impl FnOnce(Option<&Header>) -> T) -> T {
-    let header = BODY.with(Cell::get);
-    // SAFETY: a non-null pointer is set by `in_body` for the duration of
-    // the body's call, during which the thread running it holds a
-    // reference to the record (`Running::task`).
+    let header = BODY.with(Cell::get).cast::<Header>();
+    // SAFETY: a non-null pointer is set by `in_body` (to a `Header`) for
+    // the duration of the body's call, during which the thread running it
+    // holds a reference to the record (`Running::task`).
     look(unsafe { header.as_ref() })
 }
 
@@ -94,7 +94,7 @@ pub(crate) fn current_body_holds(var: u64) -> bool {
 /// own op's body, on the thread running it, the body's end decides what
 /// the op's result is (a panic, or a dropped token), and this returns true.
 pub(super) fn token_left_by_own_body(header: &Header) -> bool {
-    let own = std::ptr::eq(BODY.with(Cell::get), header);
+    let own = std::ptr::eq(BODY.with(Cell::get).cast::<Header>(), header);
     if own {
         TOKEN_LEFT.with(|left| left.set(true));
     }
@@ -105,13 +105,13 @@ pub(super) fn token_left_by_own_body(header: &Header) -> bool {
 /// it.
 #[inline]
 pub(super) fn in_body<R>(header: &Header, body: impl FnOnce() -> R) -> R {
-    struct Leave(*const Header);
+    struct Leave(*const ());
     impl Drop for Leave {
         fn drop(&mut self) {
             BODY.with(|b| b.set(self.0));
         }
     }
-    let _leave = Leave(BODY.with(|b| b.replace(header)));
+    let _leave = Leave(BODY.with(|b| b.replace(std::ptr::from_ref(header).cast())));
     body()
 }
 

@@ -11,7 +11,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use super::body::{token_left_by_own_body, waits_for_current_body};
 use super::record::Header;
 use super::record::{HandleKind, Help, Task, TaskRef, Wait};
-use crate::error::{BoxError, Error, Kind, panic_message, refuse_in_runtime};
+use crate::error::{BoxError, Error, Kind, panic_message};
+use crate::may_block::{Instead, refuse_blocking};
 
 /// The handle-facing side of a typed op.
 pub(crate) trait OpSlot<R>: Task {
@@ -207,11 +208,17 @@ impl<R: Send + 'static> OpHandle<R> {
     ///
     /// # Errors
     ///
-    /// The op's result; [`Error::is_blocking_in_runtime`] when called from
-    /// inside a Tokio runtime, where blocking could deadlock; and
-    /// [`Error::is_would_deadlock`] inside an op body when the op waited
-    /// for needs a var that the body's op holds (with a write on either
-    /// side): it could only run once this body's op has completed.
+    /// The op's result; [`Error::is_blocking_in_runtime`] in an async task
+    /// (a thread that runs a Tokio runtime's tasks would stall: `.await`
+    /// the handle there; `spawn_blocking`, `block_in_place` and plain
+    /// threads may block); and [`Error::is_would_deadlock`] inside an op
+    /// body when the op waited for needs a var that the body's op holds
+    /// (with a write on either side): it could only run once this body's
+    /// op has completed, and on an engine thread outside any body. A
+    /// `Waker` must not block: one woken by an op's completion runs on the
+    /// thread completing it, where a wait that includes that op could never
+    /// end (on an engine worker it is refused; on a thread of the
+    /// program's that runs ops inline, it would hang).
     ///
     /// # Examples
     ///
@@ -222,7 +229,7 @@ impl<R: Send + 'static> OpHandle<R> {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn blocking_wait(mut self) -> Result<R, Error> {
-        refuse_in_runtime("OpHandle::blocking_wait")?;
+        refuse_blocking("OpHandle::blocking_wait", Instead::Await)?;
         let Inner::Pushed(slot) = &self.inner else {
             return futures::executor::block_on(self);
         };

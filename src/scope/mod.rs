@@ -26,7 +26,8 @@ pub use guard::{ScopedReadGuard, ScopedWriteGuard};
 pub use view::{RefView, SliceView, Tile, TileView, View};
 
 use crate::engine::Engine;
-use crate::error::{Error, refuse_in_runtime};
+use crate::error::Error;
+use crate::may_block::{Instead, refuse_blocking};
 use crate::op::access::{AsVar, VarToken, sealed};
 use crate::var::Var;
 
@@ -42,9 +43,12 @@ use crate::var::Var;
 ///
 /// # Errors
 ///
-/// [`Error::is_blocking_in_runtime`] on a Tokio runtime's thread, where
-/// waiting at the end could stall the runtime: `f` is not run then. Call it
-/// from a plain thread or `spawn_blocking`.
+/// [`Error::is_blocking_in_runtime`] in an async task (a thread that runs
+/// a Tokio runtime's tasks), where waiting at the end would stall them:
+/// `f` is not run then. There is no async form (a future that borrows
+/// could be forgotten while the engine still writes the memory): from async
+/// code, call it inside `tokio::task::spawn_blocking` (below) or
+/// `tokio::task::block_in_place`; plain threads call it directly.
 ///
 /// # Examples
 ///
@@ -63,6 +67,30 @@ use crate::var::Var;
 /// // Every op has run: the data is back, changed in place.
 /// assert!(data.iter().all(|&x| x == 2.0));
 /// # Ok::<(), depengine::Error>(())
+/// ```
+///
+/// From async code, in `spawn_blocking` (the closure owns what it
+/// borrows from, and hands it back):
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// let engine = depengine::Engine::new();
+/// let data = tokio::task::spawn_blocking(move || {
+///     let mut data = vec![1u32; 64];
+///     depengine::scope(&engine, |s| {
+///         let v = s.slice(&mut data);
+///         engine.op("triple").write(&v).run_detached(|(), (mut d,)| {
+///             d.iter_mut().for_each(|x| *x *= 3);
+///             Ok(())
+///         })
+///     })??;
+///     Ok::<_, depengine::Error>(data)
+/// })
+/// .await??;
+/// assert!(data.iter().all(|&x| x == 3));
+/// # Ok(())
+/// # }
 /// ```
 ///
 /// A handle cannot outlive its scope:
@@ -91,7 +119,7 @@ pub fn scope<'env, F, R>(engine: &'env Engine, f: F) -> Result<R, Error>
 where
     F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> R,
 {
-    refuse_in_runtime("depengine::scope")?;
+    refuse_blocking("depengine::scope", Instead::SpawnBlocking)?;
     let scope = Scope { engine, ends: Mutex::new(Vec::new()), _scope: PhantomData, _env: PhantomData };
     let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
     scope.end();

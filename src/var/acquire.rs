@@ -14,7 +14,8 @@ use std::task::{Context, Poll, Waker};
 use super::gate::Access;
 use super::guard::{ReadGuard, WriteGuard};
 use super::handle::{AnyVar, OneAcquire, Var};
-use crate::error::{Error, refuse_in_runtime};
+use crate::error::Error;
+use crate::may_block::{Instead, refuse_blocking};
 use crate::op::LiveRef;
 use crate::sync::{Mutex, lock};
 
@@ -204,8 +205,9 @@ impl<G: Send + 'static> Acquire<G> {
     ///
     /// # Errors
     ///
-    /// As for awaiting it, and [`Error::is_blocking_in_runtime`] inside a
-    /// Tokio runtime.
+    /// As for awaiting it, and [`Error::is_blocking_in_runtime`] in an
+    /// async task (`.await` it there; `spawn_blocking`, `block_in_place`
+    /// and plain threads may block).
     ///
     /// # Examples
     ///
@@ -217,7 +219,7 @@ impl<G: Send + 'static> Acquire<G> {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn blocking_wait(self) -> Result<G, Error> {
-        refuse_in_runtime("Acquire::blocking_wait")?;
+        refuse_blocking("Acquire::blocking_wait", Instead::Await)?;
         futures::executor::block_on(self)
     }
 }

@@ -17,6 +17,10 @@ export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
+# The unit tests of the MPI module (signatures, tags, distributions'
+# slots): they need the feature, and so MPI's headers to build.
+cargo test --release --features mpi --lib mpi::
+
 # Built with feature `nccl` (which brings `mpi` and `cuda`): its GPU
 # collectives' checks run on a machine with a GPU per rank and skip,
 # saying so, elsewhere.
@@ -35,6 +39,16 @@ for np in 1 2 4; do
     echo "mpi_dist under mpirun -np $np"
     timeout 300 mpirun --bind-to none -np "$np" "$dist"
 done
+
+# A rank that panics out of main while the other waits for it ends the
+# whole job at once, failed (not by the timeout: 124).
+echo "mpi_dist: a rank that panics out of main ends the job"
+code=0
+timeout 60 mpirun --bind-to none -np 2 "$dist" --panic-on-the-last-rank >/dev/null 2>&1 || code=$?
+if [ "$code" -eq 0 ] || [ "$code" -eq 124 ]; then
+    echo "tests/mpi/run.sh: a rank that panicked left the job exiting with $code" >&2
+    exit 1
+fi
 
 # The tiled Cholesky across ranks checks itself on rank 0: the gathered
 # factor bit for bit against the sequential run's, and the residual.

@@ -8,7 +8,7 @@
 //!
 //! let engine = depengine::Engine::new();
 //! let world = Collectives::new(&engine)?;
-//! let dist = Distribution::new(&world);
+//! let dist = Distribution::new(&world)?;
 //! // Two tiles of 4 elements, on ranks 0 and 1 % size.
 //! let a = dist.var("a", 0, 4, || vec![1.0f64; 4])?;
 //! let b = dist.var("b", 1 % dist.size(), 4, || vec![0.0f64; 4])?;
@@ -63,6 +63,7 @@ use super::comm_thread::Msg;
 use crate::device::Lane;
 use crate::engine::Engine;
 use crate::error::Error;
+use crate::may_block::{Instead, refuse_blocking};
 use crate::op::op_handle::OpHandle;
 use header::Header;
 use transfer::{Incoming, Outgoing};
@@ -71,6 +72,9 @@ pub use error::TransferError;
 pub use grid::{block_cyclic, grid};
 pub use op::DistOp;
 pub use var::DistVar;
+
+pub use header::MAX_LIVE;
+pub(super) use header::Slots;
 
 /// What a distributed var holds: plain bytes (`bytemuck::Pod`), sent as
 /// they are between ranks of one program (the same binary everywhere, so
@@ -87,12 +91,15 @@ fn elem_mark<T: Plain>() -> u64 {
 
 /// A program of ops on distributed vars, submitted in the same order on
 /// every rank (see the [module](self)). Dropping it waits for its
-/// transfers in flight on this rank.
+/// transfers in flight on this rank (but for a drop by a panic's
+/// unwinding, after which the [`Collectives`]' drop ends the job).
 pub struct Distribution<'c> {
     world: &'c Collectives,
     /// Its number among the world's distributions, in the order they were
     /// made (the same on every rank).
     id: u32,
+    /// Its transfers' tag slot (see [`Slots`]).
+    slot: u32,
     engine: Engine,
     tx: Sender<Msg>,
     books: Mutex<Books>,
@@ -157,15 +164,25 @@ pub struct Stats {
 impl<'c> Distribution<'c> {
     /// A distribution over `world`'s ranks, its ops and transfers pushed on
     /// `world`'s engine.
-    pub fn new(world: &'c Collectives) -> Self {
+    ///
+    /// # Errors
+    ///
+    /// [`MAX_LIVE`] distributions of `world` are alive on this rank (their
+    /// transfers' tags tell them apart): drop one first. Every rank of one
+    /// program holds as many at the same point, so every rank refuses alike.
+    pub fn new(world: &'c Collectives) -> Result<Self, Error> {
         Self::with_engine(world, world.engine())
     }
 
     /// A distribution over `world`'s ranks whose ops and transfers are
     /// pushed on `engine` (the comm thread is still `world`'s).
-    pub fn with_engine(world: &'c Collectives, engine: &Engine) -> Self {
-        let id = world.next_distribution();
-        Self { world, id, engine: engine.clone(), tx: world.sender(), books: Mutex::default() }
+    ///
+    /// # Errors
+    ///
+    /// As for [`new`](Self::new).
+    pub fn with_engine(world: &'c Collectives, engine: &Engine) -> Result<Self, Error> {
+        let (id, slot) = world.distributions().open()?;
+        Ok(Self { world, id, slot, engine: engine.clone(), tx: world.sender(), books: Mutex::default() })
     }
 
     /// This rank.
@@ -264,6 +281,7 @@ impl<'c> Distribution<'c> {
     /// refused with the same error. Else the first failure among the ops, as
     /// [`Engine::wait_for_all`] reports it.
     pub fn wait(&self) -> Result<(), Error> {
+        refuse_blocking("Distribution::wait", Instead::SpawnBlocking)?;
         let agreed = self.agree().blocking_wait();
         if let Err(err) = &agreed {
             let _ = self.tx.send(Msg::Abandon(format!("{err:#}")));
@@ -323,6 +341,7 @@ impl<'c> Distribution<'c> {
             }
             let header = Header {
                 dist: self.id,
+                slot: self.slot,
                 seq: books.transfers,
                 var: var.id,
                 version: book.version,
@@ -419,6 +438,24 @@ fn mix(program: u64, step: &impl Hash) -> u64 {
 
 impl Drop for Distribution<'_> {
     fn drop(&mut self) {
+        // Its slot is free once its transfers are done (below): a later
+        // distribution's messages with the same tag are sent after this
+        // one's, and MPI matches messages of one tag in the order sent
+        // (unless the programs differed: see `Slots`).
+        struct Free<'a>(&'a Collectives, u32, bool);
+        impl Drop for Free<'_> {
+            fn drop(&mut self) {
+                self.0.distributions().close(self.1, self.2);
+            }
+        }
+        let diverged = self.lock().diverged.is_some();
+        let _free = Free(self.world, self.slot, diverged);
+        if std::thread::panicking() {
+            // The transfers may wait for ranks that wait for this one: the
+            // world's drop ends the job instead (see `Collectives`); until
+            // then, the transfers own what they use.
+            return;
+        }
         let handles = std::mem::take(
             &mut self.books.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).in_flight,
         );

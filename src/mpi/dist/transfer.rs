@@ -76,7 +76,7 @@ impl<T: Plain> Transfer for Outgoing<T> {
             _ => &[],
         };
         let header = self.header.encode(failure.as_deref());
-        let (to, tag) = (self.to as c_int, tag(self.header.dist, self.header.seq));
+        let (to, tag) = (self.to as c_int, tag(self.header.slot, self.header.seq));
         let u8s = u8::equivalent_datatype().as_raw();
         // SAFETY: the header is a boxed array this transfer keeps, unmoved
         // and unwritten, until `test` says both requests are done.
@@ -178,7 +178,7 @@ impl<T: Plain> Incoming<T> {
 
 impl<T: Plain> Transfer for Incoming<T> {
     fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
-        let (from, tag) = (self.from as c_int, tag(self.expect.dist, self.expect.seq));
+        let (from, tag) = (self.from as c_int, tag(self.expect.slot, self.expect.seq));
         let u8s = u8::equivalent_datatype().as_raw();
         // SAFETY: the header buffer is a boxed array this transfer keeps,
         // unmoved and untouched, until `test` says the request is done.
@@ -282,11 +282,17 @@ impl<T: Plain> Transfer for Incoming<T> {
     }
 }
 
-/// Tests every request not yet done; whether all are.
+/// Tests the requests in order, up to the first not done; whether all
+/// are. In order, so that a body's failure is seen only once its header
+/// is in: a body that fails because more was sent than posted (ranks whose
+/// programs differ) is then explained by the header, which MPI matched
+/// before it, instead of by MPI's code alone. Until the header is in, the
+/// header's test still makes MPI progress on both.
 fn test_all(requests: &mut [Request]) -> Result<bool, Code> {
-    let mut all = true;
     for request in requests {
-        all &= request.test()?;
+        if !request.test()? {
+            return Ok(false);
+        }
     }
-    Ok(all)
+    Ok(true)
 }
