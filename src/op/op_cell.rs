@@ -88,7 +88,13 @@ impl<J: Job> OpCell<J> {
     /// [`complete`](Self::complete), and a nested op's, by its parent.
     fn publish_now(&self) {
         if self.slot.is_resolving() {
-            return self.publish_resolved();
+            // Its resolution publishes it (`resolve_now`), once it has
+            // stored the result and noted that the op lingers: a completion
+            // on its vars or a bulk segment reaching it first must not. The
+            // result may not be stored yet, and the epoch count it would
+            // drop is what keeps a shutdown from closing its count of
+            // lingering ops before the resolution adds to it.
+            return;
         }
         // Not resolved early: this is the op's one publication, by the
         // `complete` whose release of the live count reached zero (a

@@ -68,30 +68,24 @@ impl<J: Job> OpCell<J> {
         }
     }
 
-    /// Publishes an op that an early resolution claimed: by the resolution
-    /// (first, as a rule), then by the completion on its vars, or by a
-    /// bulk segment that abandons it, in whatever order. Whoever publishes
-    /// first finds the epoch and counts the op as done; none gives its slot
-    /// among the ops in flight back: `Note::Gone` does, once it has left
-    /// its vars.
+    /// Publishes an op that an early resolution claimed, by the resolution
+    /// itself (every other publication of such an op returns at once: see
+    /// `publish_now`): it finds the epoch and counts the op as done, but
+    /// does not give its slot among the ops in flight back: `Note::Gone`
+    /// does, once it has left its vars.
     #[cold]
-    pub(super) fn publish_resolved(&self) {
+    fn publish_resolved(&self) {
         // Nobody reads a detached op's result: the slot is left alone.
         let waker = if self.header.meta.detached() {
             None
         } else {
             let Published::First(waker) = self.slot.publish() else {
-                // Another publication came first: a completion racing with
-                // the resolution (a bulk segment publishing its vetoed
-                // members, say) may come before it.
-                return;
+                unreachable!("an op resolved early is published by its resolution alone");
             };
             waker
         };
-        // SAFETY: of an op with a handle, this call published first; a
-        // detached op resolved early is published by its resolution, and
-        // again only once the resolution has ended (its vars let it through
-        // after `mark_early`). So only this call reads `epoch`.
+        // SAFETY: only the resolution, which claimed the start, publishes
+        // an op resolved early, once. So only this call reads `epoch`.
         let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
         if epoch.is_some() {
             if self.header.meta.profiled() {
