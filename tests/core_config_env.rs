@@ -33,6 +33,7 @@ fn child_os(test: &str, env: &[(&str, std::ffi::OsString)]) -> String {
         "DEPENGINE_TRACK_HOLDERS",
         "DEPENGINE_PROFILE_KEEP",
         "DEPENGINE_PUSHER_RUNS_AT",
+        "DEPENGINE_THROTTLE_AT",
         "DEPENGINE_PROFILE",
     ] {
         cmd.env_remove(var);

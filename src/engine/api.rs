@@ -159,6 +159,7 @@ impl Engine {
             spin: topology.spin,
             bulk_size: self.shared().bulk.size(),
             max_in_flight: self.shared().limit().map(|limit| limit.max()),
+            throttle_at: config.throttle_at,
             gpu_workers: topology.gpu.workers,
             gpu_copy_workers: topology.gpu.copy_workers,
             simulated_gpus: topology.gpu.simulated,

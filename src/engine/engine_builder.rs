@@ -40,6 +40,12 @@ pub(crate) const ENV_METRICS_TIMING: &str = "DEPENGINE_METRICS_TIMING";
 pub(crate) const ENV_WATCHDOG_MS: &str = "DEPENGINE_WATCHDOG_MS";
 pub(crate) const ENV_TRACK_HOLDERS: &str = "DEPENGINE_TRACK_HOLDERS";
 pub(crate) const ENV_PUSHER_RUNS_AT: &str = "DEPENGINE_PUSHER_RUNS_AT";
+pub(crate) const ENV_THROTTLE_AT: &str = "DEPENGINE_THROTTLE_AT";
+
+/// Ops in flight past which a pushing thread waits for the workers, by
+/// default (see [`EngineBuilder::throttle_at`]; PERFORMANCE.md, *The soft
+/// bound on ops in flight*).
+pub(crate) const DEFAULT_THROTTLE_AT: usize = 4096;
 
 /// How long an idle worker watches its queues before it parks, by default:
 /// at one request at a time it saves a third of the CPU per request against
@@ -87,6 +93,9 @@ pub struct Settings {
     pub bulk_size: usize,
     /// The bound on user ops in flight, if any ([`EngineBuilder::max_in_flight`]).
     pub max_in_flight: Option<usize>,
+    /// Ops in flight past which a pushing thread waits for the workers; 0:
+    /// never ([`EngineBuilder::throttle_at`]).
+    pub throttle_at: usize,
     /// Compute workers per GPU device ([`EngineBuilder::gpu_workers`]).
     pub gpu_workers: usize,
     /// Workers per GPU device and copy lane ([`EngineBuilder::gpu_copy_workers`]).
@@ -108,6 +117,8 @@ pub(crate) struct Config {
     pub(crate) bulk_size: usize,
     /// The most user ops in flight; `None`: no bound.
     pub(crate) max_in_flight: Option<usize>,
+    /// Ops in flight past which a pushing thread waits; 0: never.
+    pub(crate) throttle_at: usize,
     /// How long an op may wait on vars before the watchdog warns; `None`:
     /// no watchdog.
     pub(crate) watchdog: Option<Duration>,
@@ -161,6 +172,7 @@ pub struct EngineBuilder {
     simulated_gpus: Option<usize>,
     gpu_early_release: Option<bool>,
     max_in_flight: Option<usize>,
+    throttle_at: Option<usize>,
     metrics_timing: Option<bool>,
     watchdog: Option<Duration>,
     track_holders: Option<bool>,
@@ -604,6 +616,35 @@ impl EngineBuilder {
         self
     }
 
+    /// Ops in flight (pushed and not yet completed) past which a pushing
+    /// thread waits for the workers: it yields until half as many are in
+    /// flight, so that the ops it runs ahead with stay few enough to live
+    /// in the caches and their records are reused by its next pushes. A
+    /// soft bound, looked at every 256 pushes of a thread: a push never
+    /// waits in async code, inside an op's body or on an engine thread,
+    /// nor while no worker runs (the ops in flight then wait for something
+    /// outside the engine, such as a guard the pushing thread holds), nor
+    /// for more than 20 ms without an op completing. For a hard bound, see
+    /// [`max_in_flight`](Self::max_in_flight). 0: a pushing thread never
+    /// waits. Environment: `DEPENGINE_THROTTLE_AT`. Default: 4,096.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().throttle_at(1_024).build()?;
+    /// assert_eq!(engine.settings().throttle_at, 1_024);
+    /// let v = engine.var(0u64);
+    /// for _ in 0..10_000 {
+    ///     engine.op("inc").write(&v).run_detached(|(), (mut v,)| { *v += 1; Ok(()) })?;
+    /// }
+    /// assert_eq!(*v.read().blocking_wait()?, 10_000);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
+    pub fn throttle_at(mut self, in_flight: usize) -> Self {
+        self.throttle_at = Some(in_flight);
+        self
+    }
+
     /// Whether each var names the ops holding it (every write, the first
     /// four reads), so that [`Engine::debug_pending`](crate::Engine::debug_pending)
     /// and the watchdog can name who holds a var. It costs each op a few
@@ -827,6 +868,13 @@ impl EngineBuilder {
             Some(given) => Some(in_bounds("max_in_flight", given, MAX_IN_FLIGHT).map_err(Error::invalid)?),
             None => env.count(ENV_MAX_IN_FLIGHT, MAX_IN_FLIGHT)?,
         };
+        let throttle_at = count_from_zero(
+            env,
+            ("throttle_at", self.throttle_at),
+            (ENV_THROTTLE_AT, "expected a count of ops, 0 for never"),
+            DEFAULT_THROTTLE_AT,
+            usize::MAX,
+        )?;
         let watchdog = match self.watchdog {
             Some(threshold) => Some(watchdog_bounded(threshold).map_err(Error::invalid)?),
             None => env.get(ENV_WATCHDOG_MS, |raw| {
@@ -845,6 +893,7 @@ impl EngineBuilder {
             topology,
             bulk_size,
             max_in_flight,
+            throttle_at,
             watchdog,
             track_holders,
             profile_keep,

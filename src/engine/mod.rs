@@ -22,6 +22,7 @@ mod queues;
 mod recorder;
 mod reserve;
 mod shared;
+mod throttle;
 mod watchdog;
 
 pub use acquire::AcquireBuilder;

@@ -13,6 +13,7 @@ use super::options::bit_set;
 pub(super) use super::options::{Body, OpOptions, Role};
 use super::queues::Queues;
 use super::recorder::Recorder;
+use super::throttle;
 use super::watchdog::Watchdog;
 use crate::error::{Error, Kind};
 use crate::exec::{Dispatcher, Runs};
@@ -336,14 +337,29 @@ impl Shared {
         body: Body,
         detached: bool,
     ) -> Result<Option<SlotRef<J::Output>>, Error> {
-        if self.bulk.is_on() {
-            let record = self.push_in_bulk(opts, role, decls, job, body, detached)?;
-            return Ok(record.map(|r| r as SlotRef<J::Output>));
+        let handle = if self.bulk.is_on() {
+            self.push_in_bulk(opts, role, decls, job, body, detached)?.map(|r| r as SlotRef<J::Output>)
+        } else {
+            let record = self.build(opts, role, decls, job, body, detached)?;
+            let handle = (!detached).then(|| record.clone() as SlotRef<J::Output>);
+            self.submit(record)?;
+            handle
+        };
+        // After the push, outside every lock it took.
+        if self.config.throttle_at != 0 && throttle::due() {
+            self.throttle(self.config.throttle_at);
         }
-        let record = self.build(opts, role, decls, job, body, detached)?;
-        let handle = (!detached).then(|| record.clone() as SlotRef<J::Output>);
-        self.submit(record)?;
         Ok(handle)
+    }
+
+    /// Ops pushed so far.
+    pub(super) fn pushed(&self) -> u64 {
+        self.tracker.with_side(|intake| intake.pushed)
+    }
+
+    /// Ops completed (published) so far.
+    pub(super) fn completed(&self) -> u64 {
+        self.counts.completed.get()
     }
 
     /// Appends a record `build` made to its vars and dispatches what became

@@ -378,6 +378,12 @@ impl Dispatcher {
         }
     }
 
+    /// Whether no worker of any CPU pool runs an op or looks for one:
+    /// nothing in the engine makes progress by itself now.
+    pub(crate) fn all_idle(&self) -> bool {
+        self.pools().all(Pool::all_parked)
+    }
+
     fn pools(&self) -> impl Iterator<Item = &Pool> {
         self.cpu.iter().chain(std::iter::once(&self.priority)).filter_map(Lazy::get)
     }
