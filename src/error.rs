@@ -1,10 +1,10 @@
 //! The one error type of the crate.
 
 use std::borrow::Cow;
-use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+mod display;
 mod gpu_fault;
 mod kind;
 
@@ -544,83 +544,6 @@ impl Error {
 /// [`source`](std::error::Error::source), which a report (anyhow's, eyre's)
 /// prints next, so that each cause is printed once. `{:#}` writes the whole
 /// chain on one line, each cause after a colon, for a log.
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.fmt_alone(f)?;
-        if f.alternate() {
-            let mut cause = std::error::Error::source(self);
-            while let Some(err) = cause {
-                write!(f, ": {err}")?;
-                cause = err.source();
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Error {
-    fn fmt_alone(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.detail() {
-            Kind::Failed { op, .. } => write!(f, "op `{op}` failed"),
-            Kind::Panicked { op, message, .. } => write!(f, "op `{op}` panicked: {message}"),
-            Kind::CompletionDropped { op } => {
-                write!(f, "op `{op}` failed: its completion was dropped without being signalled")
-            }
-            Kind::Skipped { op, .. } => write!(f, "op `{op}` skipped: a var it uses carries an error"),
-            Kind::Cancelled { op, reason } => write!(f, "op `{op}` cancelled: {reason}"),
-            Kind::Shutdown => f.write_str("engine is shut down"),
-            Kind::VarDeleted { var } => write!(f, "var {var} has been deleted"),
-            Kind::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
-            Kind::Unsupported(msg) => write!(f, "unsupported: {msg}"),
-            Kind::NoRuntime => {
-                f.write_str("no tokio runtime: build the engine inside one or pass EngineBuilder::runtime")
-            }
-            Kind::BlockingInRuntime { what, instead } => {
-                write!(
-                    f,
-                    "{what} blocks, and was called in async code, where it would stall a tokio runtime's tasks; {instead}"
-                )
-            }
-            Kind::WouldDeadlock { what, why } => write!(f, "{what} would never return: {why}"),
-            Kind::PoolUnavailable { pool, reason } => {
-                write!(f, "cannot start the worker threads of pool `{pool}`: {reason}")
-            }
-            Kind::Full { limit } => write!(
-                f,
-                "the engine holds its limit of {limit} ops in flight (EngineBuilder::max_in_flight); \
-                 try later, or wait for room with Engine::reserve"
-            ),
-            Kind::GpuUnavailable { device, reason } => write!(f, "gpu({device}) is unavailable: {reason}"),
-            Kind::Gpu { op, device, fault, sticky } => {
-                match op {
-                    Some(op) => write!(f, "op `{op}` failed on gpu({device}): {fault}")?,
-                    None => write!(f, "gpu({device}) failed: {fault}")?,
-                }
-                if *sticky {
-                    write!(f, " (a sticky fault: the device takes no more work)")?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-impl fmt::Debug for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Error({self:#})")
-    }
-}
-
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self.detail() {
-            Kind::Failed { source, .. } => Some(source.as_ref()),
-            Kind::Skipped { root, .. } => Some(root.root()),
-            _ => None,
-        }
-    }
-}
-
 /// Text of a caught panic payload.
 pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {

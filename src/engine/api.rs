@@ -2,13 +2,11 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Weak};
-use std::task::{Context, Poll};
 
 use super::acquire::AcquireBuilder;
-use super::engine_builder::{Config, EngineBuilder, Settings};
+use super::config::{Config, Settings};
+use super::engine_builder::EngineBuilder;
 use super::jobs::{DeleteJob, WaitJob};
 use super::op_builder::OpBuilder;
 use super::shared::{Body, OpOptions, Role, Shared};
@@ -20,7 +18,6 @@ use crate::op::DepList;
 use crate::op::access::{AsVar, var_of};
 use crate::op::body::{current_body_holds, inside_op_of};
 use crate::op::op_handle::OpHandle;
-use crate::sync::latch::LatchWait;
 use crate::var::{Access, Owner, Var};
 
 /// Var ids are unique across engines: they order lock acquisition.
@@ -60,21 +57,6 @@ pub struct Engine {
 /// Closes the engine when the last `Engine` clone goes.
 struct EngineHandle {
     shared: Arc<Shared>,
-}
-
-/// How [`Engine::shutdown`] treats ops that have not started.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ShutdownMode {
-    /// Run everything already pushed.
-    #[default]
-    Drain,
-    /// Resolve every op that has not started with
-    /// [`Error::is_cancelled`] at once, wherever it waits (queued on a var
-    /// behind a running op, or on a pool behind busy workers); running ops
-    /// finish, and the shutdown waits for them. Deletions and
-    /// `wait_for_var`s still run, in order; ops of a bulk segment already
-    /// running are cancelled when the segment reaches them.
-    Cancel,
 }
 
 impl Engine {
@@ -453,92 +435,6 @@ impl Engine {
     pub fn downgrade(&self) -> WeakEngine {
         WeakEngine { handle: Arc::downgrade(&self.handle) }
     }
-
-    /// Stops taking work and waits until every pushed op has completed (or,
-    /// with [`ShutdownMode::Cancel`], been cancelled) and every worker thread
-    /// has exited. Later pushes are refused with [`Error::is_shutdown`].
-    ///
-    /// # Errors
-    ///
-    /// The first op failure recorded since the last `wait_for_all` that no
-    /// handle has returned already (a `wait_for_var`'s included): a
-    /// failure the caller has seen is not reported twice. Inside a body of
-    /// one of this engine's ops, [`Error::is_would_deadlock`] (it would
-    /// wait for that op), and the engine is not closed.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # futures::executor::block_on(async {
-    /// use depengine::{Engine, ShutdownMode};
-    /// let engine = Engine::new();
-    /// let v = engine.var(0u32);
-    /// let last = engine.op("last").write(&v).run(|(), (mut v,)| {
-    ///     *v += 1;
-    ///     Ok(*v)
-    /// });
-    /// engine.shutdown(ShutdownMode::Drain).await?;
-    /// assert_eq!(last.await?, 1); // drained: everything pushed ran
-    /// assert!(engine.op("after").run(|(), ()| Ok(())).await.unwrap_err().is_shutdown());
-    /// # Ok::<(), depengine::Error>(())
-    /// # }).unwrap();
-    /// ```
-    pub fn shutdown(&self, mode: ShutdownMode) -> impl Future<Output = Result<(), Error>> + Send + 'static {
-        self.close_and_wait(mode, "Engine::shutdown")
-    }
-
-    /// `shutdown`, refused as `what` inside an op of this engine.
-    fn close_and_wait(
-        &self,
-        mode: ShutdownMode,
-        what: &'static str,
-    ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
-        let refused = self.refuse_inside_op(what);
-        let closing =
-            refused.map(|()| (self.shared().close(mode == ShutdownMode::Cancel), self.shared().clone()));
-        async move {
-            let (latch, shared) = closing?;
-            latch.wait().await;
-            shared.lingering().wait().await;
-            shared.dispatcher.stop_and_join();
-            shared.stop_watchdog();
-            shared.recorder.autosave();
-            shared.take_unseen_error()
-        }
-    }
-
-    /// Blocking [`shutdown`](Engine::shutdown).
-    ///
-    /// # Errors
-    ///
-    /// As for `shutdown`, and [`Error::is_blocking_in_runtime`] in an async
-    /// task (`.await` `shutdown` there).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use depengine::{Engine, ShutdownMode};
-    /// let engine = Engine::new();
-    /// let v = engine.var(0u32);
-    /// let guard = v.write().blocking_wait()?; // holds the var
-    /// let queued = engine.op("queued").read(&v).run(|(v,), ()| Ok(*v));
-    /// let closer = {
-    ///     let engine = engine.clone();
-    ///     std::thread::spawn(move || engine.blocking_shutdown(ShutdownMode::Cancel))
-    /// };
-    /// // Cancelled at once, though the var it waits on is still held...
-    /// assert!(queued.blocking_wait().unwrap_err().is_cancelled());
-    /// // ...while the shutdown waits for the holder.
-    /// drop(guard);
-    /// let _ = closer.join().unwrap();
-    /// assert!(engine.is_closed());
-    /// # Ok::<(), depengine::Error>(())
-    /// ```
-    pub fn blocking_shutdown(&self, mode: ShutdownMode) -> Result<(), Error> {
-        const WHAT: &str = "Engine::blocking_shutdown";
-        refuse_blocking(WHAT, Instead::Await)?;
-        futures::executor::block_on(self.close_and_wait(mode, WHAT))
-    }
 }
 
 /// A handle to an [`Engine`] that does not keep it open, from
@@ -609,63 +505,15 @@ impl Drop for EngineHandle {
     }
 }
 
-/// The future of [`Engine::wait_for_all`].
-#[must_use = "futures do nothing unless awaited"]
-pub struct WaitForAll {
-    /// The wait, or why it was refused.
-    wait: Result<LatchWait, Option<Error>>,
-    shared: Arc<Shared>,
-}
-
-impl WaitForAll {
-    /// Blocks the current thread until the wait resolves, for non-async
-    /// callers.
-    ///
-    /// # Errors
-    ///
-    /// As for the future, and [`Error::is_blocking_in_runtime`] in an async
-    /// task (`.await` it there); [`Error::is_would_deadlock`] in a waker the
-    /// engine wakes (see [`OpHandle::blocking_wait`](crate::OpHandle::blocking_wait)).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let engine = depengine::Engine::new();
-    /// let v = engine.var(0u8);
-    /// engine.op("fails").write(&v).run_detached(|(), _| Err("bad input".into()))?;
-    /// let err = engine.wait_for_all().blocking_wait().unwrap_err();
-    /// assert_eq!(err.root().op_name(), Some("fails"));
-    /// # Ok::<(), depengine::Error>(())
-    /// ```
-    pub fn blocking_wait(self) -> Result<(), Error> {
-        refuse_blocking("WaitForAll::blocking_wait", Instead::Await)?;
-        futures::executor::block_on(self)
-    }
-}
-
-impl Future for WaitForAll {
-    type Output = Result<(), Error>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
-        match &mut this.wait {
-            Ok(wait) => Pin::new(wait).poll(cx).map(|()| this.shared.take_error()),
-            Err(refused) => Poll::Ready(Err(refused.take().expect("WaitForAll polled after it resolved"))),
-        }
-    }
-}
-
-impl fmt::Debug for WaitForAll {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WaitForAll").finish_non_exhaustive()
-    }
-}
-
 mod devices;
 mod pending;
 mod profiler;
 mod room;
+mod shutdown;
 mod snapshot;
+mod wait_all;
 pub use profiler::Profiler;
+pub use shutdown::ShutdownMode;
+pub use wait_all::WaitForAll;
 #[cfg(all(test, not(depengine_loom)))]
 mod tests;

@@ -1,135 +1,16 @@
-//! Engine configuration: a builder, with the environment filling in what
-//! the code left unset.
+//! The front door of configuration: [`EngineBuilder`], whose calls say
+//! what the program chose; `settle.rs` fills in the rest from the
+//! environment and the defaults (`config.rs`).
 
-use std::num::NonZeroUsize;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use super::recorder::{DEFAULT_KEEP, ENV_PROFILE, ENV_PROFILE_KEEP};
-
 use super::Engine;
+use super::config::{DEFAULT_SPIN, EngineKind, MAX_CPU_DEVICES, MAX_IN_FLIGHT, MAX_SPIN, MAX_WORKERS};
+use super::settle::{Choices, Env, settle};
 use crate::error::Error;
-use crate::exec::{GpuSettings, Hook, ThreadHooks, Topology};
+use crate::exec::Hook;
 
-/// How the engine executes ops.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum EngineKind {
-    /// Per-device worker pools; conflicting ops in push order, everything
-    /// else in parallel (the default).
-    #[default]
-    Threaded,
-    /// Every op runs on the thread that makes it ready, at push when its
-    /// vars are free: with only sync ops, everything runs synchronously at
-    /// push, in push order. For debugging.
-    Naive,
-}
-
-/// The environment variables read by [`EngineBuilder::build`].
-pub(crate) const ENV_TYPE: &str = "DEPENGINE_TYPE";
-pub(crate) const ENV_CPU_WORKERS: &str = "DEPENGINE_CPU_WORKERS";
-pub(crate) const ENV_PRIORITY_WORKERS: &str = "DEPENGINE_CPU_PRIORITY_WORKERS";
-pub(crate) const ENV_BULK_SIZE: &str = "DEPENGINE_BULK_SIZE";
-pub(crate) const ENV_SPIN_US: &str = "DEPENGINE_SPIN_US";
-pub(crate) const ENV_GPU_SPIN_US: &str = "DEPENGINE_GPU_SPIN_US";
-pub(crate) const ENV_GPU_WORKERS: &str = "DEPENGINE_GPU_WORKERS";
-pub(crate) const ENV_GPU_COPY_WORKERS: &str = "DEPENGINE_GPU_COPY_WORKERS";
-pub(crate) const ENV_SIM_GPUS: &str = "DEPENGINE_SIM_GPUS";
-pub(crate) const ENV_MAX_IN_FLIGHT: &str = "DEPENGINE_MAX_IN_FLIGHT";
-pub(crate) const ENV_METRICS_TIMING: &str = "DEPENGINE_METRICS_TIMING";
-pub(crate) const ENV_WATCHDOG_MS: &str = "DEPENGINE_WATCHDOG_MS";
-pub(crate) const ENV_TRACK_HOLDERS: &str = "DEPENGINE_TRACK_HOLDERS";
-pub(crate) const ENV_PUSHER_RUNS_AT: &str = "DEPENGINE_PUSHER_RUNS_AT";
-pub(crate) const ENV_THROTTLE_AT: &str = "DEPENGINE_THROTTLE_AT";
-
-/// Ops in flight past which a pushing thread waits for the workers, by
-/// default (see [`EngineBuilder::throttle_at`]; PERFORMANCE.md, *The soft
-/// bound on ops in flight*).
-pub(crate) const DEFAULT_THROTTLE_AT: usize = 4096;
-
-/// How long an idle worker watches its queues before it parks, by default:
-/// at one request at a time it saves a third of the CPU per request against
-/// 50 µs, for the same latency, and no workload measured slower
-/// (PERFORMANCE.md, *Idle cost at low load*).
-pub(crate) const DEFAULT_SPIN: Duration = Duration::from_micros(10);
-/// The longest such watch a setting may ask for.
-pub(crate) const MAX_SPIN: Duration = Duration::from_secs(1);
-
-/// The most worker threads one pool may have, and the most CPU devices: a
-/// setting past these is a mistake (a typo, a unit error) far more often
-/// than a need, and asking the OS for that many threads fails or exhausts
-/// the process.
-pub(crate) const MAX_WORKERS: usize = 1024;
-/// The most CPU devices an engine may have (see `MAX_WORKERS`).
-pub(crate) const MAX_CPU_DEVICES: usize = 1024;
-
-/// The longest threshold a watchdog may have: one day. A longer one is a
-/// unit error far more often than a need.
-const MAX_WATCHDOG: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// The largest bound on ops in flight (see [`EngineBuilder::max_in_flight`]).
-pub(crate) const MAX_IN_FLIGHT: usize = tokio::sync::Semaphore::MAX_PERMITS;
-
-/// An engine's settings, as built ([`Engine::settings`](crate::Engine::settings)):
-/// each the builder's, else the environment's, else the default.
-///
-/// ```
-/// let engine = depengine::Engine::builder().cpu_workers(3).build()?;
-/// assert_eq!(engine.settings().cpu_workers, 3);
-/// assert_eq!(engine.settings().spin, depengine::EngineBuilder::DEFAULT_SPIN);
-/// # Ok::<(), depengine::Error>(())
-/// ```
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct Settings {
-    /// The engine type ([`EngineBuilder::kind`]).
-    pub kind: EngineKind,
-    /// Worker threads per CPU device ([`EngineBuilder::cpu_workers`]).
-    pub cpu_workers: usize,
-    /// How long an idle worker watches its queues ([`EngineBuilder::spin`]).
-    pub spin: Duration,
-    /// Most ops fused into one bulk segment; 1: bulk execution is off
-    /// ([`EngineBuilder::bulk_size`]).
-    pub bulk_size: usize,
-    /// The bound on user ops in flight, if any ([`EngineBuilder::max_in_flight`]).
-    pub max_in_flight: Option<usize>,
-    /// Ops in flight past which a pushing thread waits for the workers; 0:
-    /// never ([`EngineBuilder::throttle_at`]).
-    pub throttle_at: usize,
-    /// Compute workers per GPU device ([`EngineBuilder::gpu_workers`]).
-    pub gpu_workers: usize,
-    /// Workers per GPU device and copy lane ([`EngineBuilder::gpu_copy_workers`]).
-    pub gpu_copy_workers: usize,
-    /// GPUs `Gpu(0)` to `Gpu(n - 1)` are simulated ([`EngineBuilder::simulated_gpus`]).
-    pub simulated_gpus: usize,
-    /// How long idle GPU workers and pollers watch for work
-    /// ([`EngineBuilder::gpu_spin`]).
-    pub gpu_spin: Duration,
-}
-
-/// Settled configuration.
-#[derive(Clone, Debug)]
-pub(crate) struct Config {
-    pub(crate) kind: EngineKind,
-    /// The pools the engine may start (`naive` follows `kind`).
-    pub(crate) topology: Topology,
-    /// The most ops fused into one bulk segment; 1: no bulk execution.
-    pub(crate) bulk_size: usize,
-    /// The most user ops in flight; `None`: no bound.
-    pub(crate) max_in_flight: Option<usize>,
-    /// Ops in flight past which a pushing thread waits; 0: never.
-    pub(crate) throttle_at: usize,
-    /// How long an op may wait on vars before the watchdog warns; `None`:
-    /// no watchdog.
-    pub(crate) watchdog: Option<Duration>,
-    /// Whether vars name the ops holding them, for the hang explainer.
-    pub(crate) track_holders: bool,
-    /// How many completed ops the profiler keeps.
-    pub(crate) profile_keep: usize,
-    /// Where the profiler saves every op's record at shutdown, if the
-    /// environment says (`DEPENGINE_PROFILE`).
-    pub(crate) profile_to: Option<PathBuf>,
-}
+mod gpu;
 
 /// Configures and builds an [`Engine`].
 ///
@@ -158,27 +39,7 @@ pub(crate) struct Config {
 #[derive(Debug, Default)]
 #[must_use = "a builder does nothing until build is called"]
 pub struct EngineBuilder {
-    kind: Option<EngineKind>,
-    cpu_workers: Option<usize>,
-    priority_workers: Option<usize>,
-    cpu_devices: Option<usize>,
-    bulk_size: Option<usize>,
-    thread_name: Option<String>,
-    spin: Option<Duration>,
-    gpu_spin: Option<Duration>,
-    runtime: Option<tokio::runtime::Handle>,
-    gpu_workers: Option<usize>,
-    gpu_copy_workers: Option<usize>,
-    simulated_gpus: Option<usize>,
-    gpu_early_release: Option<bool>,
-    max_in_flight: Option<usize>,
-    throttle_at: Option<usize>,
-    metrics_timing: Option<bool>,
-    watchdog: Option<Duration>,
-    track_holders: Option<bool>,
-    pusher_runs_at: Option<usize>,
-    hooks: ThreadHooks,
-    ignore_environment: bool,
+    choices: Choices,
 }
 
 impl EngineBuilder {
@@ -233,16 +94,6 @@ impl EngineBuilder {
     /// assert!(EngineBuilder::default().cpu_devices(EngineBuilder::MAX_CPU_DEVICES + 1).build().is_err());
     /// ```
     pub const MAX_CPU_DEVICES: usize = MAX_CPU_DEVICES;
-    /// The most GPU devices an engine may use.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use depengine::EngineBuilder;
-    /// let err = EngineBuilder::default().simulated_gpus(EngineBuilder::MAX_GPU_DEVICES + 1).build().unwrap_err();
-    /// assert!(err.is_invalid_argument());
-    /// ```
-    pub const MAX_GPU_DEVICES: usize = crate::gpu::MAX_GPU_DEVICES;
     /// The largest bound on ops in flight ([`max_in_flight`](Self::max_in_flight)).
     ///
     /// # Examples
@@ -253,23 +104,6 @@ impl EngineBuilder {
     /// assert!(err.is_invalid_argument());
     /// ```
     pub const MAX_IN_FLIGHT: usize = MAX_IN_FLIGHT;
-
-    /// How long an idle GPU worker or poller watches for work before it
-    /// parks, by default: a GPU op's round trip (launch, the GPU, the event
-    /// seen complete, the waiter woken) is some tens of microseconds, and a
-    /// thread that parks between two such ops costs each a wake-up.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use depengine::EngineBuilder;
-    /// let engine = EngineBuilder::default().build()?;
-    /// # if std::env::var_os("DEPENGINE_GPU_SPIN_US").is_none() {
-    /// assert_eq!(engine.settings().gpu_spin, EngineBuilder::DEFAULT_GPU_SPIN);
-    /// # }
-    /// # Ok::<(), depengine::Error>(())
-    /// ```
-    pub const DEFAULT_GPU_SPIN: Duration = Duration::from_micros(100);
 
     /// The engine type. Environment: `DEPENGINE_TYPE=threaded|naive`.
     ///
@@ -286,7 +120,7 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn kind(mut self, kind: EngineKind) -> Self {
-        self.kind = Some(kind);
+        self.choices.kind = Some(kind);
         self
     }
 
@@ -302,7 +136,7 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn cpu_workers(mut self, n: usize) -> Self {
-        self.cpu_workers = Some(n);
+        self.choices.cpu_workers = Some(n);
         self
     }
 
@@ -320,7 +154,7 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn priority_workers(mut self, n: usize) -> Self {
-        self.priority_workers = Some(n);
+        self.choices.priority_workers = Some(n);
         self
     }
 
@@ -337,7 +171,7 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn cpu_devices(mut self, n: usize) -> Self {
-        self.cpu_devices = Some(n);
+        self.choices.cpu_devices = Some(n);
         self
     }
 
@@ -368,7 +202,7 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn bulk_size(mut self, n: usize) -> Self {
-        self.bulk_size = Some(n);
+        self.choices.bulk_size = Some(n);
         self
     }
 
@@ -387,7 +221,7 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn thread_name(mut self, prefix: impl Into<String>) -> Self {
-        self.thread_name = Some(prefix.into());
+        self.choices.thread_name = Some(prefix.into());
         self
     }
 
@@ -408,7 +242,7 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn ignore_environment(mut self) -> Self {
-        self.ignore_environment = true;
+        self.choices.ignore_environment = true;
         self
     }
 
@@ -450,7 +284,7 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn on_thread_start(mut self, start: impl Fn() + Send + Sync + 'static) -> Self {
-        self.hooks.start = Some(std::sync::Arc::new(start) as Hook);
+        self.choices.hooks.start = Some(std::sync::Arc::new(start) as Hook);
         self
     }
 
@@ -462,7 +296,7 @@ impl EngineBuilder {
     /// soon after. A panic in it is caught and logged (`tracing`, target
     /// `depengine`).
     pub fn on_thread_stop(mut self, stop: impl Fn() + Send + Sync + 'static) -> Self {
-        self.hooks.stop = Some(std::sync::Arc::new(stop) as Hook);
+        self.choices.hooks.stop = Some(std::sync::Arc::new(stop) as Hook);
         self
     }
 
@@ -485,7 +319,7 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn thread_stack_size(mut self, bytes: usize) -> Self {
-        self.hooks.stack_size = Some(bytes);
+        self.choices.hooks.stack_size = Some(bytes);
         self
     }
 
@@ -505,7 +339,7 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn spin(mut self, spin: Duration) -> Self {
-        self.spin = Some(spin);
+        self.choices.spin = Some(spin);
         self
     }
 
@@ -532,7 +366,7 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn max_in_flight(mut self, n: usize) -> Self {
-        self.max_in_flight = Some(n);
+        self.choices.max_in_flight = Some(n);
         self
     }
 
@@ -555,7 +389,7 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn metrics_timing(mut self, on: bool) -> Self {
-        self.metrics_timing = Some(on);
+        self.choices.metrics_timing = Some(on);
         self
     }
 
@@ -580,7 +414,7 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn watchdog(mut self, threshold: Duration) -> Self {
-        self.watchdog = Some(threshold);
+        self.choices.watchdog = Some(threshold);
         self
     }
 
@@ -612,7 +446,7 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn pusher_runs_at(mut self, queued: usize) -> Self {
-        self.pusher_runs_at = Some(queued);
+        self.choices.pusher_runs_at = Some(queued);
         self
     }
 
@@ -641,7 +475,7 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn throttle_at(mut self, in_flight: usize) -> Self {
-        self.throttle_at = Some(in_flight);
+        self.choices.throttle_at = Some(in_flight);
         self
     }
 
@@ -660,107 +494,7 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn track_holders(mut self, on: bool) -> Self {
-        self.track_holders = Some(on);
-        self
-    }
-
-    /// Compute workers per GPU device, each owning its own stream, at most
-    /// [`MAX_WORKERS`](Self::MAX_WORKERS). Environment: `DEPENGINE_GPU_WORKERS`. Default: 1.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let engine = depengine::Engine::builder().simulated_gpus(1).gpu_workers(2).build()?;
-    /// assert_eq!(engine.settings().gpu_workers, 2);
-    /// # Ok::<(), depengine::Error>(())
-    /// ```
-    pub fn gpu_workers(mut self, n: usize) -> Self {
-        self.gpu_workers = Some(n);
-        self
-    }
-
-    /// Workers per GPU device for each copy lane ([`Lane::CopyToGpu`](crate::Lane),
-    /// [`Lane::CopyFromGpu`](crate::Lane)), each owning its own stream, at
-    /// most [`MAX_WORKERS`](Self::MAX_WORKERS). Environment: `DEPENGINE_GPU_COPY_WORKERS`.
-    /// Default: 1.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let engine = depengine::Engine::builder().simulated_gpus(1).gpu_copy_workers(2).build()?;
-    /// assert_eq!(engine.settings().gpu_copy_workers, 2);
-    /// # Ok::<(), depengine::Error>(())
-    /// ```
-    pub fn gpu_copy_workers(mut self, n: usize) -> Self {
-        self.gpu_copy_workers = Some(n);
-        self
-    }
-
-    /// Simulates GPUs `Gpu(0)` to `Gpu(n - 1)` (see [`SimGpu`](crate::gpu::sim::SimGpu))
-    /// instead of opening them through CUDA; at most
-    /// [`MAX_GPU_DEVICES`](crate::EngineBuilder::MAX_GPU_DEVICES). Environment:
-    /// `DEPENGINE_SIM_GPUS`. Default: 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use depengine::Device;
-    /// use std::time::Duration;
-    /// let engine = depengine::Engine::builder().simulated_gpus(1).build()?;
-    /// let gpu = engine.gpu(0)?;
-    /// let x = engine.var(gpu.sim_buffer(vec![1.0f32, 2.0, 3.0])?);
-    /// engine.op("scale").device(Device::Gpu(0)).write(&x).run_gpu(|(), (mut x,), ctx| {
-    ///     let (touch, w) = x.sim_mut().unwrap().writer();
-    ///     let stream = ctx.sim_stream().unwrap();
-    ///     stream.launch("scale", Duration::from_micros(5), vec![touch], move || {
-    ///         w.with(|v| v.iter_mut().for_each(|e| *e *= 2.0))
-    ///     })?;
-    ///     Ok(())
-    /// });
-    /// assert_eq!(x.read().blocking_wait()?.sim().unwrap().to_vec(), vec![2.0, 4.0, 6.0]);
-    /// # Ok::<(), depengine::Error>(())
-    /// ```
-    pub fn simulated_gpus(mut self, n: usize) -> Self {
-        self.simulated_gpus = Some(n);
-        self
-    }
-
-    /// How long an idle GPU worker or a GPU's poller watches for work
-    /// before it parks, at most [`MAX_SPIN`](Self::MAX_SPIN): the GPU's counterpart of
-    /// [`spin`](Self::spin), longer by default, since a GPU op's round trip
-    /// outlasts a CPU op's and a GPU has few such threads. Environment:
-    /// `DEPENGINE_GPU_SPIN_US` (microseconds). Default: [`DEFAULT_GPU_SPIN`](Self::DEFAULT_GPU_SPIN).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let engine = depengine::Engine::builder().gpu_spin(Duration::from_micros(20)).build()?;
-    /// assert_eq!(engine.settings().gpu_spin, Duration::from_micros(20));
-    /// # Ok::<(), depengine::Error>(())
-    /// ```
-    pub fn gpu_spin(mut self, spin: Duration) -> Self {
-        self.gpu_spin = Some(spin);
-        self
-    }
-
-    /// Whether a GPU op lets its vars go as soon as its work is enqueued
-    /// (early release, the default), so that the next GPU op of the same
-    /// device is ordered behind it on the GPU (`cuStreamWaitEvent`) instead
-    /// of waiting for its completion; CPU consumers, handles and
-    /// `wait_for_var` still wait for completion. Off: every GPU op lets its
-    /// vars go at completion (for comparison and debugging).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// // Every GPU op holds its vars until the GPU has run it.
-    /// let engine = depengine::Engine::builder().simulated_gpus(1).gpu_early_release(false).build()?;
-    /// # drop(engine);
-    /// # Ok::<(), depengine::Error>(())
-    /// ```
-    pub fn gpu_early_release(mut self, on: bool) -> Self {
-        self.gpu_early_release = Some(on);
+        self.choices.track_holders = Some(on);
         self
     }
 
@@ -778,7 +512,7 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn runtime(mut self, handle: tokio::runtime::Handle) -> Self {
-        self.runtime = Some(handle);
+        self.choices.runtime = Some(handle);
         self
     }
 
@@ -804,293 +538,16 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn build(self) -> Result<Engine, Error> {
-        let env = Env { read: !self.ignore_environment, lenient: false };
-        self.build_with(&env)
+        let env = Env { read: !self.choices.ignore_environment, lenient: false };
+        let (config, runtime) = settle(self.choices, &env)?;
+        Engine::from_config(config, runtime)
     }
 
     /// [`build`](Self::build), with bad environment values ignored (and
     /// reported) when `lenient`: for [`Engine::new`].
     pub(crate) fn build_leniently(self) -> Result<Engine, Error> {
-        let env = Env { read: !self.ignore_environment, lenient: true };
-        self.build_with(&env)
-    }
-
-    fn build_with(self, env: &Env) -> Result<Engine, Error> {
-        if self.hooks.stack_size == Some(0) {
-            return Err(Error::invalid("a worker thread's stack size must be above zero"));
-        }
-        let kind = match self.kind {
-            Some(kind) => kind,
-            None => env_kind(env)?.unwrap_or_default(),
-        };
-        let default_workers = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-        let topology = Topology {
-            naive: kind == EngineKind::Naive,
-            cpu_workers: setting(
-                env,
-                "cpu_workers",
-                self.cpu_workers,
-                ENV_CPU_WORKERS,
-                default_workers,
-                MAX_WORKERS,
-            )?,
-            priority_workers: setting(
-                env,
-                "priority_workers",
-                self.priority_workers,
-                ENV_PRIORITY_WORKERS,
-                1,
-                MAX_WORKERS,
-            )?,
-            cpu_devices: setting(env, "cpu_devices", self.cpu_devices, "", 1, MAX_CPU_DEVICES)?,
-            thread_name: thread_name(self.thread_name)?,
-            spin: spin(env, self.spin, ENV_SPIN_US, DEFAULT_SPIN)?,
-            timing: flag(env, self.metrics_timing, ENV_METRICS_TIMING, false)?,
-            pusher_runs_at: pusher_runs_at(env, self.pusher_runs_at)?,
-            gpu: GpuSettings {
-                workers: setting(env, "gpu_workers", self.gpu_workers, ENV_GPU_WORKERS, 1, MAX_WORKERS)?,
-                copy_workers: setting(
-                    env,
-                    "gpu_copy_workers",
-                    self.gpu_copy_workers,
-                    ENV_GPU_COPY_WORKERS,
-                    1,
-                    MAX_WORKERS,
-                )?,
-                simulated: simulated_gpus(env, self.simulated_gpus)?,
-                early_release: self.gpu_early_release.unwrap_or(true),
-                spin: spin(env, self.gpu_spin, ENV_GPU_SPIN_US, Self::DEFAULT_GPU_SPIN)?,
-            },
-            hooks: self.hooks,
-        };
-        let bulk_size = setting(env, "bulk_size", self.bulk_size, ENV_BULK_SIZE, 1, usize::MAX)?;
-        let max_in_flight = match self.max_in_flight {
-            Some(given) => Some(in_bounds("max_in_flight", given, MAX_IN_FLIGHT).map_err(Error::invalid)?),
-            None => env.count(ENV_MAX_IN_FLIGHT, MAX_IN_FLIGHT)?,
-        };
-        let throttle_at = count_from_zero(
-            env,
-            ("throttle_at", self.throttle_at),
-            (ENV_THROTTLE_AT, "expected a count of ops, 0 for never"),
-            DEFAULT_THROTTLE_AT,
-            usize::MAX,
-        )?;
-        let watchdog = match self.watchdog {
-            Some(threshold) => Some(watchdog_bounded(threshold).map_err(Error::invalid)?),
-            None => env.get(ENV_WATCHDOG_MS, |raw| {
-                let ms = raw
-                    .trim()
-                    .parse::<u64>()
-                    .map_err(|_| format!("{ENV_WATCHDOG_MS}={raw:?}: expected a number of milliseconds"))?;
-                watchdog_bounded(Duration::from_millis(ms))
-            })?,
-        };
-        let track_holders = flag(env, self.track_holders, ENV_TRACK_HOLDERS, true)?;
-        let profile_keep = env.count(ENV_PROFILE_KEEP, usize::MAX)?.unwrap_or(DEFAULT_KEEP);
-        let profile_to = env.path(ENV_PROFILE);
-        let config = Config {
-            kind,
-            topology,
-            bulk_size,
-            max_in_flight,
-            throttle_at,
-            watchdog,
-            track_holders,
-            profile_keep,
-            profile_to,
-        };
-        let runtime = self.runtime.or_else(|| tokio::runtime::Handle::try_current().ok());
+        let env = Env { read: !self.choices.ignore_environment, lenient: true };
+        let (config, runtime) = settle(self.choices, &env)?;
         Engine::from_config(config, runtime)
-    }
-}
-
-/// A watchdog threshold, if it is above zero and within its bound.
-fn watchdog_bounded(threshold: Duration) -> Result<Duration, String> {
-    if threshold.is_zero() {
-        return Err("the watchdog's threshold must be above zero".to_owned());
-    }
-    if threshold > MAX_WATCHDOG {
-        return Err(format!("the watchdog's threshold {threshold:?} is past its bound of {MAX_WATCHDOG:?}"));
-    }
-    Ok(threshold)
-}
-
-/// Ops of a pushing thread queued at which it runs its next ones itself,
-/// by default (see [`EngineBuilder::pusher_runs_at`]).
-const DEFAULT_PUSHER_RUNS_AT: usize = 256;
-
-/// Where a setting the builder left unset is read: the environment's
-/// `DEPENGINE_*` variable, unless the builder ignores the environment
-/// ([`EngineBuilder::ignore_environment`]). A value that does not parse,
-/// or is out of bounds, is an error of `build`; for [`Engine::new`]
-/// (`lenient`) it is reported (a `tracing` warning, target `depengine`)
-/// and the default is used instead.
-struct Env {
-    read: bool,
-    lenient: bool,
-}
-
-impl Env {
-    /// Variable `name`, if set (and readable), parsed by `parse`, which
-    /// says what is wrong with a bad value.
-    fn get<T>(&self, name: &str, parse: impl FnOnce(&str) -> Result<T, String>) -> Result<Option<T>, Error> {
-        if !self.read || name.is_empty() {
-            return Ok(None);
-        }
-        let Some(raw) = std::env::var_os(name) else { return Ok(None) };
-        let parsed = match raw.to_str() {
-            Some(raw) => parse(raw),
-            None => Err(format!("{name}={raw:?}: not UTF-8 text")),
-        };
-        match parsed {
-            Ok(value) => Ok(Some(value)),
-            Err(wrong) if self.lenient => {
-                tracing::warn!(target: "depengine", "{wrong}: ignored, the setting's default is used");
-                Ok(None)
-            }
-            Err(wrong) => Err(Error::invalid(wrong)),
-        }
-    }
-
-    /// A path from variable `name`, if set and not empty: any bytes the OS
-    /// allows in a path, UTF-8 or not.
-    fn path(&self, name: &str) -> Option<PathBuf> {
-        if !self.read {
-            return None;
-        }
-        std::env::var_os(name).filter(|p| !p.is_empty()).map(PathBuf::from)
-    }
-
-    /// A count from variable `name`: from 1 to `max`.
-    fn count(&self, name: &str, max: usize) -> Result<Option<usize>, Error> {
-        self.get(name, |raw| {
-            let value = raw
-                .trim()
-                .parse::<usize>()
-                .map_err(|_| format!("{name}={raw:?}: expected a positive integer"))?;
-            in_bounds(name, value, max)
-        })
-    }
-}
-
-/// `value`, if it is from 1 to `max`; else what is wrong, for `source`.
-fn in_bounds(source: &str, value: usize, max: usize) -> Result<usize, String> {
-    if value == 0 {
-        return Err(format!("{source} must be at least 1"));
-    }
-    if value > max {
-        return Err(format!("{source}={value} is past its bound of {max}"));
-    }
-    Ok(value)
-}
-
-/// A count that may be zero: the builder's `given` (named `what`), else
-/// variable `name` (`expected` says what it should hold), else `default`;
-/// at most `max`.
-fn count_from_zero(
-    env: &Env,
-    (what, given): (&str, Option<usize>),
-    (name, expected): (&str, &str),
-    default: usize,
-    max: usize,
-) -> Result<usize, Error> {
-    let bounded = |source: &str, n: usize| {
-        if n > max { Err(format!("{source}={n} is past its bound of {max}")) } else { Ok(n) }
-    };
-    if let Some(n) = given {
-        return bounded(what, n).map_err(Error::invalid);
-    }
-    let from_env = env.get(name, |raw| {
-        let n = raw.trim().parse::<usize>().map_err(|_| format!("{name}={raw:?}: {expected}"))?;
-        bounded(name, n)
-    })?;
-    Ok(from_env.unwrap_or(default))
-}
-
-fn pusher_runs_at(env: &Env, given: Option<usize>) -> Result<usize, Error> {
-    let expected = "expected a count of ops, 0 for never";
-    let max = MAX_WORKERS * 1024;
-    count_from_zero(
-        env,
-        ("pusher_runs_at", given),
-        (ENV_PUSHER_RUNS_AT, expected),
-        DEFAULT_PUSHER_RUNS_AT,
-        max,
-    )
-}
-
-fn env_kind(env: &Env) -> Result<Option<EngineKind>, Error> {
-    env.get(ENV_TYPE, |raw| match raw.trim().to_ascii_lowercase().as_str() {
-        "threaded" | "threadedengineperdevice" => Ok(EngineKind::Threaded),
-        "naive" | "naiveengine" => Ok(EngineKind::Naive),
-        _ => Err(format!("{ENV_TYPE}={raw:?}: expected `threaded` or `naive`")),
-    })
-}
-
-/// A spin budget: the builder's, else environment variable `name` (in
-/// microseconds), else `default`; at most `MAX_SPIN`.
-fn spin(env: &Env, given: Option<Duration>, name: &str, default: Duration) -> Result<Duration, Error> {
-    let bounded = |spin: Duration| {
-        if spin > MAX_SPIN {
-            Err(format!("spin {spin:?} is past its bound of {MAX_SPIN:?}"))
-        } else {
-            Ok(spin)
-        }
-    };
-    if let Some(spin) = given {
-        return bounded(spin).map_err(Error::invalid);
-    }
-    let from_env = env.get(name, |raw| {
-        let us = raw
-            .trim()
-            .parse::<u64>()
-            .map_err(|_| format!("{name}={raw:?}: expected a number of microseconds"))?;
-        bounded(Duration::from_micros(us))
-    })?;
-    Ok(from_env.unwrap_or(default))
-}
-
-/// A yes/no setting: the builder's, else environment variable `name`, else
-/// `default`.
-fn flag(env: &Env, given: Option<bool>, name: &str, default: bool) -> Result<bool, Error> {
-    if let Some(on) = given {
-        return Ok(on);
-    }
-    let from_env = env.get(name, |raw| match raw.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "on" | "yes" => Ok(true),
-        "0" | "false" | "off" | "no" | "" => Ok(false),
-        _ => Err(format!("{name}={raw:?}: expected 1 or 0")),
-    })?;
-    Ok(from_env.unwrap_or(default))
-}
-
-/// GPUs to simulate: the builder's, else `DEPENGINE_SIM_GPUS`, else 0.
-fn simulated_gpus(env: &Env, given: Option<usize>) -> Result<usize, Error> {
-    let expected = "expected a number of devices";
-    count_from_zero(env, ("simulated_gpus", given), (ENV_SIM_GPUS, expected), 0, crate::gpu::MAX_GPU_DEVICES)
-}
-
-/// The thread name prefix, checked: the OS refuses a name with a NUL byte.
-fn thread_name(given: Option<String>) -> Result<String, Error> {
-    let name = given.unwrap_or_else(|| "depengine".to_owned());
-    if name.contains('\0') {
-        return Err(Error::invalid(format!("thread_name {name:?} contains a NUL byte")));
-    }
-    Ok(name)
-}
-
-/// A count: the builder's `given` value, else environment variable `name`
-/// (none if empty), else `default`; from 1 to `max`.
-fn setting(
-    env: &Env,
-    what: &str,
-    given: Option<usize>,
-    name: &str,
-    default: usize,
-    max: usize,
-) -> Result<usize, Error> {
-    match given {
-        Some(value) => in_bounds(what, value, max).map_err(Error::invalid),
-        None => Ok(env.count(name, max)?.unwrap_or(default)),
     }
 }

@@ -12,6 +12,7 @@
 mod acquire;
 mod api;
 mod bulk;
+mod config;
 mod counts;
 mod engine_builder;
 mod jobs;
@@ -21,13 +22,15 @@ mod options;
 mod queues;
 mod recorder;
 mod reserve;
+mod settle;
 mod shared;
 mod throttle;
 mod watchdog;
 
 pub use acquire::AcquireBuilder;
 pub use api::{Engine, Profiler, ShutdownMode, WaitForAll, WeakEngine};
-pub use engine_builder::{EngineBuilder, EngineKind, Settings};
+pub use config::{EngineKind, Settings};
+pub use engine_builder::EngineBuilder;
 pub use op_builder::OpBuilder;
 #[cfg(feature = "mpi")]
 pub(crate) use recorder::name_profiles_by_rank;

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use super::bulk::Bulk;
+use super::config::{Config, EngineKind};
 use super::counts::Counts;
-use super::engine_builder::{Config, EngineKind};
 use super::limit::Limit;
 use super::options::bit_set;
 pub(super) use super::options::{Body, OpOptions, Role};
@@ -347,19 +347,9 @@ impl Shared {
         };
         // After the push, outside every lock it took.
         if self.config.throttle_at != 0 && throttle::due() {
-            self.throttle(self.config.throttle_at);
+            throttle::throttle(&**self, self.config.throttle_at);
         }
         Ok(handle)
-    }
-
-    /// Ops pushed so far.
-    pub(super) fn pushed(&self) -> u64 {
-        self.tracker.with_side(|intake| intake.pushed)
-    }
-
-    /// Ops completed (published) so far.
-    pub(super) fn completed(&self) -> u64 {
-        self.counts.completed.get()
     }
 
     /// Appends a record `build` made to its vars and dispatches what became
@@ -437,6 +427,20 @@ impl Shared {
         let profiled = self.recorder.wants(&opts);
         let meta = meta(opts, role, exec, detached, counted, profiled);
         Ok(recycle::build(spare, self, meta, deps, job, epoch))
+    }
+}
+
+impl throttle::Progress for Shared {
+    fn pushed(&self) -> u64 {
+        self.tracker.with_side(|intake| intake.pushed)
+    }
+
+    fn completed(&self) -> u64 {
+        self.counts.completed.get()
+    }
+
+    fn all_idle(&self) -> bool {
+        self.dispatcher.all_idle()
     }
 }
 

@@ -31,8 +31,6 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use super::shared::Shared;
-
 /// A thread looks at the ops in flight once every this many of its pushes.
 pub(super) const CHECK_EVERY: u32 = 256;
 
@@ -55,30 +53,38 @@ pub(super) fn due() -> bool {
     })
 }
 
-impl Shared {
-    /// Waits for ops to complete while more than `bound` are in flight,
-    /// where this thread may (see the module docs).
-    #[cold]
-    #[inline(never)]
-    pub(super) fn throttle(&self, bound: usize) {
-        let in_flight = |completed: u64| self.pushed().saturating_sub(completed);
-        let mut completed = self.completed();
-        if in_flight(completed) <= bound as u64 || !may_wait_here() {
+/// What the throttle reads of its engine.
+pub(super) trait Progress {
+    /// Ops pushed so far.
+    fn pushed(&self) -> u64;
+    /// Ops completed so far.
+    fn completed(&self) -> u64;
+    /// Whether no worker runs or looks for an op.
+    fn all_idle(&self) -> bool;
+}
+
+/// Waits for ops of `engine` to complete while more than `bound` are in
+/// flight, where this thread may (see the module docs).
+#[cold]
+#[inline(never)]
+pub(super) fn throttle(engine: &impl Progress, bound: usize) {
+    let in_flight = |completed: u64| engine.pushed().saturating_sub(completed);
+    let mut completed = engine.completed();
+    if in_flight(completed) <= bound as u64 || !may_wait_here() {
+        return;
+    }
+    let mut progress = Instant::now();
+    while in_flight(completed) > (bound / 2) as u64 {
+        if engine.all_idle() {
             return;
         }
-        let mut progress = Instant::now();
-        while in_flight(completed) > (bound / 2) as u64 {
-            if self.dispatcher.all_idle() {
-                return;
-            }
-            std::thread::yield_now();
-            let now = self.completed();
-            if now != completed {
-                completed = now;
-                progress = Instant::now();
-            } else if progress.elapsed() > PATIENCE {
-                return;
-            }
+        std::thread::yield_now();
+        let now = engine.completed();
+        if now != completed {
+            completed = now;
+            progress = Instant::now();
+        } else if progress.elapsed() > PATIENCE {
+            return;
         }
     }
 }
