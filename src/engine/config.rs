@@ -32,7 +32,7 @@ pub(crate) const DEFAULT_THROTTLE_AT: usize = 4096;
 /// How long an idle worker watches its queues before it parks, by default:
 /// at one request at a time it saves a third of the CPU per request against
 /// 50 µs, for the same latency, and no workload measured slower
-/// (PERFORMANCE.md, *Idle cost at low load*).
+/// (PERFORMANCE-HISTORY.md, *Idle cost at low load*).
 pub(crate) const DEFAULT_SPIN: Duration = Duration::from_micros(10);
 /// The longest such watch a setting may ask for.
 pub(crate) const MAX_SPIN: Duration = Duration::from_secs(1);
