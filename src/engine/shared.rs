@@ -156,6 +156,7 @@ impl Shared {
 
     pub(super) fn new(config: Config, runtime: Option<tokio::runtime::Handle>) -> Arc<Self> {
         let bulk_size = if config.kind == EngineKind::Naive { 1 } else { config.bulk_size };
+        let spares = SpareRecords::new(config.throttle_at);
         Arc::new_cyclic(|weak| {
             let bulk = Bulk::new(bulk_size, weak.clone());
             let limit = config.max_in_flight.map(Limit::new);
@@ -168,7 +169,7 @@ impl Shared {
                 runtime,
                 failures: Mutex::new(Vec::new()),
                 cancelling: AtomicBool::new(false),
-                graves: CachePadded::new(SpareRecords::new()),
+                graves: CachePadded::new(spares),
                 bulk,
                 queues: Queues::default(),
                 counts: Counts::default(),

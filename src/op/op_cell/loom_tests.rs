@@ -85,7 +85,7 @@ fn meta() -> Meta {
 #[test]
 fn the_body_and_its_last_guard_complete_the_op_once() {
     loom::model(|| {
-        let host = Arc::new(Counts { done: AtomicUsize::new(0), spares: SpareRecords::new() });
+        let host = Arc::new(Counts { done: AtomicUsize::new(0), spares: SpareRecords::new(0) });
         let tracker = Tracker::<()>::new();
         let (epoch, ()) = tracker.enter(|_| ()).expect("the tracker is open");
         let cell = OpCell::new(&host, meta(), DepList::new(), Body, epoch);

@@ -10,14 +10,17 @@ use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use crate::sync::countdown::Countdown;
 use crate::sync::{Mutex, lock, small};
 
-/// Spare records kept at most; beyond, workers free their batches themselves.
-const MAX_SPARES: usize = 1024;
+/// Spare records kept at most, at the least: beyond, workers free their
+/// batches themselves.
+const MIN_SPARES: usize = 1024;
 
 pub(crate) struct SpareRecords {
     /// Where workers keep their batches.
     kept: Mutex<KeptSpares>,
     /// `kept.list.len()`, readable without the lock.
     len: AtomicUsize,
+    /// The most kept at once.
+    max: usize,
 }
 
 #[derive(Default)]
@@ -27,8 +30,15 @@ struct KeptSpares {
 }
 
 impl SpareRecords {
-    pub(crate) fn new() -> Self {
-        Self { kept: Mutex::new(KeptSpares::default()), len: AtomicUsize::new(0) }
+    /// Spare records for an engine whose pushing threads may run `ahead`
+    /// ops ahead of its workers (its soft bound on ops in flight; 0 for
+    /// none): twice as many are kept, so that a thread waiting at the bound
+    /// finds, when it goes on, a spare record for every op it pushes (the
+    /// workers give back the ones they ran meanwhile, the bound's half and
+    /// more); else [`MIN_SPARES`].
+    pub(crate) fn new(ahead: usize) -> Self {
+        let max = ahead.saturating_mul(2).max(MIN_SPARES);
+        Self { kept: Mutex::new(KeptSpares::default()), len: AtomicUsize::new(0), max }
     }
 
     /// Takes a worker's batch of spare records (leaving `batch` empty); frees them
@@ -36,7 +46,7 @@ impl SpareRecords {
     pub(crate) fn keep_spares(&self, batch: &mut Vec<Spare>) {
         let refused = {
             let mut kept = lock(&self.kept);
-            if kept.closed || kept.list.len() + batch.len() > MAX_SPARES {
+            if kept.closed || kept.list.len() + batch.len() > self.max {
                 std::mem::take(batch)
             } else {
                 kept.list.append(batch);
@@ -52,7 +62,7 @@ impl SpareRecords {
     pub(crate) fn keep_one(&self, shell: Spare) {
         let refused = {
             let mut kept = lock(&self.kept);
-            if kept.closed || kept.list.len() >= MAX_SPARES {
+            if kept.closed || kept.list.len() >= self.max {
                 Some(shell)
             } else {
                 kept.list.push(shell);
@@ -67,7 +77,7 @@ impl SpareRecords {
     /// free, if its op type differs), refilling `ready` with every kept
     /// spare record when it is empty. Also returns one more spare record, to be freed by
     /// the caller (outside its lock), while more than half of
-    /// [`MAX_SPARES`] wait, so that the spare records drains when it fills
+    /// the most it keeps wait, so that the spare records drains when it fills
     /// faster than pushes take (never in a steady stream of pushes).
     pub(crate) fn take(&self, ready: &mut Vec<Spare>) -> (Option<Spare>, Option<Spare>) {
         let refilled = ready.is_empty();
@@ -88,7 +98,7 @@ impl SpareRecords {
         if let Some(next) = ready.last() {
             next.prefetch();
         }
-        let extra = if ready.len() > MAX_SPARES / 2 { ready.pop() } else { None };
+        let extra = if ready.len() > self.max / 2 { ready.pop() } else { None };
         (shell, extra)
     }
 
