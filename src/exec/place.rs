@@ -103,7 +103,28 @@ impl Dispatcher {
     /// it is ready. `runs`: what the body is (see [`Runs`]); `when_idle`:
     /// the op asks to run on the pushing thread while its pool is idle
     /// (only an op of a CPU device's normal lane may: see [`Exec::InlineWhenIdle`]).
+    #[inline]
     pub(crate) fn place(
+        &self,
+        name: &str,
+        device: Device,
+        lane: Lane,
+        runs: Runs,
+        when_idle: bool,
+    ) -> Result<Exec, Error> {
+        // The common op, a CPU op for the normal lane of a CPU device whose
+        // pool runs, goes to that pool: decided without the checks below.
+        if let (Device::Cpu(i), Lane::Normal, Runs::OnWorker, false) = (device, lane, runs, when_idle)
+            && self.cpu.get(i).is_some_and(|pool| pool.get().is_some())
+        {
+            return Ok(Exec::Pool);
+        }
+        self.place_checked(name, device, lane, runs, when_idle)
+    }
+
+    /// [`place`](Self::place), every case checked.
+    #[inline(never)]
+    fn place_checked(
         &self,
         name: &str,
         device: Device,

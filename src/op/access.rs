@@ -272,7 +272,20 @@ tuple_append!(A B C D E F G H I J K);
 /// of another engine than `owner` are refused, and so is a typed op that
 /// declares one var twice with a write: it would receive two guards on the
 /// var, one of them exclusive.
+#[inline]
 pub(crate) fn normalize(decls: &mut DepList, name: &str, owner: *const ()) -> Result<(), Error> {
+    // One var of this engine, the common case: nothing to sort or merge.
+    if let [only] = &decls[..]
+        && std::ptr::addr_eq(Arc::as_ptr(only.var.owner()), owner)
+    {
+        return Ok(());
+    }
+    normalize_many(decls, name, owner)
+}
+
+/// [`normalize`], but for one var of this engine.
+#[inline(never)]
+fn normalize_many(decls: &mut DepList, name: &str, owner: *const ()) -> Result<(), Error> {
     if let Some(d) = decls.iter().find(|d| !std::ptr::addr_eq(Arc::as_ptr(d.var.owner()), owner)) {
         return Err(Error::invalid(format!("op `{name}` uses var {} of another engine", d.var.label())));
     }

@@ -49,7 +49,7 @@ where
         }));
         // A body that failed may have enqueued work before it did: the op
         // completes, with its error, only once that work has run.
-        let result = op_result(op.header(), caught);
+        let result = op_result(|| op.header(), caught);
         let event = match device.record(&stream) {
             Ok(event) => event,
             // Its work is enqueued, and nothing tells when it ends: the op

@@ -58,17 +58,25 @@ impl<R: 'static> Running<'_, R> {
     }
 }
 
-/// Maps a body's outcome, panics included, to the op's result.
-pub(super) fn op_result<R>(
-    name: &Header,
+/// Maps a body's outcome, panics included, to the op's result: inlined,
+/// so that an `Ok` costs a move.
+/// `header` is asked for only on a failure.
+#[inline(always)]
+pub(super) fn op_result<'h, R>(
+    header: impl FnOnce() -> &'h Header,
     caught: std::thread::Result<Result<R, BoxError>>,
 ) -> Result<R, Error> {
-    let op = || name.meta.name.clone();
     match caught {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(source)) => Err(Error::new(Kind::Failed { op: op(), source })),
-        Err(payload) => Err(Error::panicked(op(), payload)),
+        Ok(Err(source)) => Err(failed(header(), source)),
+        Err(payload) => Err(Error::panicked(header().meta.name.clone(), payload)),
     }
+}
+
+/// The error of a body that returned `source`.
+#[cold]
+fn failed(header: &Header, source: BoxError) -> Error {
+    Error::new(Kind::Failed { op: header.meta.name.clone(), source })
 }
 
 /// A closure run to completion on a worker.
@@ -95,7 +103,7 @@ where
             let writes = writes.guard(OpToken(op.task));
             in_body(op.header(), || body(reads, writes))
         }));
-        let result = op_result(op.header(), caught);
+        let result = op_result(|| op.header(), caught);
         op.store(result);
     }
 }
@@ -166,7 +174,7 @@ where
         }));
         let (reads, writes) = match caught {
             Ok(guards) => guards,
-            Err(payload) => return op.store(op_result(op.header(), Err(payload))),
+            Err(payload) => return op.store(op_result(|| op.header(), Err(payload))),
         };
         let on_drop = StoreOnDrop(Some(op.to_owned()));
         let engine = Arc::as_ptr(&op.header().host).cast::<()>() as usize;
@@ -177,7 +185,7 @@ where
             let on_drop = on_drop;
             let caught = AssertUnwindSafe(async move { body(reads, writes).await }).catch_unwind().await;
             if let Some(slot) = on_drop.disarm() {
-                let result = op_result(slot.header(), caught);
+                let result = op_result(|| slot.header(), caught);
                 slot.store_owned(result);
             }
         });

@@ -171,7 +171,10 @@ impl PartialEq for OpHolder {
 impl Grant for TaskRef {
     #[inline]
     fn on_grant(&self, var: u64, error: &mut Option<Error>) {
-        self.header().on_grant(var, error);
+        // A var without an error, the common case, asks nothing of the op.
+        if error.is_some() {
+            self.header().on_grant(var, error);
+        }
     }
 
     #[inline]

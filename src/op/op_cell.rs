@@ -193,6 +193,18 @@ impl<J: Job> Task for OpCell<J> {
     }
 }
 
+impl<J: Job> OpCell<J> {
+    /// The op failed with `err`: the error it leaves on its vars, and the
+    /// engine told. Out of the error-free path.
+    #[cold]
+    fn failed(&self, err: &Error) {
+        self.header.record_outcome(Err(err));
+        if !self.header.meta.clears_error() {
+            self.header.host.note(Note::Failed { err, for_wait_all: true });
+        }
+    }
+}
+
 impl<J: Job> OpSlot<J::Output> for OpCell<J> {
     fn store(&self, this: &TaskRef, result: Result<J::Output, Error>) {
         if self.header.meta.profiled() {
@@ -209,11 +221,10 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
             drop(ignored);
             return;
         }
-        self.header.record_outcome(outcome.as_ref().map(|_| ()));
-        if let Err(err) = outcome
-            && !self.header.meta.clears_error()
-        {
-            self.header.host.note(Note::Failed { err: &err, for_wait_all: true });
+        if let Err(err) = outcome {
+            self.failed(&err);
+        } else if self.header.has_errors() {
+            self.header.record_outcome(Ok(()));
         }
         self.release_body(this, false);
     }

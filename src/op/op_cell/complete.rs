@@ -71,12 +71,17 @@ impl<J: Job> OpCell<J> {
             complete_nested(header, after_guards);
             return;
         }
-        let left_on_vars = header.left_on_vars();
-        // A GPU op whose vars went early (`release_vars_early`) has them no more.
-        if !header.deps.is_empty() && !header.vars_gone.load(Ordering::Relaxed) {
-            release_vars(this, left_on_vars.as_deref());
-        }
-        let ok = left_on_vars.as_ref().is_none_or(|left| left.is_ok());
+        // An error-free op reads one bit of the error path.
+        let ok = if header.has_errors() {
+            release_vars_with_errors(this)
+        } else {
+            // A GPU op whose vars went early (`release_vars_early`) has
+            // them no more.
+            if !header.deps.is_empty() && !header.vars_gone.load(Ordering::Relaxed) {
+                release_vars(this, None);
+            }
+            true
+        };
         // Most ops have no span: the event is logged without a closure then.
         match header.span() {
             Some(span) => span.in_scope(|| tracing::debug!(target: "depengine::op", ok, "finished")),
@@ -84,6 +89,19 @@ impl<J: Job> OpCell<J> {
         }
         self.publish_now();
     }
+}
+
+/// [`release_vars`] for an op that saw or holds an error, which it may
+/// leave on the vars it writes; whether it completes with none to pass on.
+#[cold]
+#[inline(never)]
+fn release_vars_with_errors(task: &TaskRef) -> bool {
+    let header = task.header();
+    let left_on_vars = header.left_on_vars();
+    if !header.deps.is_empty() && !header.vars_gone.load(Ordering::Relaxed) {
+        release_vars(task, left_on_vars.as_deref());
+    }
+    left_on_vars.as_ref().is_none_or(|left| left.is_ok())
 }
 
 /// Lets a running GPU op's vars go before it completes (early release, see

@@ -151,6 +151,13 @@ impl Header {
         self.has_errors.store(true, Ordering::Release);
     }
 
+    /// Whether the op saw or holds an error: the one bit the error-free
+    /// path reads.
+    #[inline]
+    pub(in crate::op) fn has_errors(&self) -> bool {
+        self.has_errors.load(Ordering::Acquire)
+    }
+
     #[inline]
     pub(in crate::op) fn left_on_vars(&self) -> Option<Box<LeftOnVars>> {
         if !self.has_errors.load(Ordering::Acquire) {
