@@ -15,7 +15,7 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::record::{Header, Task, TaskRef, prefetch};
+use super::record::{Header, Task, TaskRef, prefetch_hot};
 use crate::error::Error;
 use crate::sync::small::{self, SmallList};
 use crate::var::{Grant, VarCell};
@@ -179,7 +179,7 @@ impl Grant for TaskRef {
 
     #[inline]
     fn next_in_line(&self) {
-        prefetch(self);
+        prefetch_hot(self);
     }
 
     fn name(&self) -> &str {
