@@ -309,6 +309,7 @@ impl Shared {
     pub(super) fn close(self: &Arc<Self>, cancel: bool) -> Arc<Latch> {
         if cancel {
             self.cancelling.store(true, Ordering::Release);
+            crate::op::note_cancelling();
         }
         // The open segment is pushed, and no op joins another, before the
         // engine stops taking work.

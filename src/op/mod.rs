@@ -38,4 +38,4 @@ mod slot;
 
 pub(crate) use life::{LiveRef, submit};
 pub(crate) use record::{Decl, DepList, Exec, Flags, HandleKind, Header, Meta, PackedDevice, Task, TaskRef};
-pub(crate) use record::{Dispatch, Help, Host, Note, ReadyList, Wait};
+pub(crate) use record::{Dispatch, Help, Host, Note, ReadyList, Wait, note_cancelling};

@@ -75,8 +75,21 @@ impl Header {
         self.deps.iter().any(|d| d.var.id() == var && d.access == crate::var::Access::Write)
     }
 
-    /// Why the body must not run, if it must not.
+    /// Why the body must not run, if it must not: on the common path, no
+    /// engine of the process cancelling and no error seen, two loads.
+    #[inline]
     pub(crate) fn veto(&self) -> Option<Error> {
+        let maybe_cancelled = self.meta.cancellable() && super::host::any_cancelling();
+        if !maybe_cancelled && !self.has_errors.load(Ordering::Acquire) {
+            return None;
+        }
+        self.veto_checked()
+    }
+
+    /// [`veto`](Self::veto), every case asked.
+    #[cold]
+    #[inline(never)]
+    fn veto_checked(&self) -> Option<Error> {
         if self.meta.cancellable() && self.host.is_cancelling() {
             let reason = "the engine was shut down in cancel mode";
             return Some(Error::new(Kind::Cancelled { op: self.meta.name.clone(), reason }));

@@ -108,5 +108,25 @@ pub(crate) enum Help {
     Nothing,
 }
 
+/// Engines of this process that have begun a cancelling shutdown (ever):
+/// while there are none, an op's start does not ask its own engine whether
+/// it is cancelling (a call through [`Host`]). A static, so std's atomic
+/// even under loom: it orders nothing (the start that misses a shutdown
+/// begun meanwhile is one that raced with it, as reading the engine's own
+/// flag could).
+static CANCELLING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// An engine begins a cancelling shutdown: from now on every op's start
+/// asks its engine.
+pub(crate) fn note_cancelling() {
+    CANCELLING.fetch_add(1, std::sync::atomic::Ordering::Release);
+}
+
+/// Whether any engine of this process has begun a cancelling shutdown.
+#[inline]
+pub(crate) fn any_cancelling() -> bool {
+    CANCELLING.load(std::sync::atomic::Ordering::Acquire) != 0
+}
+
 /// A record's reference to its engine.
 pub(crate) type HostRef = Arc<dyn Host>;

@@ -12,7 +12,7 @@ mod profile;
 mod spares;
 
 pub(in crate::op) use errors::LeftOnVars;
-pub(crate) use host::{Dispatch, Help, Host, HostRef, Note, ReadyList, Wait};
+pub(crate) use host::{Dispatch, Help, Host, HostRef, Note, ReadyList, Wait, note_cancelling};
 pub(crate) use profile::now_ns;
 pub(crate) use spares::{Spare, SpareRecords};
 
