@@ -120,14 +120,17 @@ fn async_code_and_bodies_are_never_held() {
     });
     assert!(seen.unwrap() > 256 + 256, "async code was held");
     engine.wait_for_all().blocking_wait().unwrap();
-    let inner = engine.clone();
-    let seen = engine
+    // A body on one worker pushing ops that the other runs: held, it
+    // would wait for them.
+    let two = Engine::builder().cpu_workers(2).throttle_at(256).ignore_environment().build().unwrap();
+    let inner = two.clone();
+    let seen = two
         .op("pushes")
         .run(move |(), ()| Ok(most_in_flight_seen(&inner, 3_000, 20)))
         .blocking_wait()
         .unwrap();
     assert!(seen > 256 + 256, "a body was held");
-    engine.wait_for_all().blocking_wait().unwrap();
+    two.wait_for_all().blocking_wait().unwrap();
 }
 
 #[test]
