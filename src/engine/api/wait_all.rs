@@ -11,7 +11,7 @@ use crate::error::Error;
 use crate::may_block::{Instead, refuse_blocking};
 use crate::sync::latch::LatchWait;
 
-/// The future of [`Engine::wait_for_all`].
+/// The future of [`Engine::wait_for_all`](crate::Engine::wait_for_all).
 #[must_use = "futures do nothing unless awaited"]
 pub struct WaitForAll {
     /// The wait, or why it was refused.
