@@ -28,8 +28,9 @@ use crate::op::{Help, TaskRef};
 thread_local! {
     /// The pool this thread works for (0: none).
     static POOL: Cell<usize> = const { Cell::new(0) };
-    /// The op this worker runs next.
-    static NEXT: RefCell<Option<TaskRef>> = const { RefCell::new(None) };
+    /// The op this worker runs next. A `Cell` (taken and replaced whole):
+    /// no borrow flag to keep on every op.
+    static NEXT: Cell<Option<TaskRef>> = const { Cell::new(None) };
     /// Whether this thread is running ops through [`run_here`].
     static INLINE: Cell<bool> = const { Cell::new(false) };
     /// Ops running nested inside a push on this thread (see [`run_here`]).
@@ -83,15 +84,21 @@ pub(super) fn works_for(id: usize) -> bool {
 /// Takes the op in this worker's next slot.
 #[inline]
 pub(super) fn take_next() -> Option<TaskRef> {
-    NEXT.with(|next| next.borrow_mut().take())
+    NEXT.with(Cell::take)
 }
 
 /// Puts `task` in this worker's next slot if it is free; else hands it back.
 #[inline]
 pub(super) fn keep_next(task: TaskRef) -> Option<TaskRef> {
-    NEXT.with(|next| {
-        let mut slot = next.borrow_mut();
-        if slot.is_some() { Some(task) } else { slot.replace(task) }
+    NEXT.with(|next| match next.take() {
+        Some(kept) => {
+            next.set(Some(kept));
+            Some(task)
+        }
+        None => {
+            next.set(Some(task));
+            None
+        }
     })
 }
 
