@@ -391,7 +391,7 @@ impl Error {
         matches!(self.detail(), Kind::NoRuntime)
     }
 
-    /// A blocking call (`blocking_*`, [`scope`](fn@crate::scope)) was refused
+    /// A blocking call (`blocking_*`, `depengine::scope`) was refused
     /// because it ran in async code (a task, the future of a `block_on`),
     /// where it would stall the runtime's tasks. Inside
     /// `tokio::task::spawn_blocking`, `tokio::task::block_in_place` and on
