@@ -14,15 +14,6 @@ use std::time::Duration;
 
 use depengine::{Engine, Error, ShutdownMode};
 
-/// The result of `f` on a thread of its own, or a failure after 30 s.
-fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| panic!("{what} hung"))
-}
-
 /// Every blocking form once, on a fresh engine: `scope` over borrowed
 /// memory with an op in it, a handle's wait, a var's wait, a var's
 /// acquire, the wait for all, and a shutdown.
@@ -64,7 +55,7 @@ fn runtime(multi: bool) -> tokio::runtime::Runtime {
 #[test]
 fn every_blocking_form_runs_inside_spawn_blocking() {
     for multi in [false, true] {
-        let got = bounded("spawn_blocking", move || {
+        let got = common::bounded(30, "spawn_blocking", move || {
             runtime(multi).block_on(async { tokio::task::spawn_blocking(every_blocking_form).await.unwrap() })
         });
         assert_eq!(got.unwrap(), 128, "multi-thread: {multi}");
@@ -74,7 +65,7 @@ fn every_blocking_form_runs_inside_spawn_blocking() {
 #[test]
 fn every_blocking_form_runs_inside_block_in_place() {
     // Tokio allows block_in_place on the multi-thread runtime only.
-    let got = bounded("block_in_place", || {
+    let got = common::bounded(30, "block_in_place", || {
         runtime(true).block_on(async {
             tokio::spawn(async { tokio::task::block_in_place(every_blocking_form) }).await.unwrap()
         })
@@ -85,7 +76,7 @@ fn every_blocking_form_runs_inside_block_in_place() {
 #[test]
 fn every_blocking_form_runs_on_a_plain_thread_beside_a_runtime() {
     for multi in [false, true] {
-        let got = bounded("a plain thread", move || {
+        let got = common::bounded(30, "a plain thread", move || {
             let rt = runtime(multi);
             // Even with the runtime entered: this thread runs none of its tasks.
             let _entered = rt.enter();
@@ -93,7 +84,7 @@ fn every_blocking_form_runs_on_a_plain_thread_beside_a_runtime() {
         });
         assert_eq!(got.unwrap(), 128, "multi-thread: {multi}");
     }
-    assert_eq!(bounded("a plain thread", every_blocking_form).unwrap(), 128);
+    assert_eq!(common::bounded(30, "a plain thread", every_blocking_form).unwrap(), 128);
 }
 
 /// Each blocking form, in an async task, is refused with an error that
@@ -123,7 +114,7 @@ async fn refused_in_a_task() {
 #[test]
 fn every_blocking_form_is_refused_in_an_async_task() {
     for multi in [false, true] {
-        bounded("the refusals", move || {
+        common::bounded(30, "the refusals", move || {
             let rt = runtime(multi);
             rt.block_on(async { tokio::spawn(refused_in_a_task()).await.unwrap() });
             // The future a block_on drives is async code too.
@@ -156,7 +147,7 @@ fn a_start_hook_pushing_to_its_own_engine_is_refused_not_hung() {
         .unwrap();
     assert!(slot.set(engine.clone()).is_ok());
     let first = engine.clone();
-    let ran = bounded("a push whose pool's start hook pushes", move || {
+    let ran = common::bounded(30, "a push whose pool's start hook pushes", move || {
         first.op("first").run(|(), ()| Ok(7)).blocking_wait()
     });
     assert_eq!(ran.unwrap(), 7);
@@ -165,7 +156,7 @@ fn a_start_hook_pushing_to_its_own_engine_is_refused_not_hung() {
         assert!(err.is_would_deadlock(), "{err}");
         assert!(err.to_string().contains("start hook"), "{err}");
     }
-    bounded("the drain", move || engine.blocking_shutdown(ShutdownMode::Drain)).unwrap();
+    common::bounded(30, "the drain", move || engine.blocking_shutdown(ShutdownMode::Drain)).unwrap();
 }
 
 /// A waker that blocks on the engine, woken by an op's completion on a
@@ -196,7 +187,7 @@ fn a_waker_that_blocks_on_the_engine_is_refused_on_its_worker() {
     let waited = rx.recv_timeout(Duration::from_secs(10)).expect("the waker returned");
     let err = waited.unwrap_err();
     assert!(err.is_would_deadlock(), "{err}");
-    bounded("the wait after", move || engine.wait_for_all().blocking_wait()).unwrap();
+    common::bounded(30, "the wait after", move || engine.wait_for_all().blocking_wait()).unwrap();
 }
 
 use std::future::Future;

@@ -5,19 +5,9 @@
 
 mod common;
 
-use std::sync::mpsc;
 use std::time::Duration;
 
 use depengine::Engine;
-
-/// The result of `f` on a thread of its own, or a failure after 60 s.
-fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| panic!("{what} hung"))
-}
 
 /// A body that takes a while, so that the pusher runs ahead.
 fn slow(micros: u64) {
@@ -58,7 +48,7 @@ fn most_in_flight_seen(engine: &Engine, n: usize, micros: u64) -> u64 {
 fn a_plain_thread_far_ahead_is_held_near_the_bound() {
     let engine = engine(512);
     assert_eq!(engine.settings().throttle_at, 512);
-    let seen = bounded("a throttled pusher", {
+    let seen = common::bounded(60, "a throttled pusher", {
         let engine = engine.clone();
         move || most_in_flight_seen(&engine, 5_000, 20)
     });
@@ -67,7 +57,7 @@ fn a_plain_thread_far_ahead_is_held_near_the_bound() {
     engine.wait_for_all().blocking_wait().unwrap();
     // Unbounded, the same pusher runs far ahead (the check can fail).
     let unbounded = engine_unbounded();
-    let seen = bounded("an unthrottled pusher", {
+    let seen = common::bounded(60, "an unthrottled pusher", {
         let engine = unbounded.clone();
         move || most_in_flight_seen(&engine, 5_000, 20)
     });
@@ -85,7 +75,7 @@ fn engine_unbounded() -> Engine {
 #[test]
 fn a_pusher_holding_the_guard_its_ops_wait_for_is_not_held() {
     let engine = engine(256);
-    let done = bounded("pushes behind a held guard", move || {
+    let done = common::bounded(60, "pushes behind a held guard", move || {
         let v = engine.var(0u64);
         let guard = v.write().blocking_wait().unwrap();
         for _ in 0..5_000 {
@@ -113,7 +103,7 @@ fn async_code_and_bodies_are_never_held() {
     let engine = engine(256);
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let from_task = engine.clone();
-    let seen = bounded("pushes from async code", move || {
+    let seen = common::bounded(60, "pushes from async code", move || {
         rt.block_on(
             async move { tokio::spawn(async move { most_in_flight_seen(&from_task, 3_000, 20) }).await },
         )

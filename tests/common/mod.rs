@@ -12,6 +12,16 @@ pub async fn timed<F: std::future::Future>(f: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(30), f).await.expect("test timed out")
 }
 
+/// The result of `f` on a thread of its own, or a failure naming `what`
+/// after `secs` seconds: a call that hangs fails its test instead.
+pub fn bounded<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(secs)).unwrap_or_else(|_| panic!("{what} hung"))
+}
+
 /// Holds a one-worker engine's worker until the returned sender sends.
 pub fn hold_worker(engine: &Engine) -> (std::sync::mpsc::Sender<()>, depengine::OpHandle<()>) {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
