@@ -7,8 +7,8 @@
 //!
 //! * `record/`: the erased header every var queue holds ([`Header`],
 //!   [`Task`]), where the body runs ([`Exec`]), and everything the header
-//!   embeds, each in its own file: `errors.rs` (how errors pass through an
-//!   op), `profile.rs` (what an op records while the profiler is on),
+//!   embeds, each in its own file: `cold.rs` (the box for what only some
+//!   ops carry), `errors.rs` (how errors pass through an op), `profile.rs` (what an op records while the profiler is on),
 //!   `nest.rs` (ops run by a parent op, bulk execution's hook), `host.rs`
 //!   (the one way up, to the engine that pushed the op) and `spares.rs`
 //!   (stripped records kept for later pushes, and the header's strip and

@@ -3,52 +3,14 @@
 //! error it leaves on the vars it writes.
 //!
 //! Only ops on an error path take the lock: `has_errors` says whether the
-//! state holds anything, and the error-free path reads only that flag.
+//! state holds anything, and the error-free path reads only that flag. The
+//! state itself lives in the op's cold box (`cold.rs`).
 
 use super::Header;
 use super::host::Note;
-use super::nest::Handoff;
 use crate::error::{Error, Kind};
 use crate::sync::atomic::Ordering;
 use crate::sync::lock;
-
-/// An op's errors: the first it saw on a var, and, boxed, the rest. The
-/// box keeps the header small (the per-op memory budget: see
-/// `cell::size_tests`); only ops that fail or see an error, and nested
-/// ops, fill it.
-#[derive(Default)]
-pub(crate) struct OpErrors {
-    seen: Option<Error>,
-    rare: Option<Box<ErrorDetail>>,
-}
-
-impl OpErrors {
-    pub(in crate::op) fn rare(&mut self) -> &mut ErrorDetail {
-        self.rare.get_or_insert_with(Box::default)
-    }
-
-    /// Whether it holds anything beyond the flag-guarded errors.
-    pub(in crate::op) fn has_detail(&self) -> bool {
-        self.rare.is_some()
-    }
-}
-
-/// The rarely used part of an op's error state.
-#[derive(Default)]
-pub(crate) struct ErrorDetail {
-    /// The error the op passes on to the vars it writes.
-    carry: Option<Error>,
-    /// Each var's error when the op was let through on it.
-    seen_on: Vec<(u64, Error)>,
-    /// The error each var it writes is left with, where the op decided it
-    /// var by var (an op that runs others: a bulk segment).
-    carry_on: Vec<(u64, Error)>,
-    /// Vars whose write guard was dropped during a panic, with the error
-    /// each carries unless the op leaves another there.
-    poisoned: Vec<(u64, Error)>,
-    /// Of a nested op: its handoff with its parent (`nest.rs`).
-    pub(in crate::op) handoff: Handoff,
-}
 
 impl Header {
     /// Notes the error slot of `var` as the op is let through on it
@@ -62,7 +24,7 @@ impl Header {
         }
         let seen = if self.meta.clears_error() { error.take() } else { error.clone() };
         if let Some(err) = seen {
-            let mut errors = lock(&self.errors);
+            let mut errors = lock(&self.cold().errors);
             errors.rare().seen_on.push((var, err.clone()));
             errors.seen.get_or_insert(err);
             self.has_errors.store(true, Ordering::Release);
@@ -97,7 +59,7 @@ impl Header {
         if self.meta.no_skip() || self.meta.clears_error() || !self.has_errors.load(Ordering::Acquire) {
             return None;
         }
-        let seen = lock(&self.errors).seen.clone()?;
+        let seen = lock(&self.cold().errors).seen.clone()?;
         Some(Error::new(Kind::Skipped { op: self.meta.name.clone(), root: seen }))
     }
 
@@ -107,7 +69,7 @@ impl Header {
         if !self.has_errors.load(Ordering::Acquire) {
             return None;
         }
-        lock(&self.errors).seen.clone()
+        lock(&self.cold().errors).seen.clone()
     }
 
     /// Takes the errors its vars carried when it was let through, var by
@@ -116,13 +78,17 @@ impl Header {
         if !self.has_errors.load(Ordering::Acquire) {
             return Vec::new();
         }
-        lock(&self.errors).rare.as_mut().map(|rare| std::mem::take(&mut rare.seen_on)).unwrap_or_default()
+        lock(&self.cold().errors)
+            .rare
+            .as_mut()
+            .map(|rare| std::mem::take(&mut rare.seen_on))
+            .unwrap_or_default()
     }
 
     /// Notes `err` as if a var it uses had carried it when it was let
     /// through (for an op run by another, which holds its vars).
     pub(crate) fn see(&self, err: Error) {
-        lock(&self.errors).seen.get_or_insert(err);
+        lock(&self.cold().errors).seen.get_or_insert(err);
         self.has_errors.store(true, Ordering::Release);
     }
 
@@ -131,7 +97,7 @@ impl Header {
         if !self.has_errors.load(Ordering::Acquire) {
             return None;
         }
-        lock(&self.errors).rare.as_ref().and_then(|rare| rare.carry.clone())
+        lock(&self.cold().errors).rare.as_ref().and_then(|rare| rare.carry.clone())
     }
 
     /// The error this op leaves on var `var` (one it writes): what it
@@ -146,7 +112,7 @@ impl Header {
         if carry.is_empty() {
             return;
         }
-        lock(&self.errors).rare().carry_on = carry;
+        lock(&self.cold().errors).rare().carry_on = carry;
         self.has_errors.store(true, Ordering::Release);
     }
 
@@ -160,7 +126,7 @@ impl Header {
         let message = format!("a write guard of var {label} was dropped while its thread panicked");
         let err = Error::panicked_without_payload(self.meta.name.clone(), message);
         self.host.note(Note::ForWaitAll(&err));
-        lock(&self.errors).rare().poisoned.push((var, err));
+        lock(&self.cold().errors).rare().poisoned.push((var, err));
         self.has_errors.store(true, Ordering::Release);
     }
 
@@ -181,7 +147,7 @@ impl Header {
 
     #[cold]
     fn left_on_vars_locked(&self) -> Option<Box<LeftOnVars>> {
-        let errors = lock(&self.errors);
+        let errors = lock(&self.cold().errors);
         let rare = errors.rare.as_ref()?;
         Some(Box::new(LeftOnVars {
             carry: rare.carry.clone(),
@@ -198,7 +164,7 @@ impl Header {
         if result.is_ok() && !self.has_errors.load(Ordering::Acquire) {
             return;
         }
-        let mut errors = lock(&self.errors);
+        let mut errors = lock(&self.cold().errors);
         let carry = match (&errors.seen, result) {
             (Some(seen), _) if !self.meta.clears_error() && !self.meta.repairs() => seen.clone(),
             (_, Err(own)) if self.meta.poisons() => own.clone(),

@@ -1,10 +1,11 @@
 //! The erased part of every op record, what the engine reads whatever the
 //! body: its placement and policy ([`Meta`]), its deps, its counters, its
-//! place in a var's inbox, its errors and its span.
+//! place in a var's inbox, and its cold box (errors, span, profile).
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
+mod cold;
 mod errors;
 mod host;
 mod nest;
@@ -18,13 +19,11 @@ pub(crate) use spares::{Spare, SpareRecords};
 
 use crate::device::{Device, Lane};
 use crate::error::Error;
-use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use crate::sync::countdown::Countdown;
 use crate::var::inbox::{Link, Linked};
 use crate::var::{Access, AnyVar};
-use errors::OpErrors;
-use profile::OpProfile;
+use cold::ColdCell;
 
 /// A shared reference to an erased op.
 pub(crate) type TaskRef = Arc<dyn Task>;
@@ -113,7 +112,7 @@ impl Flags {
     /// Counted against the engine's limit of ops in flight: gives its slot
     /// back when it is published.
     pub(crate) const COUNTED: u8 = 1 << 6;
-    /// Recorded by the profiler (its extras hold its profile).
+    /// Recorded by the profiler (its cold box holds its profile).
     pub(crate) const PROFILED: u8 = 1 << 7;
 
     /// The flags whose bits are set in `bits`.
@@ -237,8 +236,8 @@ pub(crate) struct Header {
     pub(super) pending: Countdown,
     /// One for the body until it stores its result, plus one per live guard.
     pub(super) live: Countdown,
-    /// Whether `errors` holds anything: the common, error-free path never
-    /// takes its lock.
+    /// Whether the op saw or holds an error (in its cold box): the common,
+    /// error-free path reads only this bit.
     pub(super) has_errors: AtomicBool,
     /// A GPU op let its vars go at enqueue (`op_cell::release_vars_early`):
     /// its completion leaves them alone. In the padding before `link`.
@@ -255,18 +254,9 @@ pub(crate) struct Header {
     pub(crate) deps: DepList,
     /// The engine: the way up (see `host.rs`).
     pub(crate) host: HostRef,
-    /// The errors it saw on its vars and the one it passes on (`errors.rs`).
-    pub(super) errors: Mutex<OpErrors>,
-    /// The op's span, while a subscriber wants it, and its profile, while
-    /// the profiler records it: boxed, so that an op with neither carries
-    /// one empty word.
-    pub(super) extra: Option<Box<Extra>>,
-}
-
-/// What an op carries only while someone watches it.
-pub(crate) struct Extra {
-    pub(super) span: Option<tracing::Span>,
-    pub(crate) profile: Option<OpProfile>,
+    /// What only some ops carry (errors, a nested op's handoff, span,
+    /// profile), allocated only when an op has one (`cold.rs`).
+    pub(super) cold: ColdCell,
 }
 
 impl Header {
@@ -278,11 +268,10 @@ impl Header {
             vars_gone: AtomicBool::new(false),
             ready_at: AtomicU32::new(crate::sync::coarse::now_ms() as u32),
             link: Link::new(),
-            extra: extras(&meta),
+            cold: cold::at_push(&meta),
             meta,
             deps,
             host,
-            errors: Mutex::new(OpErrors::default()),
         }
     }
 
@@ -299,62 +288,6 @@ impl Header {
     pub(crate) fn ready_at(&self) -> u32 {
         self.ready_at.load(Ordering::Relaxed)
     }
-
-    /// The op's span, if a subscriber wants it.
-    #[inline]
-    pub(crate) fn span(&self) -> Option<&tracing::Span> {
-        self.extra.as_deref().and_then(|e| e.span.as_ref())
-    }
-
-    /// The op's profile, if the profiler records it.
-    #[inline]
-    pub(crate) fn profile(&self) -> Option<&OpProfile> {
-        self.extra.as_deref().and_then(|e| e.profile.as_ref())
-    }
-
-    /// Runs `f` inside the op's span, if it has one. Inlined, with `f`,
-    /// into each step of an op's life: most ops have no span.
-    #[inline(always)]
-    pub(crate) fn in_span<R>(&self, f: impl FnOnce() -> R) -> R {
-        match self.span() {
-            Some(span) => span.in_scope(f),
-            None => f(),
-        }
-    }
-}
-
-/// The op's extras: its span if a subscriber wants it, its profile if its
-/// push chose to profile it (`Flags::PROFILED`); `None` for neither.
-#[inline(always)]
-pub(super) fn extras(meta: &Meta) -> Option<Box<Extra>> {
-    // Asked first: with tracing's `log` feature on (axum's default
-    // features turn it on), a span that no subscriber wants is still built
-    // and its fields formatted for the `log` crate, on every push.
-    let span = tracing::enabled!(target: "depengine::op", tracing::Level::DEBUG);
-    if !span && !meta.profiled() {
-        return None;
-    }
-    make_extras(meta, span)
-}
-
-#[cold]
-#[inline(never)]
-fn make_extras(meta: &Meta, span: bool) -> Option<Box<Extra>> {
-    let span = if span { op_span(meta) } else { None };
-    let profile = meta.profiled().then(OpProfile::new);
-    (span.is_some() || profile.is_some()).then(|| Box::new(Extra { span, profile }))
-}
-
-/// The op's span, if a subscriber wants it.
-fn op_span(meta: &Meta) -> Option<tracing::Span> {
-    let span = tracing::debug_span!(
-        target: "depengine::op",
-        "op",
-        name = %meta.name,
-        device = %meta.device(),
-        lane = ?meta.lane,
-    );
-    if span.is_disabled() { None } else { Some(span) }
 }
 
 /// The typed side of an op, as the engine sees it.

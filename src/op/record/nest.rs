@@ -27,7 +27,7 @@
 //! its live count still above zero; it leaves its continuation. The thread
 //! whose guard drop brings the count to zero marks the op finished, and
 //! runs the continuation if one was left. Both steps hold the op's error
-//! lock, so exactly one of them runs it: the runner if the op finished
+//! lock (in its cold box, `cold.rs`), so exactly one of them runs it: the runner if the op finished
 //! first, the finisher otherwise.
 
 use super::Header;
@@ -73,7 +73,7 @@ impl Header {
     /// `then` once it has, on the thread that completes it (here if it has
     /// meanwhile).
     pub(crate) fn nested_then(&self, then: Resume) {
-        let back = lock(&self.errors).rare().handoff.then(then);
+        let back = lock(&self.cold().errors).handoff.then(then);
         if let Some(then) = back {
             then();
         }
@@ -82,7 +82,7 @@ impl Header {
     /// Of a nested op completing after its guards: marks it completed and
     /// takes what its parent does next, if it waits for it.
     pub(in crate::op) fn nested_finished(&self) -> Option<Resume> {
-        lock(&self.errors).rare().handoff.finish()
+        lock(&self.cold().errors).handoff.finish()
     }
 }
 

@@ -1,8 +1,8 @@
 //! What an op records while the profiler is on (`crate::profile` has the
 //! profile it becomes): when it was pushed, made ready, started and ended,
 //! on which thread, the ops whose last dependency it released, and its
-//! outcome. Kept in the op's boxed extras beside its span, so that an op
-//! that is not profiled carries nothing more than before.
+//! outcome. Kept in the op's cold box (`cold.rs`) beside its span, so that
+//! an op that is not profiled carries nothing more than before.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};

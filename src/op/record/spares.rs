@@ -5,7 +5,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use super::{DepList, Header, Meta, Task, TaskRef, extras, prefetch};
+use super::{DepList, Header, Meta, Task, TaskRef, cold, prefetch};
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use crate::sync::countdown::Countdown;
 use crate::sync::{Mutex, lock, small};
@@ -193,7 +193,7 @@ impl Header {
     /// Makes a stripped header (see [`strip`](Self::strip)) the header of a
     /// new op of the same engine: its engine reference stays as it is.
     pub(crate) fn rebuild(&mut self, meta: Meta, deps: DepList) {
-        debug_assert!(self.deps.is_empty() && self.extra.is_none(), "only a stripped header is rebuilt");
+        debug_assert!(self.deps.is_empty() && self.cold.get().is_none(), "only a stripped header is rebuilt");
         self.pending = Countdown::new(deps.len());
         self.live = Countdown::new(1);
         self.has_errors = AtomicBool::new(false);
@@ -202,8 +202,8 @@ impl Header {
         self.meta = meta;
         // The stripped fields hold nothing: what they are replaced with is
         // not dropped (a drop call each, for nothing, on every push).
-        let extra = std::mem::replace(&mut self.extra, extras(&self.meta));
-        std::mem::forget(extra);
+        let cold = std::mem::replace(&mut self.cold, cold::at_push(&self.meta));
+        std::mem::forget(cold);
         small::discard(std::mem::replace(&mut self.deps, deps));
     }
 
@@ -213,14 +213,8 @@ impl Header {
         if !self.deps.is_empty() {
             self.deps = DepList::new();
         }
-        if let Some(extra) = self.extra.take() {
-            drop(extra);
-        }
-        // Errors are stored only with `has_errors` set; a nested op's
-        // handoff state without it.
-        let errors = self.errors.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if self.has_errors.load(Ordering::Relaxed) || errors.has_detail() {
-            *errors = Default::default();
+        if let Some(cold) = self.cold.take() {
+            drop(cold);
         }
     }
 }
