@@ -123,6 +123,18 @@ impl Host for Shared {
         &self.graves
     }
 
+    fn idle(&self) -> bool {
+        let graves = &self.graves;
+        if !graves.idle() {
+            return self.tracker.with_side(|intake| graves.holds_more_than_idle_keep(intake.spares.len()));
+        }
+        let gone = self.tracker.with_side(|intake| graves.trim(&mut intake.spares));
+        // Outside the locks: freeing runs no user code (the records are
+        // stripped), but it is not free.
+        drop(gone);
+        false
+    }
+
     fn wait(&self, wait: Wait) -> Help {
         match wait {
             Wait::OnNested => {

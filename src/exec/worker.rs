@@ -173,6 +173,7 @@ impl<'a> Worker<'a> {
             pool.stats.idle(self.k, start);
         }
         let view = &mut self.view;
+        let returns = &mut self.returns;
         let mut spins = 0u32;
         while !pool.spin.is_zero() && !pool.has_work(view) && !pool.stopping.load(Ordering::Acquire) {
             spins += 1;
@@ -193,11 +194,14 @@ impl<'a> Worker<'a> {
             // Asleep for long, the worker keeps no copy of the feed list,
             // which would keep the rings of retired feeds alive; while
             // feeds are listed, it wakes now and then to retire idle ones
-            // (and while spare rings wait to be given back, to give them).
+            // (and while spare rings wait to be given back, to give them;
+            // and while its engine keeps more spare op records than an idle
+            // engine keeps, to let it give them back once unused for long).
             || {
                 view.borrow_mut().forget();
                 pool.feeds.sweep(pool.parking.barriers());
-                pool.feeds.need_sweeps().then_some(SWEEP_EVERY)
+                let records = returns.idle();
+                (pool.feeds.need_sweeps() || records).then_some(SWEEP_EVERY)
             },
         )
     }

@@ -1,7 +1,7 @@
 //! Record reuse: giving op records back to the threads that push them.
 //! Everything about it is in this file, and the rest of the engine reaches
 //! it at two points: a push takes a spare record when it builds its record
-//! ([`Spare records::take`], then [`build`]), and a worker gives a record back
+//! (`SpareRecords::take`, then [`build`]), and a worker gives a record back
 //! after the op ran ([`Returns::give`]).
 //!
 //! Allocators serve a thread fastest from memory it freed itself. An op
@@ -24,9 +24,16 @@
 //! were written last by a worker. Spare records still hold a reference
 //! to their engine: closing the engine frees them all and turns later
 //! burials into plain drops.
+//!
+//! An engine keeps up to twice its soft bound on ops in flight of them
+//! (`SpareRecords::new`), a few megabytes after a burst. Once no push has
+//! refilled its list for a second, a worker with nothing to do lets it give
+//! back all but a few ([`Returns::idle`], `SpareRecords::idle` and `trim`):
+//! an engine used in bursts keeps them from one burst to the next, one left
+//! idle holds little.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use super::job::Job;
 use super::op_cell::OpCell;
@@ -108,11 +115,15 @@ fn let_go(record: TaskRef, stripping: Option<Box<dyn std::any::Any + Send>>) {
 /// and whenever the worker runs out of work.
 pub(crate) struct Returns {
     spares: Vec<Spare>,
+    /// The engine it last gave spare records back to: asked, when the
+    /// worker idles, whether to give them back to the system
+    /// ([`idle`](Self::idle)). Weak: a worker must not keep its engine.
+    engine: Option<Weak<dyn Host>>,
 }
 
 impl Returns {
     pub(crate) fn new() -> Self {
-        Self { spares: Vec::with_capacity(BATCH) }
+        Self { spares: Vec::with_capacity(BATCH), engine: None }
     }
 
     /// Gives back the record of an op this thread ran: strips it and keeps
@@ -142,7 +153,22 @@ impl Returns {
     pub(crate) fn keep_spares(&mut self) {
         if let Some(first) = self.spares.first() {
             let host = first.header().host.clone();
+            if !self.engine.as_ref().is_some_and(|e| std::ptr::addr_eq(e.as_ptr(), Arc::as_ptr(&host))) {
+                self.engine = Some(Arc::downgrade(&host));
+            }
             host.spare_records().keep_spares(&mut self.spares);
         }
+    }
+
+    /// The worker has had nothing to do for a while: lets the engine it
+    /// gave spare records to give them back to the system if no push
+    /// wants them (see [`Host::idle`]). Whether to ask again later.
+    #[cold]
+    pub(crate) fn idle(&mut self) -> bool {
+        let Some(host) = self.engine.as_ref().and_then(Weak::upgrade) else {
+            self.engine = None;
+            return false;
+        };
+        host.idle()
     }
 }

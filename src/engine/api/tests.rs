@@ -215,3 +215,44 @@ fn shells_hold_nothing_their_ops_used() {
     engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
     assert_eq!(shared.spares(), 0);
 }
+
+/// An engine that goes idle gives back its spare records but a few, once
+/// no push has wanted them for a while; one used in bursts keeps them from
+/// one burst to the next.
+#[test]
+fn an_idle_engine_gives_back_its_spare_records() {
+    use crate::op::record::IDLE_KEEP;
+    let engine = Engine::builder().ignore_environment().cpu_workers(1).build().unwrap();
+    let shared = engine.shared().clone();
+    let var = engine.var(0u64);
+    let burst = || {
+        for _ in 0..2_000 {
+            let pushed = engine.op("add").write(&var).run_detached(|(), (mut v,)| {
+                *v += 1;
+                Ok(())
+            });
+            pushed.unwrap();
+        }
+        engine.wait_for_all().blocking_wait().unwrap();
+    };
+    burst();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while shared.spares() <= IDLE_KEEP {
+        assert!(std::time::Instant::now() < deadline, "the burst left {} spare records", shared.spares());
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // Bursts 100 ms apart: the records stay.
+    for _ in 0..5 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        burst();
+    }
+    assert!(shared.spares() > IDLE_KEEP, "records given back between bursts: {}", shared.spares());
+    // Idle: given back within a few seconds.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while shared.spares() > IDLE_KEEP {
+        assert!(std::time::Instant::now() < deadline, "still {} spare records kept", shared.spares());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let sum = engine.op("read").read(&var).run(|(v,), ()| Ok(*v));
+    assert_eq!(sum.blocking_wait().unwrap(), 12_000);
+}

@@ -47,6 +47,10 @@ impl Host for Counts {
         }
     }
 
+    fn idle(&self) -> bool {
+        false
+    }
+
     fn spare_records(&self) -> &SpareRecords {
         &self.spares
     }

@@ -44,6 +44,12 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// Where records of finished ops wait to be rebuilt by pushes.
     fn spare_records(&self) -> &SpareRecords;
 
+    /// Asked now and then by a worker with nothing to do: gives back all
+    /// but a few spare records if no push has wanted them for long
+    /// ([`SpareRecords::idle`]). Whether more than those few are still
+    /// kept (then the worker asks again later).
+    fn idle(&self) -> bool;
+
     /// A thread waits on an op's handle that has not completed (see
     /// [`Wait`]).
     fn wait(&self, wait: Wait) -> Help;

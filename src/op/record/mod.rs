@@ -15,6 +15,8 @@ mod spares;
 pub(in crate::op) use errors::LeftOnVars;
 pub(crate) use host::{Dispatch, Help, Host, HostRef, Note, ReadyList, Wait, note_cancelling};
 pub(crate) use profile::now_ns;
+#[cfg(all(test, not(depengine_loom)))]
+pub(crate) use spares::IDLE_KEEP;
 pub(crate) use spares::{Spare, SpareRecords};
 
 use crate::device::{Device, Lane};

@@ -4,6 +4,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::{DepList, Header, Meta, Task, TaskRef, cold, prefetch};
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -14,6 +15,15 @@ use crate::sync::{Mutex, lock, small};
 /// batches themselves.
 const MIN_SPARES: usize = 1024;
 
+/// Spare records an idle engine keeps (see [`SpareRecords::idle`]): enough
+/// for a trickle of pushes, little memory.
+pub(crate) const IDLE_KEEP: usize = 64;
+
+/// How long no push may have refilled its list from the kept records before
+/// an idle engine gives back all but [`IDLE_KEEP`]: long enough that an
+/// engine used in bursts keeps its records from one burst to the next.
+const IDLE_RETURN: Duration = Duration::from_secs(1);
+
 pub(crate) struct SpareRecords {
     /// Where workers keep their batches.
     kept: Mutex<KeptSpares>,
@@ -21,12 +31,23 @@ pub(crate) struct SpareRecords {
     len: AtomicUsize,
     /// The most kept at once.
     max: usize,
+    /// What the last look for idleness saw (see [`idle`](Self::idle)).
+    watch: Mutex<Watch>,
+}
+
+/// The refill count at the last look, and since when it has not changed.
+struct Watch {
+    refills: u64,
+    since: Instant,
 }
 
 #[derive(Default)]
 struct KeptSpares {
     list: Vec<Spare>,
     closed: bool,
+    /// Refills of a pushes' list from `list` so far (see
+    /// [`SpareRecords::take`]).
+    refills: u64,
 }
 
 impl SpareRecords {
@@ -38,7 +59,12 @@ impl SpareRecords {
     /// more); else [`MIN_SPARES`].
     pub(crate) fn new(ahead: usize) -> Self {
         let max = ahead.saturating_mul(2).max(MIN_SPARES);
-        Self { kept: Mutex::new(KeptSpares::default()), len: AtomicUsize::new(0), max }
+        Self {
+            kept: Mutex::new(KeptSpares::default()),
+            len: AtomicUsize::new(0),
+            max,
+            watch: Mutex::new(Watch { refills: 0, since: Instant::now() }),
+        }
     }
 
     /// Takes a worker's batch of spare records (leaving `batch` empty); frees them
@@ -88,6 +114,7 @@ impl SpareRecords {
             let mut kept = lock(&self.kept);
             std::mem::swap(ready, &mut kept.list);
             self.len.store(0, Ordering::Relaxed);
+            kept.refills += 1;
         }
         let shell = ready.pop();
         // This spare record's lines were asked for by the push before, unless the
@@ -100,6 +127,40 @@ impl SpareRecords {
         }
         let extra = if ready.len() > self.max / 2 { ready.pop() } else { None };
         (shell, extra)
+    }
+
+    /// Called now and then (at most every few tens of milliseconds) by a
+    /// worker with nothing to do: whether no push has refilled its list
+    /// for [`IDLE_RETURN`], so that the engine should give back its spare
+    /// records but [`IDLE_KEEP`] ([`trim`](Self::trim)).
+    pub(crate) fn idle(&self) -> bool {
+        let Ok(mut watch) = self.watch.try_lock() else {
+            return false;
+        };
+        let refills = lock(&self.kept).refills;
+        if refills != watch.refills {
+            *watch = Watch { refills, since: Instant::now() };
+            return false;
+        }
+        watch.since.elapsed() >= IDLE_RETURN
+    }
+
+    /// Leaves [`IDLE_KEEP`] spare records, `ready`'s (the pushes' list) first,
+    /// and hands the rest back to be freed by the caller, outside its locks.
+    pub(crate) fn trim(&self, ready: &mut Vec<Spare>) -> Vec<Spare> {
+        let mut gone = ready.split_off(ready.len().min(IDLE_KEEP));
+        let room = IDLE_KEEP - ready.len();
+        let mut kept = lock(&self.kept);
+        let keep = kept.list.len().min(room);
+        gone.extend(kept.list.drain(keep..));
+        self.len.store(kept.list.len(), Ordering::Relaxed);
+        gone
+    }
+
+    /// Whether more than [`IDLE_KEEP`] spare records are kept beside
+    /// `ready`'s.
+    pub(crate) fn holds_more_than_idle_keep(&self, ready: usize) -> bool {
+        ready + self.len.load(Ordering::Relaxed) > IDLE_KEEP
     }
 
     /// Frees every kept spare record and refuses later burials: spare records hold
