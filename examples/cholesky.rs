@@ -32,7 +32,7 @@ use kernels::{gemm, lower_equal, potrf, residual, sequential, spd, syrk, trsm};
 
 /// A tile's rows, shared.
 fn rows(t: &depengine::scope::Tile<f64>) -> Vec<&[f64]> {
-    t.rows_iter().collect()
+    t.rows().collect()
 }
 
 /// The engine's run: one op per kernel call, over scoped tile views of

@@ -4,6 +4,7 @@ use std::fmt;
 
 /// The device an op is placed on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Device {
     /// CPU device `i`: a pool of dedicated worker threads. Most programs use
     /// only `Cpu(0)`; more devices (see

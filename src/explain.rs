@@ -25,6 +25,7 @@ use std::time::Duration;
 /// # Ok::<(), depengine::Error>(())
 /// ```
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct Pending {
     /// The ops seen waiting on a var or holding one, by key.
     pub ops: Vec<PendingOp>,

@@ -74,8 +74,38 @@
 //! Declaring a var twice with a write is refused when the op is pushed
 //! ([`Error::is_invalid_argument`]).
 //!
-//! See `README.md` for the semantics in full, and `src/var/README.md` for the
-//! design of the var gate.
+//! # Where to start
+//!
+//! * [`Engine`]: make one with [`Engine::new`] or [`Engine::builder`], then
+//!   [`var`](Engine::var) and [`op`](Engine::op); every op's handle is a
+//!   future ([`OpHandle`]), with a blocking form for plain threads.
+//! * [`scope()`]: vars over memory the caller owns, for the length of a scope
+//!   (slices, chunks, the tiles of a matrix), as `std::thread::scope` does
+//!   for threads.
+//! * Watching it: [`Engine::metrics`] ([`metrics`]), [`Engine::profiler`]
+//!   ([`profile`]), [`Engine::debug_pending`] ([`explain`]) for a hang.
+//! * The package's README has the semantics in full (ordering, errors,
+//!   cancellation, shutdown), the configuration table and the benchmarks.
+//!
+//! # Features
+//!
+//! None is on by default; each adds to the API, none changes what is there.
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `cuda` | real GPUs through CUDA ([`gpu`]; the driver is loaded at run time, so it builds without CUDA installed). Without it, the same API runs on the simulated GPU ([`gpu::sim`]). |
+//! | `mpi` | collectives across processes as engine ops, and tiles across ranks (`depengine::mpi`; needs an MPI installation and libclang to build). |
+//! | `nccl` | GPU buffers reduced across ranks with NCCL (`cuda` and `mpi` too). |
+//! | `prometheus-client` | the engine's metrics as a Prometheus collector (`depengine::prometheus`). |
+//!
+//! # Examples
+//!
+//! The package's `examples/` folder (its `README.md` lists each one):
+//! tutorials (`quickstart`, a blocked matrix product whose tiles are vars;
+//! `trace_chrome`, the engine's spans as a Chrome trace), demos (`cholesky`,
+//! a tiled Cholesky over scoped tiles; `gpu_pipeline`; `cholesky_mpi` and
+//! `data_parallel` under `mpirun`; an axum service in `examples/serve`) and
+//! benchmark drivers. Run one with `cargo run --release --example NAME`.
 
 // `unsafe` only in the leaf files that need it, each of which opens with
 // `#![allow(unsafe_code)]`; `tests/check_architecture.rs` holds their list and

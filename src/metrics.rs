@@ -7,6 +7,7 @@
 //! while ops go on, so a snapshot taken under load is not one instant:
 //! `completed` may be read after an op counted in no gauge completed.
 
+use std::fmt;
 use std::time::Duration;
 
 use crate::device::{Device, Lane};
@@ -61,10 +62,26 @@ pub(crate) fn bucket_of(ns: u64) -> usize {
 /// assert!(run_time.p50() <= run_time.p99());
 /// # Ok::<(), depengine::Error>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Histogram {
     counts: [u64; HISTOGRAM_BUCKETS],
     sum: Duration,
+}
+
+/// A summary: how many, their sum and mean, the median and the 99th
+/// percentile (its bucket counts, one per bucket, are in
+/// [`counts`](Histogram::counts)).
+impl fmt::Debug for Histogram {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Histogram");
+        d.field("count", &self.count()).field("sum", &self.sum);
+        if self.count() > 0 {
+            let (mean, p50, p99) = (self.mean(), self.p50(), self.p99());
+            d.field("mean", &mean.unwrap_or_default());
+            d.field("p50", &p50.unwrap_or_default()).field("p99", &p99.unwrap_or_default());
+        }
+        d.finish_non_exhaustive()
+    }
 }
 
 impl Default for Histogram {

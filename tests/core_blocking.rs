@@ -135,7 +135,7 @@ fn a_start_hook_pushing_to_its_own_engine_is_refused_not_hung() {
     let engine = Engine::builder()
         .cpu_workers(1)
         .ignore_environment()
-        .on_thread_start(move || {
+        .on_thread_start(move |_| {
             if let Some(engine) = in_hook.get() {
                 let refused = engine.op("from hook").run_detached(|(), ()| Ok(())).unwrap_err();
                 let _ = tx.lock().unwrap().send(refused);

@@ -247,11 +247,16 @@ fn thread_hooks_run_on_every_worker_of_every_pool() {
         .priority_workers(1)
         .simulated_gpus(1)
         .thread_name("hooked")
-        .on_thread_start(move || {
+        .on_thread_start(move |k| {
             SET_UP.with(|s| s.set(true));
+            // The index is the worker's in its pool: its name's suffix.
+            assert!(name().ends_with(&format!("-{k}")), "worker {k} is {}", name());
             up.lock().unwrap().push(name());
         })
-        .on_thread_stop(move || down.lock().unwrap().push(name()))
+        .on_thread_stop(move |k| {
+            assert!(name().ends_with(&format!("-{k}")), "worker {k} is {}", name());
+            down.lock().unwrap().push(name());
+        })
         .build()
         .unwrap();
     // A body sees what the start hook set up on its thread.
@@ -277,7 +282,7 @@ fn thread_hooks_run_on_every_worker_of_every_pool() {
 #[test]
 fn a_panicking_start_hook_fails_the_push_that_needs_its_pool() {
     let engine =
-        Engine::builder().on_thread_start(|| panic!("no NUMA node for this thread")).build().unwrap();
+        Engine::builder().on_thread_start(|_| panic!("no NUMA node for this thread")).build().unwrap();
     let err = engine.op("never").run(|(), ()| Ok(())).blocking_wait().unwrap_err();
     assert!(err.is_pool_unavailable(), "{err}");
     let text = err.to_string();

@@ -65,8 +65,8 @@ fn tiles_cover_the_matrix_once() {
                         .op("mark")
                         .write(tile)
                         .run_detached(move |(), (mut t,)| {
-                            for r in 0..t.rows() {
-                                for c in 0..t.cols() {
+                            for r in 0..t.nrows() {
+                                for c in 0..t.ncols() {
                                     t[(r, c)] += ((i * tr + r) * cols + j * tc + c) as u32 + 1;
                                 }
                             }

@@ -250,7 +250,9 @@ impl EngineBuilder {
     /// any op, after the engine's own set-up (a GPU worker has bound its
     /// device's context): where to set up per-thread state (a tracing
     /// dispatcher, an allocator arena), pin the thread near its device or
-    /// lower its priority. The thread's name says its pool
+    /// lower its priority. It gets the worker's index in its pool, from 0,
+    /// as rayon's `start_handler` does (the `-k` that ends the thread's
+    /// name); the thread's name says its pool
     /// ([`thread_name`](Self::thread_name)). Every worker of every pool
     /// runs it, pools started on first use included; the naive engine has
     /// no workers, and the engine's service threads (GPU pollers, the
@@ -274,28 +276,29 @@ impl EngineBuilder {
     /// let (up, down) = (started.clone(), stopped.clone());
     /// let engine = depengine::Engine::builder()
     ///     .cpu_workers(2)
-    ///     .on_thread_start(move || _ = up.fetch_add(1, Ordering::Relaxed))
-    ///     .on_thread_stop(move || _ = down.fetch_add(1, Ordering::Relaxed))
+    ///     .on_thread_start(move |k| _ = up.fetch_add(k + 1, Ordering::Relaxed))
+    ///     .on_thread_stop(move |_| _ = down.fetch_add(1, Ordering::Relaxed))
     ///     .build()?;
     /// engine.op("first").run(|(), ()| Ok(())).blocking_wait()?;
-    /// assert_eq!(started.load(Ordering::Relaxed), 2);
+    /// assert_eq!(started.load(Ordering::Relaxed), 1 + 2); // workers 0 and 1
     /// engine.blocking_shutdown(depengine::ShutdownMode::Drain)?; // waits for the workers to end
     /// assert_eq!(stopped.load(Ordering::Relaxed), 2);
     /// # Ok::<(), depengine::Error>(())
     /// ```
-    pub fn on_thread_start(mut self, start: impl Fn() + Send + Sync + 'static) -> Self {
+    pub fn on_thread_start(mut self, start: impl Fn(usize) + Send + Sync + 'static) -> Self {
         self.choices.hooks.start = Some(std::sync::Arc::new(start) as Hook);
         self
     }
 
     /// Runs `stop` on each worker thread as it ends, after its last op:
     /// where per-thread state set up by
-    /// [`on_thread_start`](Self::on_thread_start) is torn down.
+    /// [`on_thread_start`](Self::on_thread_start) is torn down. It gets the
+    /// worker's index in its pool, as the start hook does.
     /// [`Engine::shutdown`](crate::Engine::shutdown) returns once every
     /// worker has run it; a dropped engine's workers run it as they end,
     /// soon after. A panic in it is caught and logged (`tracing`, target
     /// `depengine`).
-    pub fn on_thread_stop(mut self, stop: impl Fn() + Send + Sync + 'static) -> Self {
+    pub fn on_thread_stop(mut self, stop: impl Fn(usize) + Send + Sync + 'static) -> Self {
         self.choices.hooks.stop = Some(std::sync::Arc::new(stop) as Hook);
         self
     }

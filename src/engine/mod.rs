@@ -1,13 +1,20 @@
-//! The engine: the public handle and its waits (`api.rs`), the builders of
-//! ops and acquires (`op_builder.rs`, `acquire.rs`), configuration
-//! (`engine_builder.rs`), what the builders hand a push (`options.rs`), the
-//! bookkeeping every push and completion goes through (`shared.rs`), the
-//! bodies of the engine's own ops (`jobs.rs`), the bound on ops in flight
-//! and its reservations (`limit.rs`, `reserve.rs`), and bulk execution
-//! (`bulk/`).
-//!
-//! The top layer: it implements the op layer's `Host`, the one way up from
-//! an op record, and owns the dispatcher of the exec layer.
+//! The engine and its builders: [`Engine`] and its waits, [`EngineBuilder`]
+//! and the [`Settings`] it settles on, [`OpBuilder`] (what an op declares,
+//! how it runs), [`AcquireBuilder`] (guards handed to async code),
+//! [`Reservation`] (slots among the ops in flight, taken ahead) and
+//! [`ShutdownMode`]. The common ones are re-exported at the crate's root.
+
+// For maintainers:
+// The engine: the public handle and its waits (`api.rs`), the builders of
+// ops and acquires (`op_builder.rs`, `acquire.rs`), configuration
+// (`engine_builder.rs`), what the builders hand a push (`options.rs`), the
+// bookkeeping every push and completion goes through (`shared.rs`), the
+// bodies of the engine's own ops (`jobs.rs`), the bound on ops in flight
+// and its reservations (`limit.rs`, `reserve.rs`), and bulk execution
+// (`bulk/`).
+//
+// The top layer: it implements the op layer's `Host`, the one way up from
+// an op record, and owns the dispatcher of the exec layer.
 
 mod acquire;
 mod api;

@@ -67,7 +67,7 @@ pub(crate) trait HeldBack: Send + Sync {
 pub(crate) type ThreadInit = Arc<dyn Fn(usize) + Send + Sync>;
 
 /// Code of the program's, run on each worker thread of every pool.
-pub(crate) type Hook = Arc<dyn Fn() + Send + Sync>;
+pub(crate) type Hook = Arc<dyn Fn(usize) + Send + Sync>;
 
 /// What the program asks of each worker thread (`EngineBuilder::
 /// on_thread_start`, `on_thread_stop`, `thread_stack_size`).
@@ -94,9 +94,9 @@ impl std::fmt::Debug for ThreadHooks {
 
 /// Runs a hook of the program's; a panic in it is reported as an error
 /// (the thread does not run ops then), not unwound through the engine.
-fn run_hook(hook: Option<&Hook>, which: &str, thread: &str) -> Result<(), String> {
+fn run_hook(hook: Option<&Hook>, which: &str, thread: &str, k: usize) -> Result<(), String> {
     let Some(hook) = hook else { return Ok(()) };
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook())).map_err(|payload| {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(k))).map_err(|payload| {
         let message = crate::error::panic_message(payload.as_ref());
         format!("the thread {which} hook panicked on {thread}: {message}")
     })
@@ -205,7 +205,7 @@ impl Pool {
                             init(k);
                         }
                         let started =
-                            may_block::in_start_hook(|| run_hook(hooks.start.as_ref(), "start", &thread));
+                            may_block::in_start_hook(|| run_hook(hooks.start.as_ref(), "start", &thread, k));
                         if let Err(err) = started {
                             let _ = up.send(Err(err));
                             return;
@@ -215,7 +215,7 @@ impl Pool {
                         let _ = up.send(Ok(()));
                         drop(up);
                         worker.work();
-                        if let Err(err) = run_hook(hooks.stop.as_ref(), "stop", &thread) {
+                        if let Err(err) = run_hook(hooks.stop.as_ref(), "stop", &thread, k) {
                             tracing::error!(target: "depengine", "{err}");
                         }
                     })

@@ -1,9 +1,20 @@
-//! GPU devices, below the var and op layers: the backends (a simulated
-//! device, always built, and CUDA through cudarc with feature `cuda`),
-//! events from a pool, and the per-device poller that turns event
-//! completions into callbacks. Nothing here knows vars or ops; the op layer
-//! hands the poller a callback that completes an op. `README.md` beside
-//! this file has the design and the argument for early release.
+//! GPU ops: an opened device ([`Gpu`], from
+//! [`Engine::gpu`](crate::Engine::gpu)) allocates device and host buffers
+//! ([`GpuBuffer`], [`HostBuffer`]) of [`GpuElement`]s, which vars hold; a
+//! GPU op's body gets a [`GpuContext`] with the [`Stream`] its worker owns,
+//! enqueues its work there and returns. The op completes when the GPU has
+//! done that work: the engine records an event after it and polls it, so
+//! no thread waits on the GPU. Real GPUs need feature `cuda`; without a
+//! GPU the same API runs on the simulated device ([`sim`]), which also
+//! reports work of two streams on one buffer with no event between them.
+
+// For maintainers:
+// GPU devices, below the var and op layers: the backends (a simulated
+// device, always built, and CUDA through cudarc with feature `cuda`),
+// events from a pool, and the per-device poller that turns event
+// completions into callbacks. Nothing here knows vars or ops; the op layer
+// hands the poller a callback that completes an op. `README.md` beside
+// this file has the design and the argument for early release.
 
 pub(crate) mod backend;
 pub(crate) mod blocking;

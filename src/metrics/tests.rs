@@ -42,3 +42,19 @@ fn quantiles_are_bucket_upper_bounds() {
     sum.merge(&h);
     assert_eq!(sum.counts()[bucket_of(700)], 196);
 }
+
+/// A histogram's `Debug` is a summary, not its 186 bucket counts: a pool's
+/// metrics print in a few lines.
+#[test]
+fn a_histogram_debugs_as_a_summary() {
+    let mut counts = [0; HISTOGRAM_BUCKETS];
+    counts[bucket_of(1_000)] = 3;
+    counts[bucket_of(1_000_000)] = 1;
+    let h = Histogram::from_counts(counts, Duration::from_nanos(1_003_000));
+    let text = format!("{h:?}");
+    assert!(text.starts_with("Histogram { count: 4, sum: 1.003ms, mean: "), "{text}");
+    assert!(text.contains("p50: ") && text.contains("p99: "), "{text}");
+    assert!(text.len() < 200, "{} characters: {text}", text.len());
+    let empty = format!("{:?}", Histogram::default());
+    assert_eq!(empty, "Histogram { count: 0, sum: 0ns, .. }");
+}

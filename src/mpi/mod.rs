@@ -31,11 +31,12 @@
 //! exits makes `mpirun` end the others. Dropping the [`Collectives`]
 //! waits for the collectives in flight.
 //!
-//! `README.md` beside this file has the protocol and its argument.
-//!
 //! **Tiles across ranks.** [`dist`] runs one tiled program on every rank,
 //! each op on the owner of what it writes, the vars it reads moved by the
 //! engine; its transfers go through the same comm thread.
+
+// For maintainers: `README.md` beside this file has the protocol and its
+// argument.
 
 mod comm_thread;
 pub mod dist;
@@ -149,6 +150,7 @@ element!(u8, 7);
 /// not fix: the last bit may differ between sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum Reduce {
     /// The sum.
     Sum = 1,

@@ -3,12 +3,13 @@
 //! caller's data (a value, a slice, disjoint chunks, the tiles of a
 //! matrix) as vars, and returns only once every op that used them has
 //! completed and every guard on them is gone, panics included. No copy in
-//! or out. `README.md` beside this file has the argument.
-//!
-//! `unsafe` here makes the views (`view.rs`): what keeps them valid is
-//! this file's end of a scope, whose reliance on the var gate the loom
-//! model `loom_a_scope_end_follows_every_op_on_its_var`
-//! (`var/var_cell/loom_tests.rs`) checks.
+//! or out.
+
+// For maintainers: `README.md` beside this file has the argument. `unsafe`
+// here makes the views (`view.rs`): what keeps them valid is this file's end
+// of a scope, whose reliance on the var gate the loom model
+// `loom_a_scope_end_follows_every_op_on_its_var`
+// (`var/var_cell/loom_tests.rs`) checks.
 
 #![allow(unsafe_code)]
 

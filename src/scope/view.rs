@@ -131,7 +131,7 @@ impl<T> TileView<T> {
 }
 
 /// One tile of a matrix lent to a scope, as the guards of its var reach
-/// it: `rows()` rows of `cols()` elements, each row a contiguous slice
+/// it: `nrows()` rows of `ncols()` elements, each row a contiguous slice
 /// ([`row`](Self::row), [`row_mut`](Self::row_mut)); an element is
 /// `tile[(r, c)]`.
 ///
@@ -158,7 +158,8 @@ pub struct Tile<T> {
 }
 
 impl<T> Tile<T> {
-    /// Rows in the tile.
+    /// How many rows the tile has. (Counts are `n…`, as in ndarray;
+    /// [`rows`](Self::rows) and [`rows_mut`](Self::rows_mut) iterate.)
     ///
     /// # Examples
     ///
@@ -167,17 +168,17 @@ impl<T> Tile<T> {
     /// let mut m: Vec<u32> = (0..12).collect(); // 3 rows of 4
     /// depengine::scope(&engine, |s| {
     ///     let tiles = s.tiles(&mut m, 4, 2, 2)?;
-    ///     let shape = engine.op("shape").read(&tiles[1][0]).run(|(t,), ()| Ok((t.rows(), t.cols())));
+    ///     let shape = engine.op("shape").read(&tiles[1][0]).run(|(t,), ()| Ok((t.nrows(), t.ncols())));
     ///     assert_eq!(shape.blocking_wait()?, (1, 2)); // the bottom edge
     ///     Ok::<(), depengine::Error>(())
     /// })??;
     /// # Ok::<(), depengine::Error>(())
     /// ```
-    pub fn rows(&self) -> usize {
+    pub fn nrows(&self) -> usize {
         self.view.rows
     }
 
-    /// Elements in each row.
+    /// How many elements each row has.
     ///
     /// # Examples
     ///
@@ -186,13 +187,13 @@ impl<T> Tile<T> {
     /// let mut m: Vec<u32> = (0..12).collect(); // 3 rows of 4
     /// depengine::scope(&engine, |s| {
     ///     let tiles = s.tiles(&mut m, 4, 2, 2)?;
-    ///     let cols = engine.op("cols").read(&tiles[0][1]).run(|(t,), ()| Ok(t.cols()));
+    ///     let cols = engine.op("cols").read(&tiles[0][1]).run(|(t,), ()| Ok(t.ncols()));
     ///     assert_eq!(cols.blocking_wait()?, 2);
     ///     Ok::<(), depengine::Error>(())
     /// })??;
     /// # Ok::<(), depengine::Error>(())
     /// ```
-    pub fn cols(&self) -> usize {
+    pub fn ncols(&self) -> usize {
         self.view.cols
     }
 
@@ -260,13 +261,13 @@ impl<T> Tile<T> {
     /// let mut m: Vec<u32> = (0..12).collect(); // 3 rows of 4
     /// depengine::scope(&engine, |s| {
     ///     let tiles = s.tiles(&mut m, 4, 2, 2)?;
-    ///     let sum = engine.op("sum").read(&tiles[0][0]).run(|(t,), ()| Ok(t.rows_iter().flatten().sum::<u32>()));
+    ///     let sum = engine.op("sum").read(&tiles[0][0]).run(|(t,), ()| Ok(t.rows().flatten().sum::<u32>()));
     ///     assert_eq!(sum.blocking_wait()?, 0 + 1 + 4 + 5);
     ///     Ok::<(), depengine::Error>(())
     /// })??;
     /// # Ok::<(), depengine::Error>(())
     /// ```
-    pub fn rows_iter(&self) -> impl Iterator<Item = &[T]> + '_ {
+    pub fn rows(&self) -> impl Iterator<Item = &[T]> + '_ {
         (0..self.view.rows).map(|r| self.row(r))
     }
 

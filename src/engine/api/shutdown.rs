@@ -9,6 +9,7 @@ use crate::may_block::{Instead, refuse_blocking};
 
 /// How [`Engine::shutdown`] treats ops that have not started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ShutdownMode {
     /// Run everything already pushed.
     #[default]

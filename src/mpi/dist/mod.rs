@@ -22,7 +22,7 @@
 //! # Ok::<(), depengine::Error>(())
 //! ```
 //!
-//! **The model** (`README.md` beside this file has the argument):
+//! **The model**:
 //!
 //! * a [`DistVar`] has an owner rank, where its data lives; it is made in
 //!   the same order on every rank, and only the owner runs its initialiser;
@@ -45,6 +45,8 @@
 //! * an op that fails on its rank leaves its error on the vars it writes;
 //!   a transfer of such a var carries the error, and the op that reads it
 //!   on another rank fails with it ([`TransferError::FailedOnOwner`]).
+
+// For maintainers: `README.md` beside this file has the model's argument.
 
 mod error;
 mod grid;

@@ -45,7 +45,7 @@ fn tiles_of_one_matrix_are_disjoint() {
         let mut tiles: Vec<&mut Tile<u32>> = views.iter_mut().map(View::target_mut).collect();
         let mut rows: Vec<&mut [u32]> = Vec::new();
         for (k, tile) in tiles.iter_mut().enumerate() {
-            assert_eq!((tile.rows(), tile.cols()), (2, 2));
+            assert_eq!((tile.nrows(), tile.ncols()), (2, 2));
             tile[(1, 1)] += 100 * k as u32;
             rows.extend(tile.rows_mut());
         }
