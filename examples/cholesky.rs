@@ -163,7 +163,7 @@ fn main() -> BoxResult<()> {
     let n = nums.first().copied().unwrap_or(2048);
     let sizes = nums.get(1).map_or_else(|| vec![32, 64, 128, 256], |b| vec![*b]);
     let reps = std::env::var("REPS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
-    let mut builder = Engine::builder();
+    let mut builder = depengine::EngineBuilder::from_env();
     if let Some(w) = std::env::var("WORKERS").ok().and_then(|w| w.parse().ok()) {
         builder = builder.cpu_workers(w);
     }

@@ -105,7 +105,7 @@ fn main() -> BoxResult<()> {
         return Err(format!("the tile size {b} must divide n = {n}").into());
     }
     let nt = n / b;
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     let world = Collectives::new(&engine)?;
     let (rank, size) = (world.rank(), world.size());
     let (p, q) = grid(size);

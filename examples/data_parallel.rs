@@ -261,7 +261,7 @@ fn main() {
     // `--profile DIR`: the last step's profile of each rank, as a Chrome
     // trace and an SVG timeline, `DIR/data_parallel.rankN.{json,svg}`.
     let profile_dir = args.iter().position(|a| a == "--profile").and_then(|k| args.get(k + 1)).cloned();
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     let mpi = Collectives::new(&engine).expect("MPI");
     let (rank, size) = (mpi.rank(), mpi.size());
     assert!(BATCH.is_multiple_of(size), "the batch of {BATCH} is shared evenly by 1, 2, 4, 8… ranks");

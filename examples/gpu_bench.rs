@@ -75,7 +75,7 @@ impl Tiny {
 }
 
 fn open(early: bool) -> (Engine, Gpu) {
-    let builder = || Engine::builder().gpu_workers(1).gpu_early_release(early);
+    let builder = || depengine::EngineBuilder::from_env().gpu_workers(1).gpu_early_release(early);
     let engine = builder().build().expect("engine");
     match engine.gpu(0) {
         Ok(gpu) => return (engine, gpu),

@@ -108,7 +108,7 @@ extern "C" __global__ void shift(float* out, const float* in, float k, int n) {
 
 /// The engine and its GPU 0: real if one can be used, else simulated.
 fn open() -> (Engine, Gpu) {
-    let real = Engine::builder().gpu_workers(2).build().expect("engine");
+    let real = depengine::EngineBuilder::from_env().gpu_workers(2).build().expect("engine");
     match real.gpu(0) {
         Ok(gpu) => {
             println!("running on a CUDA GPU (driver version {})", gpu.driver_version().unwrap_or(0));
@@ -119,7 +119,8 @@ fn open() -> (Engine, Gpu) {
         }
         Err(err) => println!("no GPU here ({err}):\nrunning the same pipeline on the simulated device"),
     }
-    let engine = Engine::builder().gpu_workers(2).simulated_gpus(1).build().expect("engine");
+    let engine =
+        depengine::EngineBuilder::from_env().gpu_workers(2).simulated_gpus(1).build().expect("engine");
     let gpu = engine.gpu(0).expect("a simulated GPU");
     (engine, gpu)
 }

@@ -79,7 +79,7 @@ fn main() {
         let cpu = process_cpu().unwrap_or_default().saturating_sub(before);
         report("spawn_blocking", requests, cpu, latencies);
         for &spin in &spins {
-            let engine = depengine::Engine::builder()
+            let engine = depengine::EngineBuilder::from_env()
                 .spin(Duration::from_micros(spin))
                 .cpu_workers(2)
                 .build()

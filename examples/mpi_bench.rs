@@ -61,7 +61,7 @@ enum Wait {
 }
 
 fn engine_mode(wait: Wait) {
-    let engine = depengine::Engine::new();
+    let engine = depengine::Engine::from_env();
     let mpi = depengine::mpi::Collectives::new(&engine).expect("MPI");
     let (rank, size) = (mpi.rank(), mpi.size());
     for (elems, rounds) in sizes() {
@@ -150,7 +150,7 @@ fn direct_mode(immediate: bool, signed: bool) {
 /// times: one transfer per version, streamed.
 fn transfer_mode() {
     use depengine::mpi::dist::Distribution;
-    let engine = depengine::Engine::new();
+    let engine = depengine::Engine::from_env();
     let world = depengine::mpi::Collectives::new(&engine).expect("MPI");
     let (rank, size) = (world.rank(), world.size());
     assert_eq!(size, 2, "transfer mode runs on two ranks");
@@ -227,7 +227,7 @@ fn p2p_mode() {
 /// spread block-cyclically: what the ranks sustain in ops per second.
 fn tasks_mode() {
     use depengine::mpi::dist::{Distribution, block_cyclic, grid};
-    let engine = depengine::Engine::new();
+    let engine = depengine::Engine::from_env();
     let world = depengine::mpi::Collectives::new(&engine).expect("MPI");
     let (rank, size) = (world.rank(), world.size());
     let (p, q) = grid(size);

@@ -40,7 +40,7 @@ fn main() -> Result<(), depengine::Error> {
     let rounds: usize = args.next().and_then(|r| r.parse().ok()).unwrap_or(10).max(1);
     // The pushing thread never runs its ops here, however many queue up:
     // what is measured is the push.
-    let engine = Engine::builder().cpu_workers(1).pusher_runs_at(0).build()?;
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(1).pusher_runs_at(0).build()?;
     let v = engine.var(0u64);
     match mode.as_str() {
         "batched" | "batched1" => {

@@ -61,7 +61,7 @@ async fn run(
     tiles: usize,
     profile: Option<std::path::PathBuf>,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     println!("depengine quickstart: C = A·B, {n}×{n} f32 in {tiles}×{tiles} tiles of {t}×{t}");
     println!("engine: {:?}, {} cpu worker(s)", engine.settings().kind, engine.settings().cpu_workers);
 

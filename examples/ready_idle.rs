@@ -144,7 +144,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let mut arg = |default: u64| args.next().and_then(|a| a.parse().ok()).unwrap_or(default);
     let (tiles, spin, runs) = (arg(16) as usize, arg(500) as u32, arg(10));
-    let engine = Engine::builder().thread_name("ri").build().expect("engine");
+    let engine = depengine::EngineBuilder::from_env().thread_name("ri").build().expect("engine");
     let grid: Vec<Vec<Var<u64>>> =
         (0..tiles).map(|i| (0..tiles).map(|j| engine.var((i * tiles + j) as u64)).collect()).collect();
     for run in 0..runs {

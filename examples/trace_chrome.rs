@@ -26,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let profile = runtime.block_on(async {
-        let engine = Engine::new();
+        let engine = Engine::from_env();
         engine.profiler().start();
         let tiles: Vec<_> =
             (0..8).map(|i| engine.var_named(format!("tile{i}"), vec![0u64; 1 << 14])).collect();

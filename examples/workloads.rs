@@ -547,7 +547,7 @@ fn run() -> Result<(), String> {
         args.remove(i);
         HANDLES.store(true, Ordering::Relaxed);
     }
-    let mut builder = Engine::builder();
+    let mut builder = depengine::EngineBuilder::from_env();
     if naive {
         builder = builder.kind(EngineKind::Naive);
     }

@@ -359,8 +359,11 @@ fn run_seeds_placed(
         let nvars = 4 + (seed as usize % 5) * 6;
         let steps = program(seed, nvars, len, bulk);
         let bulk_size = if bulk { [2, 3, 8, 16][seed as usize % 4] } else { 1 };
-        let mut builder =
-            Engine::builder().kind(kind).cpu_workers(workers).priority_workers(workers).bulk_size(bulk_size);
+        let mut builder = depengine::EngineBuilder::from_env()
+            .kind(kind)
+            .cpu_workers(workers)
+            .priority_workers(workers)
+            .bulk_size(bulk_size);
         if let Some(at) = placed.pusher_runs_at {
             builder = builder.pusher_runs_at(at);
         }

@@ -165,7 +165,11 @@ fn check(logs: &[Vec<OpId>], results: &[(Pushed, Seen)]) {
 
 fn run_stress(workers: usize, threads: u32, tasks: u32, ops: u32) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let engine = Engine::builder().cpu_workers(workers).runtime(rt.handle().clone()).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env()
+        .cpu_workers(workers)
+        .runtime(rt.handle().clone())
+        .build()
+        .unwrap();
     let vars: Vec<Var<Vec<OpId>>> = (0..NVARS).map(|_| engine.var(Vec::new())).collect();
     let (tx, rx) = mpsc::channel();
     for pusher in 0..threads {
@@ -214,7 +218,7 @@ fn threads_and_tasks_pushing_at_once_8_workers() {
 /// push is not atomic.
 #[test]
 fn opposite_declaration_orders_never_deadlock() {
-    let engine = Engine::builder().cpu_workers(2).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(2).build().unwrap();
     let x = engine.var(Vec::<u32>::new());
     let y = engine.var(Vec::<u32>::new());
     let (tx, rx) = mpsc::channel();
@@ -275,7 +279,8 @@ fn a_storm_of_pushes_with_a_shutdown_in_the_middle() {
     for round in 0..12u64 {
         let mode =
             if round % 2 == 0 { depengine::ShutdownMode::Drain } else { depengine::ShutdownMode::Cancel };
-        let engine = Engine::builder().cpu_workers(1 + round as usize % 4).build().unwrap();
+        let engine =
+            depengine::EngineBuilder::from_env().cpu_workers(1 + round as usize % 4).build().unwrap();
         let vars: Vec<Var<u64>> = (0..NVARS).map(|_| engine.var(0)).collect();
         let writes: Arc<Vec<AtomicU64>> = Arc::new((0..NVARS).map(|_| AtomicU64::new(0)).collect());
         let dropped = Arc::new(AtomicUsize::new(0));

@@ -18,7 +18,7 @@ use depengine::{Engine, Error, ShutdownMode};
 /// memory with an op in it, a handle's wait, a var's wait, a var's
 /// acquire, the wait for all, and a shutdown.
 fn every_blocking_form() -> Result<u64, Error> {
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     let mut data = vec![1u64; 64];
     depengine::scope(&engine, |s| -> Result<(), Error> {
         for chunk in s.chunks(&mut data, 16) {
@@ -90,7 +90,7 @@ fn every_blocking_form_runs_on_a_plain_thread_beside_a_runtime() {
 /// Each blocking form, in an async task, is refused with an error that
 /// says what to do instead.
 async fn refused_in_a_task() {
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     let v = engine.var(0u32);
     let mut x = 0u8;
     let err = depengine::scope(&engine, |s| drop(s.var(&mut x))).unwrap_err();
@@ -134,7 +134,6 @@ fn a_start_hook_pushing_to_its_own_engine_is_refused_not_hung() {
     let in_hook = slot.clone();
     let engine = Engine::builder()
         .cpu_workers(1)
-        .ignore_environment()
         .on_thread_start(move |_| {
             if let Some(engine) = in_hook.get() {
                 let refused = engine.op("from hook").run_detached(|(), ()| Ok(())).unwrap_err();
@@ -173,7 +172,7 @@ fn a_waker_that_blocks_on_the_engine_is_refused_on_its_worker() {
             let _ = self.tx.lock().unwrap().send(waited);
         }
     }
-    let engine = Engine::builder().cpu_workers(1).ignore_environment().build().unwrap();
+    let engine = Engine::builder().cpu_workers(1).build().unwrap();
     let (tx, rx) = mpsc::channel();
     let (go, gate) = mpsc::channel::<()>();
     let mut handle = engine.op("slow").run(move |(), ()| {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use depengine::{BoxError, Engine, ShutdownMode};
 
 fn engine(bulk: usize) -> Engine {
-    Engine::builder().cpu_workers(1).bulk_size(bulk).build().unwrap()
+    depengine::EngineBuilder::from_env().cpu_workers(1).bulk_size(bulk).build().unwrap()
 }
 
 /// Occupies the engine's one worker until the returned sender is used (or
@@ -61,9 +61,13 @@ fn eventually(what: &str, done: impl Fn() -> bool) {
 fn bulk_size_is_configured() {
     assert_eq!(engine(8).settings().bulk_size, 8);
     assert_eq!(engine(1).settings().bulk_size, 1);
-    let naive = Engine::builder().kind(depengine::engine::EngineKind::Naive).bulk_size(8).build().unwrap();
+    let naive = depengine::EngineBuilder::from_env()
+        .kind(depengine::engine::EngineKind::Naive)
+        .bulk_size(8)
+        .build()
+        .unwrap();
     assert_eq!(naive.settings().bulk_size, 1, "the naive engine runs every op at its push");
-    assert!(Engine::builder().bulk_size(0).build().unwrap_err().is_invalid_argument());
+    assert!(depengine::EngineBuilder::from_env().bulk_size(0).build().unwrap_err().is_invalid_argument());
 }
 
 /// While the workers are busy, consecutive ops join segments: each full

@@ -1,6 +1,7 @@
 //! Configuration precedence: an explicit builder call wins, the environment
-//! fills in what the code left unset, then the default. Checked in child
-//! processes so that no test mutates its own environment.
+//! (for an engine the application makes from it) fills in what the code
+//! left unset, then the default. Checked in child processes so that no
+//! test mutates its own environment.
 
 use std::process::Command;
 
@@ -65,13 +66,15 @@ fn report(built: depengine::Result<Engine>) {
 #[test]
 #[ignore = "run by the other tests of this file in a child process"]
 fn child_with_explicit_settings() {
-    report(Engine::builder().kind(EngineKind::Threaded).cpu_workers(7).bulk_size(1).build());
+    report(
+        depengine::EngineBuilder::from_env().kind(EngineKind::Threaded).cpu_workers(7).bulk_size(1).build(),
+    );
 }
 
 #[test]
 #[ignore = "run by the other tests of this file in a child process"]
 fn child_with_defaults() {
-    report(Engine::builder().build());
+    report(depengine::EngineBuilder::from_env().build());
 }
 
 #[test]
@@ -137,7 +140,8 @@ fn spin_budget_is_a_setting() {
     assert!(out.contains("past its bound"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_GPU_SPIN_US", "0")]);
     assert!(out.contains("config: "), "{out}");
-    let engine = Engine::builder().spin(std::time::Duration::ZERO).cpu_workers(2).build().unwrap();
+    let engine =
+        depengine::EngineBuilder::from_env().spin(std::time::Duration::ZERO).cpu_workers(2).build().unwrap();
     let v = engine.var(0u32);
     for _ in 0..100 {
         engine
@@ -168,7 +172,7 @@ fn gpu_settings_follow_the_same_precedence() {
     assert!(out.contains("DEPENGINE_SIM_GPUS=65 is past its bound of 64"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_SIM_GPUS", "two")]);
     assert!(out.contains("DEPENGINE_SIM_GPUS=\"two\": expected a number of devices"), "{out}");
-    let engine = Engine::builder().gpu_workers(2).simulated_gpus(1).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().gpu_workers(2).simulated_gpus(1).build().unwrap();
     assert_eq!((engine.settings().gpu_workers, engine.settings().simulated_gpus), (2, 1));
     assert!(engine.gpu(0).unwrap().sim().is_some());
 }
@@ -182,7 +186,7 @@ fn max_in_flight_is_a_setting() {
     assert!(out.contains("max_in_flight=Some(512)"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_MAX_IN_FLIGHT", "0")]);
     assert!(out.contains("DEPENGINE_MAX_IN_FLIGHT must be at least 1"), "{out}");
-    let engine = Engine::builder().max_in_flight(3).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().max_in_flight(3).build().unwrap();
     assert_eq!(engine.settings().max_in_flight, Some(3));
 }
 
@@ -195,7 +199,7 @@ fn metrics_timing_is_a_setting() {
     assert!(out.contains("timing=true"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_METRICS_TIMING", "maybe")]);
     assert!(out.contains("DEPENGINE_METRICS_TIMING=\"maybe\": expected 1 or 0"), "{out}");
-    let engine = Engine::builder().metrics_timing(true).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().metrics_timing(true).build().unwrap();
     assert!(engine.metrics().timing);
 }
 
@@ -212,13 +216,16 @@ fn watchdog_is_a_setting() {
     assert!(out.contains("is past its bound of 86400s"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_WATCHDOG_MS", "86400000")]);
     assert!(out.contains("config: kind="), "{out}");
-    let err = Engine::builder().watchdog(std::time::Duration::from_secs(86_401)).build().unwrap_err();
+    let err = depengine::EngineBuilder::from_env()
+        .watchdog(std::time::Duration::from_secs(86_401))
+        .build()
+        .unwrap_err();
     assert!(err.is_invalid_argument() && err.to_string().contains("past its bound"), "{err}");
     let out = child("child_with_defaults", &[("DEPENGINE_PUSHER_RUNS_AT", "soon")]);
     assert!(out.contains("DEPENGINE_PUSHER_RUNS_AT=\"soon\": expected a count of ops, 0 for never"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_PUSHER_RUNS_AT", "0")]);
     assert!(out.contains("config: kind="), "{out}");
-    let err = Engine::builder().pusher_runs_at(usize::MAX).build().unwrap_err();
+    let err = depengine::EngineBuilder::from_env().pusher_runs_at(usize::MAX).build().unwrap_err();
     assert!(err.is_invalid_argument() && err.to_string().contains("past its bound"), "{err}");
     let out = child("child_with_defaults", &[("DEPENGINE_PROFILE_KEEP", "0")]);
     assert!(out.contains("DEPENGINE_PROFILE_KEEP must be at least 1"), "{out}");
@@ -229,17 +236,55 @@ fn watchdog_is_a_setting() {
 #[test]
 #[ignore = "run by the other tests of this file in a child process"]
 fn child_ignoring_the_environment() {
-    report(Engine::builder().ignore_environment().bulk_size(1).build());
+    report(Engine::builder().bulk_size(1).build());
+}
+
+#[test]
+#[ignore = "run by the other tests of this file in a child process"]
+fn child_with_engine_from_env() {
+    // What `Engine::from_env` reports goes to tracing: print it where the
+    // parent reads it.
+    let subscriber = tracing_subscriber::fmt().with_writer(std::io::stdout).with_ansi(false).finish();
+    let engine = tracing::subscriber::with_default(subscriber, Engine::from_env);
+    report(Ok(engine));
 }
 
 #[test]
 #[ignore = "run by the other tests of this file in a child process"]
 fn child_with_engine_new() {
-    // What `Engine::new` reports goes to tracing: print it where the parent
-    // reads it.
-    let subscriber = tracing_subscriber::fmt().with_writer(std::io::stdout).with_ansi(false).finish();
-    let engine = tracing::subscriber::with_default(subscriber, Engine::new);
-    report(Ok(engine));
+    report(Ok(Engine::new()));
+    let engine = Engine::new();
+    engine.op("one").run(|(), ()| Ok(())).blocking_wait().unwrap();
+    drop(engine);
+    report(Engine::builder().build());
+}
+
+/// An engine a library makes (`Engine::new`, `Engine::builder`) obeys no
+/// `DEPENGINE_*` variable: not the engine type, not the workers, not the
+/// profiler's file, whatever the process's environment says.
+#[test]
+fn a_library_engine_reads_no_variable() {
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let dir = std::env::temp_dir().join(format!("depengine-no-env-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.json");
+    let trace_text = trace.to_str().unwrap().to_owned();
+    let env = [
+        ("DEPENGINE_TYPE", "naive"),
+        ("DEPENGINE_CPU_WORKERS", "3"),
+        ("DEPENGINE_BULK_SIZE", "16"),
+        ("DEPENGINE_SPIN_US", "not a number"),
+        ("DEPENGINE_PROFILE", trace_text.as_str()),
+    ];
+    let out = child("child_with_engine_new", &env);
+    let expected = format!("config: kind=Threaded workers={cores} bulk=1 spin=10µs");
+    assert_eq!(out.matches(&expected).count(), 2, "{out}");
+    let written = std::fs::read_dir(&dir).unwrap().count();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(written, 0, "a profile was written for an engine that reads no variable");
+    // The same environment reaches an engine made from it.
+    let out = child("child_with_engine_from_env", &env[..3]);
+    assert!(out.contains("config: kind=Naive workers=3 "), "{out}");
 }
 
 #[test]
@@ -265,10 +310,10 @@ fn a_builder_that_ignores_the_environment_reads_no_variable() {
 }
 
 #[test]
-fn engine_new_reports_an_invalid_variable_and_uses_the_default() {
+fn engine_from_env_reports_an_invalid_variable_and_uses_the_default() {
     let env =
         [("DEPENGINE_CPU_WORKERS", "many"), ("DEPENGINE_BULK_SIZE", "16"), ("DEPENGINE_SPIN_US", "5000000")];
-    let out = child("child_with_engine_new", &env);
+    let out = child("child_with_engine_from_env", &env);
     let cores = std::thread::available_parallelism().unwrap().get();
     // The valid variable applies; the invalid ones take their defaults.
     assert!(out.contains(&format!("config: kind=Threaded workers={cores} bulk=16 spin=10µs")), "{out}");
@@ -301,8 +346,8 @@ fn a_value_that_is_not_utf8_is_refused_naming_its_variable() {
         let out = child_os("child_with_defaults", &[(name, not_utf8(value))]);
         let said = format!("config error: invalid argument: {name}=\"\\xFF{value}\": not UTF-8 text");
         assert!(out.contains(&said), "{name}: {out}");
-        // `Engine::new` reports it and takes the default.
-        let out = child_os("child_with_engine_new", &[(name, not_utf8(value))]);
+        // `Engine::from_env` reports it and takes the default.
+        let out = child_os("child_with_engine_from_env", &[(name, not_utf8(value))]);
         assert!(out.contains(&format!("{name}=\"\\xFF{value}\": not UTF-8 text")), "{name}: {out}");
         assert!(out.contains("config: kind=Threaded"), "{name}: {out}");
     }
@@ -311,7 +356,7 @@ fn a_value_that_is_not_utf8_is_refused_naming_its_variable() {
 #[test]
 #[ignore = "run by the other tests of this file in a child process"]
 fn child_profiling_one_op() {
-    let engine = Engine::builder().build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().build().unwrap();
     engine.op("profiled").run(|(), ()| Ok(())).blocking_wait().unwrap();
     engine.blocking_shutdown(depengine::ShutdownMode::Drain).unwrap();
 }

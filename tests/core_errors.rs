@@ -17,8 +17,8 @@ async fn timed<F: std::future::Future>(f: F) -> F::Output {
 
 fn engines() -> [Engine; 2] {
     [
-        Engine::builder().kind(EngineKind::Threaded).cpu_workers(2).build().unwrap(),
-        Engine::builder().kind(EngineKind::Naive).build().unwrap(),
+        depengine::EngineBuilder::from_env().kind(EngineKind::Threaded).cpu_workers(2).build().unwrap(),
+        depengine::EngineBuilder::from_env().kind(EngineKind::Naive).build().unwrap(),
     ]
 }
 
@@ -165,7 +165,7 @@ fn dropped_completion_fails_the_op_instead_of_hanging() {
 
 #[test]
 fn deleted_var_is_refused_at_push() {
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     let v = engine.var(5u32);
     let other = engine.var(0u32);
     let data = engine.delete_var(&v).blocking_wait().unwrap();
@@ -189,7 +189,7 @@ fn deleted_var_is_refused_at_push() {
 
 #[test]
 fn delete_runs_even_when_var_carries_an_error() {
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     let v = engine.var(String::from("data"));
     engine.op("fail").write(&v).run(|_, _| -> Result<(), _> { Err("e".into()) });
     assert_eq!(engine.delete_var(&v).blocking_wait().unwrap(), "data");
@@ -197,7 +197,7 @@ fn delete_runs_even_when_var_carries_an_error() {
 
 #[test]
 fn push_after_close_is_refused() {
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     let v = engine.var(0u32);
     engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
     assert!(engine.is_closed());
@@ -211,7 +211,7 @@ fn push_after_close_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocking_waits_refuse_inside_runtime() {
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     let v = engine.var(0u32);
     let err = engine.wait_for_all().blocking_wait().unwrap_err();
     assert!(err.is_blocking_in_runtime(), "{err}");
@@ -226,13 +226,13 @@ async fn blocking_waits_refuse_inside_runtime() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn blocking_wait_refuses_on_current_thread_runtime_too() {
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     assert!(engine.wait_for_all().blocking_wait().unwrap_err().is_blocking_in_runtime());
 }
 
 #[test]
 fn drain_shutdown_runs_everything_and_joins_threads() {
-    let engine = Engine::builder().cpu_workers(3).thread_name("dt-drain").build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(3).thread_name("dt-drain").build().unwrap();
     let v = engine.var(0u64);
     let handles: Vec<_> = (0..200)
         .map(|_| {
@@ -256,7 +256,7 @@ fn drain_shutdown_runs_everything_and_joins_threads() {
 
 #[test]
 fn cancel_shutdown_resolves_every_handle() {
-    let engine = Engine::builder().cpu_workers(1).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(1).build().unwrap();
     let v = engine.var(0u64);
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let (started_tx, started) = std::sync::mpsc::channel::<()>();
@@ -300,7 +300,7 @@ fn cancel_shutdown_resolves_every_handle() {
 
 #[test]
 fn dropping_the_engine_drains_and_stops_threads() {
-    let engine = Engine::builder().cpu_workers(4).thread_name("dt-drop").build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(4).thread_name("dt-drop").build().unwrap();
     let v = engine.var(0u64);
     let handles: Vec<_> = (0..100)
         .map(|_| {
@@ -322,7 +322,7 @@ fn dropping_the_engine_drains_and_stops_threads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engine_dropped_inside_async_code_does_not_block_or_panic() {
     timed(async {
-        let engine = Engine::new();
+        let engine = Engine::from_env();
         let v = engine.var(0u32);
         let h = engine.op("inc").write(&v).spawn(|(), (mut v,)| async move {
             tokio::task::yield_now().await;

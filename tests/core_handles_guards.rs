@@ -14,7 +14,7 @@ use depengine::{Engine, Var};
 #[test]
 fn op_handle_wakes_once_the_op_has_completed() {
     use tokio_test::{assert_pending, assert_ready, task};
-    let engine = Engine::builder().kind(EngineKind::Naive).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().kind(EngineKind::Naive).build().unwrap();
     let v = engine.var(1u32);
     let held = v.write().blocking_wait().unwrap();
     let mut h = task::spawn(engine.op("inc").write(&v).run(|(), (mut v,)| {
@@ -34,7 +34,7 @@ fn op_handle_wakes_once_the_op_has_completed() {
 #[test]
 fn guards_held_past_the_signal_complete_the_op_and_free_it() {
     for kind in [EngineKind::Threaded, EngineKind::Naive] {
-        let engine = Engine::builder().kind(kind).cpu_workers(2).build().unwrap();
+        let engine = depengine::EngineBuilder::from_env().kind(kind).cpu_workers(2).build().unwrap();
         let (a, b) = (engine.var(1u32), engine.var(2u32));
         let dropped = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = std::sync::mpsc::channel();
@@ -71,7 +71,7 @@ fn guards_held_past_the_signal_complete_the_op_and_free_it() {
 fn guards_racing_the_body_s_return_complete_each_op_once() {
     const OPS: usize = 2_000;
     for kind in [EngineKind::Threaded, EngineKind::Naive] {
-        let engine = Engine::builder().kind(kind).cpu_workers(2).build().unwrap();
+        let engine = depengine::EngineBuilder::from_env().kind(kind).cpu_workers(2).build().unwrap();
         let v = engine.var(0usize);
         let dropped = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = std::sync::mpsc::channel::<depengine::WriteGuard<usize>>();

@@ -13,7 +13,7 @@ use depengine::{Engine, Var};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sum_then_get() {
     timed(async {
-        let engine = Engine::new();
+        let engine = Engine::from_env();
         let x = engine.var(vec![1.0f32; 1000]);
         let s = engine.var(0.0f32);
         let h = engine.op("sum").read(&x).write(&s).run(|(x,), (mut s,)| {
@@ -35,7 +35,7 @@ async fn sum_then_get() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_all_write_all_and_tuple_arity() {
     timed(async {
-        let engine = Engine::new();
+        let engine = Engine::from_env();
         let parts: Vec<Var<u64>> = (1..=10).map(|i| engine.var(i)).collect();
         let outs: Vec<Var<u64>> = (0..3).map(|_| engine.var(0)).collect();
         let (a, b, c) = (engine.var(1u8), engine.var(2u16), engine.var(3u32));
@@ -68,7 +68,7 @@ async fn read_all_write_all_and_tuple_arity() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_op_completes_from_another_thread() {
     timed(async {
-        let engine = Engine::new();
+        let engine = Engine::from_env();
         let v = engine.var(1u32);
         let h = engine.op("async").write(&v).run_async(|(), (mut v,), done| {
             std::thread::spawn(move || {
@@ -88,7 +88,7 @@ async fn async_op_completes_from_another_thread() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn future_op_runs_on_runtime_in_order() {
     timed(async {
-        let engine = Engine::new();
+        let engine = Engine::from_env();
         let v = engine.var(String::new());
         let a = engine.op("a").write(&v).spawn(|(), (mut v,)| async move {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -107,12 +107,12 @@ async fn future_op_runs_on_runtime_in_order() {
 
 #[test]
 fn future_op_without_runtime_is_refused() {
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     let v = engine.var(0);
     let err = engine.op("f").write(&v).spawn(|(), (_v,)| async { Ok(()) }).pushed().unwrap_err();
     assert!(err.is_no_runtime(), "{err}");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let engine = Engine::builder().runtime(rt.handle().clone()).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().runtime(rt.handle().clone()).build().unwrap();
     let v = engine.var(0);
     let h = engine.op("f").write(&v).spawn(|(), (mut v,)| async move {
         *v += 5;
@@ -124,7 +124,7 @@ fn future_op_without_runtime_is_refused() {
 #[test]
 fn future_op_on_a_runtime_that_is_gone_resolves_with_an_error() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let engine = Engine::builder().runtime(rt.handle().clone()).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().runtime(rt.handle().clone()).build().unwrap();
     drop(rt);
     let v = engine.var(0u32);
     let h = engine.op("orphan").write(&v).spawn(|(), (mut v,)| async move {
@@ -144,7 +144,7 @@ fn future_op_on_a_runtime_that_is_gone_resolves_with_an_error() {
 /// declare a bare `Var<()>` by its `AnyVar`, sync and async, in push order.
 #[test]
 fn low_level_tags_order_sync_and_async_ops() {
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     let tag = engine.var(()).any();
     let data = Arc::new(std::sync::Mutex::new(Vec::new()));
     for i in 0..50 {
@@ -175,7 +175,7 @@ fn low_level_tags_order_sync_and_async_ops() {
 
 #[test]
 fn naive_engine_runs_ops_at_push() {
-    let engine = Engine::builder().kind(EngineKind::Naive).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().kind(EngineKind::Naive).build().unwrap();
     let v = engine.var(0u32);
     let me = std::thread::current().id();
     let h = engine.op("at-push").write(&v).run(move |(), (mut v,)| {

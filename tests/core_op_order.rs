@@ -9,14 +9,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{hold_worker, timed};
-use depengine::Engine;
 use depengine::engine::EngineKind;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chain_in_push_order_threaded_and_naive() {
     for kind in [EngineKind::Threaded, EngineKind::Naive] {
         timed(async {
-            let engine = Engine::builder().kind(kind).cpu_workers(4).build().unwrap();
+            let engine = depengine::EngineBuilder::from_env().kind(kind).cpu_workers(4).build().unwrap();
             let v = engine.var(Vec::new());
             for i in 0..1000 {
                 engine.op("push").write(&v).run(move |(), (mut v,)| {
@@ -37,7 +36,7 @@ async fn chain_in_push_order_threaded_and_naive() {
 async fn reads_between_writes_run_in_parallel() {
     timed(async {
         // Bulk execution off: fused ops never run in parallel.
-        let engine = Engine::builder().cpu_workers(4).bulk_size(1).build().unwrap();
+        let engine = depengine::EngineBuilder::from_env().cpu_workers(4).bulk_size(1).build().unwrap();
         let x = engine.var(1u64);
         let arrived = Arc::new(AtomicUsize::new(0));
         let handles: Vec<_> = (0..4)
@@ -67,7 +66,7 @@ async fn reads_between_writes_run_in_parallel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_waits_for_earlier_reads_and_later_reads_wait_for_it() {
     timed(async {
-        let engine = Engine::builder().cpu_workers(4).build().unwrap();
+        let engine = depengine::EngineBuilder::from_env().cpu_workers(4).build().unwrap();
         let x = engine.var(0u64);
         let log = engine.var(Vec::<&'static str>::new());
         let (tx, rx) = std::sync::mpsc::channel::<()>();
@@ -93,7 +92,7 @@ async fn write_waits_for_earlier_reads_and_later_reads_wait_for_it() {
 
 #[test]
 fn higher_priority_first_fifo_among_equals() {
-    let engine = Engine::builder().cpu_workers(1).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(1).build().unwrap();
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     // Hold the single worker so the rest queue up.
     let (tx, blocker) = hold_worker(&engine);
@@ -123,7 +122,7 @@ fn higher_priority_first_fifo_among_equals() {
 #[test]
 fn ops_queued_by_a_thread_that_exits_run_in_its_order() {
     // Bulk execution off: queue order is counted in engine ops, which fusing merges.
-    let engine = Engine::builder().cpu_workers(1).bulk_size(1).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(1).bulk_size(1).build().unwrap();
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (tx, blocker) = hold_worker(&engine);
     let pusher = {
@@ -155,7 +154,7 @@ fn ops_queued_by_a_thread_that_exits_run_in_its_order() {
 #[test]
 fn a_pushing_thread_does_not_starve_ops_queued_by_workers() {
     // Bulk execution off: fairness is counted in engine ops, which fusing merges.
-    let engine = Engine::builder().cpu_workers(1).bulk_size(1).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(1).bulk_size(1).build().unwrap();
     let ran = Arc::new(AtomicUsize::new(0));
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     // Held until 1,000 ops are queued behind it by this thread; it then
@@ -199,7 +198,7 @@ fn a_pushing_thread_does_not_starve_ops_queued_by_workers() {
 #[test]
 fn detached_ops_keep_push_order_with_the_others() {
     for kind in [EngineKind::Threaded, EngineKind::Naive] {
-        let engine = Engine::builder().kind(kind).cpu_workers(2).build().unwrap();
+        let engine = depengine::EngineBuilder::from_env().kind(kind).cpu_workers(2).build().unwrap();
         let log = engine.var(Vec::new());
         let mut handles = Vec::new();
         for i in 0..2_000u32 {

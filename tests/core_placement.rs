@@ -7,7 +7,7 @@ use depengine::{Device, Engine, Lane};
 
 #[test]
 fn inline_op_runs_on_pushing_thread_when_ready() {
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     let v = engine.var(0u32);
     let me = std::thread::current().id();
     let h = engine.op("inline").lane(Lane::Inline).write(&v).run(move |(), (mut v,)| {
@@ -22,7 +22,7 @@ fn inline_op_runs_on_pushing_thread_when_ready() {
 
 #[test]
 fn workers_are_named_per_device_and_lane() {
-    let engine = Engine::builder().cpu_devices(2).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_devices(2).build().unwrap();
     let name = |h: depengine::OpHandle<Option<String>>| h.blocking_wait().unwrap().unwrap();
     let cur = || Ok(std::thread::current().name().map(str::to_owned));
     assert!(name(engine.op("a").run(move |(), ()| cur())).starts_with("depengine-cpu0-"));
@@ -36,7 +36,7 @@ fn workers_are_named_per_device_and_lane() {
 
 #[test]
 fn placement_is_checked_at_push() {
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     // A CPU body on a GPU: GPU ops are pushed with run_gpu.
     let err = engine.op("g").device(Device::Gpu(0)).run(|(), ()| Ok(())).pushed().unwrap_err();
     assert!(err.is_invalid_argument() && err.to_string().contains("run_gpu"), "{err}");
@@ -44,7 +44,7 @@ fn placement_is_checked_at_push() {
     assert!(err.is_invalid_argument() && err.to_string().contains("cpu(3)"), "{err}");
     let err = engine.op("l").lane(Lane::CopyToGpu).run(|(), ()| Ok(())).pushed().unwrap_err();
     assert!(err.is_invalid_argument(), "{err}");
-    let other = Engine::new();
+    let other = Engine::from_env();
     let foreign = other.var(0);
     let err = engine.op("x").read(&foreign).run(|_, ()| Ok(())).pushed().unwrap_err();
     assert!(err.is_invalid_argument() && err.to_string().contains("another engine"), "{err}");
@@ -52,7 +52,7 @@ fn placement_is_checked_at_push() {
 
 #[test]
 fn duplicate_declarations_are_merged_or_refused() {
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     let x = engine.var(3u32);
     // Duplicate typed reads: two guards, one read dependency.
     let h = engine.op("rr").read(&x).read(&x).run(|(a, b), ()| Ok(*a + *b));
@@ -75,8 +75,8 @@ fn duplicate_declarations_are_merged_or_refused() {
 
 #[test]
 fn bad_configuration_is_an_error() {
-    assert!(Engine::builder().cpu_workers(0).build().unwrap_err().is_invalid_argument());
-    assert!(Engine::builder().cpu_devices(0).build().unwrap_err().is_invalid_argument());
+    assert!(depengine::EngineBuilder::from_env().cpu_workers(0).build().unwrap_err().is_invalid_argument());
+    assert!(depengine::EngineBuilder::from_env().cpu_devices(0).build().unwrap_err().is_invalid_argument());
 }
 
 /// An op with `inline_when_idle` runs on the pushing thread, inside its
@@ -85,7 +85,8 @@ fn bad_configuration_is_an_error() {
 /// a CPU device's normal lane.
 #[test]
 fn inline_when_idle_runs_here_only_while_the_pool_sleeps() {
-    let engine = Engine::builder().cpu_workers(1).spin(std::time::Duration::ZERO).build().unwrap();
+    let engine =
+        depengine::EngineBuilder::from_env().cpu_workers(1).spin(std::time::Duration::ZERO).build().unwrap();
     let v = engine.var(0u32);
     let me = std::thread::current().id();
     let here = move || Ok(std::thread::current().id() == me);
@@ -192,8 +193,15 @@ fn pushed_while_held(
 fn a_crowded_pushing_thread_runs_its_ops_itself_where_it_may() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     // Bulk execution off: ops held in a segment reach their pool as one.
-    let engine =
-        |at| Engine::builder().cpu_workers(1).cpu_devices(2).bulk_size(1).pusher_runs_at(at).build().unwrap();
+    let engine = |at| {
+        depengine::EngineBuilder::from_env()
+            .cpu_workers(1)
+            .cpu_devices(2)
+            .bulk_size(1)
+            .pusher_runs_at(at)
+            .build()
+            .unwrap()
+    };
     let crowded = engine(4);
     let ran_here = pushed_while_held(&crowded, 200, None, |e| e.op("op"));
     assert!(ran_here > 100, "{ran_here} of 200 ran on the pushing thread");
@@ -242,7 +250,7 @@ fn thread_hooks_run_on_every_worker_of_every_pool() {
     let name = || std::thread::current().name().unwrap_or("unnamed").to_owned();
     let (started, stopped) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
     let (up, down) = (started.clone(), stopped.clone());
-    let engine = Engine::builder()
+    let engine = depengine::EngineBuilder::from_env()
         .cpu_workers(2)
         .priority_workers(1)
         .simulated_gpus(1)
@@ -281,8 +289,10 @@ fn thread_hooks_run_on_every_worker_of_every_pool() {
 
 #[test]
 fn a_panicking_start_hook_fails_the_push_that_needs_its_pool() {
-    let engine =
-        Engine::builder().on_thread_start(|_| panic!("no NUMA node for this thread")).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env()
+        .on_thread_start(|_| panic!("no NUMA node for this thread"))
+        .build()
+        .unwrap();
     let err = engine.op("never").run(|(), ()| Ok(())).blocking_wait().unwrap_err();
     assert!(err.is_pool_unavailable(), "{err}");
     let text = err.to_string();

@@ -58,7 +58,7 @@ fn write(engine: &Engine, var: &Var<u64>, i: u64) {
 
 #[test]
 fn a_chain_reuses_its_records() {
-    let engine = Engine::builder().cpu_workers(2).ignore_environment().build().unwrap();
+    let engine = Engine::builder().cpu_workers(2).build().unwrap();
     let v = engine.var(0u64);
     let per_op = allocations_per_op(&engine, 100_000, |i| write(&engine, &v, i));
     assert!(per_op < 0.1, "{per_op:.3} allocations per op");
@@ -66,7 +66,7 @@ fn a_chain_reuses_its_records() {
 
 #[test]
 fn independent_writes_reuse_their_records() {
-    let engine = Engine::builder().cpu_workers(2).ignore_environment().build().unwrap();
+    let engine = Engine::builder().cpu_workers(2).build().unwrap();
     let vars: Vec<Var<u64>> = (0..1024).map(|i| engine.var(i)).collect();
     let per_op = allocations_per_op(&engine, 100_000, |i| write(&engine, &vars[(i % 1024) as usize], i));
     assert!(per_op < 0.1, "{per_op:.3} allocations per op");
@@ -74,7 +74,7 @@ fn independent_writes_reuse_their_records() {
 
 #[test]
 fn ops_without_vars_reuse_their_records() {
-    let engine = Engine::builder().cpu_workers(2).ignore_environment().build().unwrap();
+    let engine = Engine::builder().cpu_workers(2).build().unwrap();
     let per_op = allocations_per_op(&engine, 100_000, |i| {
         engine
             .op("none")

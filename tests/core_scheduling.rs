@@ -5,15 +5,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use depengine::Engine;
-
 /// A body signals an async op's completion, which makes a successor ready
 /// on the same pool, then blocks until that successor has run. The
 /// successor must go to another worker, not wait in this worker's next slot.
 #[test]
 fn successor_made_ready_inside_a_body_runs_elsewhere() {
     // Bulk execution off: ops that wait on each other must not share a segment.
-    let engine = Engine::builder().cpu_workers(2).bulk_size(1).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(2).bulk_size(1).build().unwrap();
     let v = engine.var(0u32);
     let (token_tx, token_rx) = mpsc::channel();
     let first = engine.op("async").write(&v).run_async(move |(), (mut v,), done| {
@@ -43,7 +41,7 @@ fn successor_made_ready_inside_a_body_runs_elsewhere() {
 #[test]
 fn a_long_chain_does_not_starve_queued_ops() {
     const LINKS: u64 = 100_000;
-    let engine = Engine::builder().cpu_workers(1).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(1).build().unwrap();
     let chain = engine.var(0u64);
     let progress = Arc::new(AtomicU64::new(0));
     let gate = engine.var(());
@@ -76,7 +74,7 @@ fn a_long_chain_does_not_starve_queued_ops() {
 /// time, so that pushes race with workers parking, and wait for each op.
 #[test]
 fn ops_pushed_while_workers_park_all_run() {
-    let engine = Engine::builder().cpu_workers(2).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(2).build().unwrap();
     let ran = Arc::new(AtomicU64::new(0));
     let pushers: Vec<_> = (0..2u64)
         .map(|t| {

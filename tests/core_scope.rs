@@ -11,7 +11,7 @@ use common::{Rng, mix};
 use depengine::{Engine, ShutdownMode};
 
 fn engine() -> Engine {
-    Engine::builder().cpu_workers(2).build().unwrap()
+    depengine::EngineBuilder::from_env().cpu_workers(2).build().unwrap()
 }
 
 #[test]

@@ -18,7 +18,7 @@ fn slow(micros: u64) {
 }
 
 fn engine(throttle_at: usize) -> Engine {
-    Engine::builder().cpu_workers(1).throttle_at(throttle_at).ignore_environment().build().unwrap()
+    Engine::builder().cpu_workers(1).throttle_at(throttle_at).build().unwrap()
 }
 
 /// The most ops in flight a pushing thread saw, every 64 pushes (metrics
@@ -112,7 +112,7 @@ fn async_code_and_bodies_are_never_held() {
     engine.wait_for_all().blocking_wait().unwrap();
     // A body on one worker pushing ops that the other runs: held, it
     // would wait for them.
-    let two = Engine::builder().cpu_workers(2).throttle_at(256).ignore_environment().build().unwrap();
+    let two = Engine::builder().cpu_workers(2).throttle_at(256).build().unwrap();
     let inner = two.clone();
     let seen = two
         .op("pushes")
@@ -125,6 +125,6 @@ fn async_code_and_bodies_are_never_held() {
 
 #[test]
 fn the_bound_is_a_setting_with_zero_for_none() {
-    assert_eq!(Engine::builder().ignore_environment().build().unwrap().settings().throttle_at, 4_096);
+    assert_eq!(Engine::builder().build().unwrap().settings().throttle_at, 4_096);
     assert_eq!(engine(0).settings().throttle_at, 0);
 }

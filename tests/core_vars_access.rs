@@ -13,7 +13,7 @@ use depengine::Engine;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_is_ordered_by_call_time() {
     timed(async {
-        let engine = Engine::new();
+        let engine = Engine::from_env();
         let x = engine.var(vec![1.0f32, 2.0, 3.0]);
         let s = engine.var(0.0f32);
         let w = s.write(); // appended now, before the op below
@@ -38,7 +38,7 @@ async fn acquire_is_ordered_by_call_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_acquire_gives_up_its_place() {
     timed(async {
-        let engine = Engine::new();
+        let engine = Engine::from_env();
         let v = engine.var(0u32);
         let held = v.write().await.unwrap();
         let abandoned = v.write();
@@ -72,7 +72,7 @@ async fn dropped_acquire_gives_up_its_place() {
 #[test]
 fn acquire_future_wakes_exactly_when_granted() {
     use tokio_test::{assert_pending, assert_ready, task};
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     let v = engine.var(1u32);
     let mut w1 = task::spawn(v.write());
     let g1 = assert_ready!(w1.poll()).unwrap();
@@ -95,7 +95,7 @@ fn acquire_future_wakes_exactly_when_granted() {
 
 #[test]
 fn delete_var_returns_data_after_pending_ops() {
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     let v = engine.var(vec![1, 2]);
     for i in 3..6 {
         engine.op("push").write(&v).run(move |(), (mut v,)| {
@@ -111,7 +111,7 @@ fn delete_var_returns_data_after_pending_ops() {
 #[test]
 fn debug_state_shows_who_waits() {
     // Bulk execution off: the view shows engine ops, which fusing merges.
-    let engine = Engine::builder().bulk_size(1).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().bulk_size(1).build().unwrap();
     let v = engine.var(0u32);
     let g = v.write().blocking_wait().unwrap();
     let _queued = engine.op("queued-reader").read(&v).run(|(_v,), ()| Ok(()));
@@ -129,7 +129,7 @@ fn debug_state_shows_who_waits() {
 /// both kinds of handle share one reference count.
 #[test]
 fn a_var_s_data_is_dropped_once_with_its_last_handle_of_either_kind() {
-    let engine = Engine::builder().cpu_workers(2).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(2).build().unwrap();
     let dropped = Arc::new(AtomicUsize::new(0));
     let v = engine.var(Counted(dropped.clone()));
     let tags: Vec<depengine::AnyVar> = (0..3).map(|_| v.any()).collect();

@@ -18,7 +18,7 @@ use depengine::{Engine, Lane};
 #[test]
 fn an_op_made_ready_by_unwinding_runs_elsewhere_and_its_dropped_token_is_not_a_panic() {
     for kind in [EngineKind::Threaded, EngineKind::Naive] {
-        let engine = Engine::builder().kind(kind).cpu_workers(1).build().unwrap();
+        let engine = depengine::EngineBuilder::from_env().kind(kind).cpu_workers(1).build().unwrap();
         let v = engine.var(0u32);
         // A read guard: a write guard dropped in a panic would poison `v`.
         let guard = v.read().blocking_wait().unwrap();
@@ -50,7 +50,7 @@ fn an_op_made_ready_by_unwinding_runs_elsewhere_and_its_dropped_token_is_not_a_p
 /// A body that drops its token and then panics is a panic, with its message.
 #[test]
 fn a_body_that_panics_after_dropping_its_token_is_a_panic() {
-    let engine = Engine::builder().cpu_workers(1).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(1).build().unwrap();
     let op = engine.op("p").run_async(|(), (), done: depengine::Completion<()>| {
         drop(done);
         panic!("after the token");
@@ -68,17 +68,25 @@ fn a_body_that_panics_after_dropping_its_token_is_a_panic() {
 
 #[test]
 fn settings_the_os_would_refuse_are_refused_at_build() {
-    let err = Engine::builder().thread_name("bad\0name").build().unwrap_err();
+    let err = depengine::EngineBuilder::from_env().thread_name("bad\0name").build().unwrap_err();
     assert!(err.is_invalid_argument(), "{err}");
-    let err = Engine::builder().cpu_workers(depengine::EngineBuilder::MAX_WORKERS + 1).build().unwrap_err();
+    let err = depengine::EngineBuilder::from_env()
+        .cpu_workers(depengine::EngineBuilder::MAX_WORKERS + 1)
+        .build()
+        .unwrap_err();
     assert!(err.is_invalid_argument() && err.to_string().contains("cpu_workers"), "{err}");
-    let err = Engine::builder().priority_workers(100_000).build().unwrap_err();
+    let err = depengine::EngineBuilder::from_env().priority_workers(100_000).build().unwrap_err();
     assert!(err.is_invalid_argument(), "{err}");
-    let err =
-        Engine::builder().cpu_devices(depengine::EngineBuilder::MAX_CPU_DEVICES + 1).build().unwrap_err();
+    let err = depengine::EngineBuilder::from_env()
+        .cpu_devices(depengine::EngineBuilder::MAX_CPU_DEVICES + 1)
+        .build()
+        .unwrap_err();
     assert!(err.is_invalid_argument(), "{err}");
     assert!(
-        Engine::builder().cpu_workers(depengine::EngineBuilder::MAX_WORKERS).build().is_ok(),
+        depengine::EngineBuilder::from_env()
+            .cpu_workers(depengine::EngineBuilder::MAX_WORKERS)
+            .build()
+            .is_ok(),
         "the bound itself is allowed"
     );
 }
@@ -96,7 +104,7 @@ fn within_30s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
 fn waits_that_would_wait_for_their_own_op_are_refused() {
     for kind in [EngineKind::Threaded, EngineKind::Naive] {
         within_30s(move || {
-            let engine = Engine::builder().kind(kind).cpu_workers(1).build().unwrap();
+            let engine = depengine::EngineBuilder::from_env().kind(kind).cpu_workers(1).build().unwrap();
             let v = engine.var(0u32);
             let w = engine.var(0u32);
             let e = engine.clone();
@@ -132,7 +140,7 @@ fn waits_that_would_wait_for_their_own_op_are_refused() {
 #[test]
 fn a_body_on_a_one_worker_pool_can_wait_for_an_op_it_pushed_there() {
     let value = within_30s(|| {
-        let engine = Engine::builder().cpu_workers(1).build().unwrap();
+        let engine = depengine::EngineBuilder::from_env().cpu_workers(1).build().unwrap();
         let v = engine.var(5u32);
         let e = engine.clone();
         let outer = engine.op("outer").run(move |(), ()| {
@@ -151,13 +159,13 @@ fn a_body_on_a_one_worker_pool_can_wait_for_an_op_it_pushed_there() {
 /// same engine would wait for that op: they fail at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engine_wide_waits_inside_a_future_op_fail_clearly() {
-    let engine = Engine::builder().cpu_workers(1).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(1).build().unwrap();
     let e = engine.clone();
     let errors = common::timed(engine.op("future").spawn(move |(), ()| async move {
         let all = e.wait_for_all().await.unwrap_err();
         let shutdown = e.shutdown(depengine::ShutdownMode::Drain).await.unwrap_err();
         // Another engine's waits are not refused.
-        let other = Engine::builder().cpu_workers(1).build().unwrap();
+        let other = depengine::EngineBuilder::from_env().cpu_workers(1).build().unwrap();
         other.op("x").run(|(), ()| Ok(())).await?;
         other.wait_for_all().await?;
         Ok([all, shutdown])
@@ -188,7 +196,7 @@ impl Drop for PanicsOnDrop {
 #[test]
 fn a_panicking_destructor_of_var_data_does_not_escape_through_a_handle() {
     for kind in [EngineKind::Threaded, EngineKind::Naive] {
-        let engine = Engine::builder().kind(kind).cpu_workers(1).build().unwrap();
+        let engine = depengine::EngineBuilder::from_env().kind(kind).cpu_workers(1).build().unwrap();
         for _ in 0..50 {
             let v = engine.var(PanicsOnDrop);
             let op = engine.op("reads").read(&v).run(|(_v,), ()| Ok(7u32));
@@ -232,7 +240,7 @@ fn a_body_that_pushes_its_continuation_does_not_overflow_the_stack() {
     const DEPTH: u64 = 100_000;
     for (kind, lane) in [(EngineKind::Naive, Lane::Normal), (EngineKind::Threaded, Lane::Inline)] {
         let count = within_30s(move || {
-            let engine = Engine::builder().kind(kind).cpu_workers(1).build().unwrap();
+            let engine = depengine::EngineBuilder::from_env().kind(kind).cpu_workers(1).build().unwrap();
             let count = Arc::new(AtomicU64::new(0));
             continue_from(engine.clone(), engine.var(0u64), count.clone(), lane, DEPTH);
             engine.wait_for_all().blocking_wait().unwrap();
@@ -248,7 +256,7 @@ fn a_body_that_pushes_its_continuation_does_not_overflow_the_stack() {
 #[test]
 fn a_write_guard_dropped_in_a_panic_poisons_its_var() {
     for kind in [EngineKind::Threaded, EngineKind::Naive] {
-        let engine = Engine::builder().kind(kind).cpu_workers(1).build().unwrap();
+        let engine = depengine::EngineBuilder::from_env().kind(kind).cpu_workers(1).build().unwrap();
         let (v, r) = (engine.var(1u32), engine.var(2u32));
         let (write, read) = (v.write().blocking_wait().unwrap(), r.read().blocking_wait().unwrap());
         let panicked = std::thread::spawn(move || {
@@ -297,7 +305,7 @@ fn hold_in_a_write(
 fn cancel_resolves_queued_ops_without_waiting_for_the_running_ones() {
     for bulk in [1, 16] {
         within_30s(move || {
-            let engine = Engine::builder().cpu_workers(1).bulk_size(bulk).build().unwrap();
+            let engine = depengine::EngineBuilder::from_env().cpu_workers(1).bulk_size(bulk).build().unwrap();
             let v = engine.var(0u32);
             let (release, running) = hold_in_a_write(&engine, &v);
             let behind_var: Vec<_> = (0..3)
@@ -337,7 +345,7 @@ fn cancel_resolves_queued_ops_without_waiting_for_the_running_ones() {
 #[test]
 fn cancel_does_not_wait_behind_an_unsignalled_token_for_queued_ops() {
     within_30s(|| {
-        let engine = Engine::builder().cpu_workers(1).build().unwrap();
+        let engine = depengine::EngineBuilder::from_env().cpu_workers(1).build().unwrap();
         let v = engine.var(0u32);
         let (tx, rx) = std::sync::mpsc::channel();
         let holder =
@@ -362,7 +370,7 @@ fn cancel_does_not_wait_behind_an_unsignalled_token_for_queued_ops() {
 /// cancelled write too.
 #[test]
 fn debug_state_and_version_say_what_the_readme_says() {
-    let engine = Engine::builder().cpu_workers(1).bulk_size(1).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(1).bulk_size(1).build().unwrap();
     let v = engine.var(0u32);
     let guard = v.write().blocking_wait().unwrap();
     let queued = engine.op("queued write").write(&v).run(|(), (mut v,)| {
@@ -392,7 +400,7 @@ fn debug_state_and_version_say_what_the_readme_says() {
 fn abort_and_cancel_on_drop_cancel_ops_that_have_not_started() {
     for bulk in [1, 16] {
         within_30s(move || {
-            let engine = Engine::builder().cpu_workers(1).bulk_size(bulk).build().unwrap();
+            let engine = depengine::EngineBuilder::from_env().cpu_workers(1).bulk_size(bulk).build().unwrap();
             let v = engine.var(0u32);
             let (release, running) = hold_in_a_write(&engine, &v);
             let ran = Arc::new(AtomicU64::new(0));

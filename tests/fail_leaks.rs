@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::Counted;
-use depengine::{Device, Engine, Lane, ShutdownMode};
+use depengine::{Device, Lane, ShutdownMode};
 
 #[test]
 fn a_cancelling_shutdown_strands_no_op_on_another_pool() {
     for round in 0..300 {
-        let engine = Engine::builder().cpu_devices(2).build().unwrap();
+        let engine = depengine::EngineBuilder::from_env().cpu_devices(2).build().unwrap();
         let drops = Arc::new(AtomicUsize::new(0));
         let v = engine.var(Counted(drops.clone()));
         for _ in 0..4 {
@@ -39,7 +39,7 @@ fn a_cancelling_shutdown_strands_no_op_on_another_pool() {
 #[test]
 fn cancelled_ops_count_against_the_bound_until_they_leave_their_vars() {
     for abort in [false, true] {
-        let engine = Engine::builder().max_in_flight(8).build().unwrap();
+        let engine = depengine::EngineBuilder::from_env().max_in_flight(8).build().unwrap();
         let v = engine.var(0u64);
         let held = v.write().blocking_wait().unwrap();
         let (mut accepted, mut refused) = (0, 0);
@@ -76,7 +76,7 @@ fn cancelled_ops_count_against_the_bound_until_they_leave_their_vars() {
 fn the_watchdog_stops_with_its_engine() {
     for shutdown in [false, true] {
         for _ in 0..20 {
-            let engine = Engine::builder()
+            let engine = depengine::EngineBuilder::from_env()
                 .thread_name("leakdog")
                 .watchdog(std::time::Duration::from_secs(600))
                 .build()
@@ -125,7 +125,7 @@ fn a_pool_the_os_cannot_start_is_refused_without_aborting() {
 #[test]
 #[ignore = "run by a_pool_the_os_cannot_start_is_refused_without_aborting"]
 fn child_pushes_to_a_huge_pool() {
-    let engine = Engine::builder().cpu_workers(1024).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(1024).build().unwrap();
     let v = engine.var(0u64);
     let (mut ran, mut refused) = (0, 0);
     for _ in 0..100 {
@@ -189,7 +189,7 @@ fn child_with_idle_threads() {
     use std::sync::Barrier;
     const THREADS: usize = 1000;
     let push = std::env::var("CHILD_THREADS_PUSH").as_deref() == Ok("1");
-    let engine = Engine::builder().cpu_workers(2).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(2).build().unwrap();
     engine.op("warm").run(|(), ()| Ok(())).blocking_wait().unwrap();
     let before = resident_kib();
     let (up, down) = (Arc::new(Barrier::new(THREADS + 1)), Arc::new(Barrier::new(THREADS + 1)));

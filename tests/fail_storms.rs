@@ -21,7 +21,7 @@ use depengine::{Completion, Engine, Lane, ShutdownMode};
 fn storms_of_reservations_aborts_and_every_op_kind_lose_no_slot() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     for storm in 0..30u64 {
-        let engine = Engine::builder()
+        let engine = depengine::EngineBuilder::from_env()
             .max_in_flight(8)
             .cpu_workers(2)
             .runtime(runtime.handle().clone())
@@ -116,7 +116,7 @@ fn storm_step(engine: &Engine, vars: &[depengine::Var<u64>], rt: &tokio::runtime
 #[test]
 fn an_abort_racing_the_start_never_runs_a_body_twice_or_after_it_won() {
     for workers in [1, 2] {
-        let engine = Engine::builder().cpu_workers(workers).build().unwrap();
+        let engine = depengine::EngineBuilder::from_env().cpu_workers(workers).build().unwrap();
         let v = engine.var(0u64);
         const OPS: usize = 20_000;
         let runs: Arc<Vec<AtomicU32>> = Arc::new((0..OPS).map(|_| AtomicU32::new(0)).collect());
@@ -151,7 +151,7 @@ fn an_abort_racing_the_start_never_runs_a_body_twice_or_after_it_won() {
 /// every op completes.
 #[test]
 fn the_explainer_looks_while_threads_push() {
-    let engine = Engine::builder().cpu_workers(2).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(2).build().unwrap();
     let vars: Arc<Vec<_>> = Arc::new((0..6).map(|i| engine.var_named(format!("v{i}"), 0u64)).collect());
     let stop = Arc::new(AtomicBool::new(false));
     let looks = {
@@ -207,36 +207,50 @@ fn the_explainer_looks_while_threads_push() {
 #[test]
 fn extreme_settings_give_a_clear_error_or_a_working_engine() {
     let refused = [
-        ("cpu_workers(0)", Engine::builder().cpu_workers(0).build()),
-        ("cpu_workers(MAX + 1)", Engine::builder().cpu_workers(EngineBuilder::MAX_WORKERS + 1).build()),
-        ("priority_workers(0)", Engine::builder().priority_workers(0).build()),
-        ("cpu_devices(0)", Engine::builder().cpu_devices(0).build()),
-        ("bulk_size(0)", Engine::builder().bulk_size(0).build()),
-        ("max_in_flight(0)", Engine::builder().max_in_flight(0).build()),
-        ("max_in_flight(MAX + 1)", Engine::builder().max_in_flight(EngineBuilder::MAX_IN_FLIGHT + 1).build()),
+        ("cpu_workers(0)", depengine::EngineBuilder::from_env().cpu_workers(0).build()),
+        (
+            "cpu_workers(MAX + 1)",
+            depengine::EngineBuilder::from_env().cpu_workers(EngineBuilder::MAX_WORKERS + 1).build(),
+        ),
+        ("priority_workers(0)", depengine::EngineBuilder::from_env().priority_workers(0).build()),
+        ("cpu_devices(0)", depengine::EngineBuilder::from_env().cpu_devices(0).build()),
+        ("bulk_size(0)", depengine::EngineBuilder::from_env().bulk_size(0).build()),
+        ("max_in_flight(0)", depengine::EngineBuilder::from_env().max_in_flight(0).build()),
+        (
+            "max_in_flight(MAX + 1)",
+            depengine::EngineBuilder::from_env().max_in_flight(EngineBuilder::MAX_IN_FLIGHT + 1).build(),
+        ),
         (
             "spin(MAX + 1 µs)",
-            Engine::builder().spin(EngineBuilder::MAX_SPIN + Duration::from_micros(1)).build(),
+            depengine::EngineBuilder::from_env()
+                .spin(EngineBuilder::MAX_SPIN + Duration::from_micros(1))
+                .build(),
         ),
-        ("watchdog(0)", Engine::builder().watchdog(Duration::ZERO).build()),
-        ("watchdog(a year)", Engine::builder().watchdog(Duration::from_secs(365 * 86_400)).build()),
-        ("thread_name with NUL", Engine::builder().thread_name("a\0b").build()),
+        ("watchdog(0)", depengine::EngineBuilder::from_env().watchdog(Duration::ZERO).build()),
+        (
+            "watchdog(a year)",
+            depengine::EngineBuilder::from_env().watchdog(Duration::from_secs(365 * 86_400)).build(),
+        ),
+        ("thread_name with NUL", depengine::EngineBuilder::from_env().thread_name("a\0b").build()),
     ];
     for (what, built) in refused {
         let err = built.expect_err(what);
         assert!(err.is_invalid_argument(), "{what}: {err}");
     }
     let working = [
-        ("cpu_workers(1)", Engine::builder().cpu_workers(1).build()),
-        ("bulk_size(usize::MAX)", Engine::builder().bulk_size(usize::MAX).build()),
-        ("max_in_flight(1)", Engine::builder().max_in_flight(1).build()),
-        ("max_in_flight(MAX)", Engine::builder().max_in_flight(EngineBuilder::MAX_IN_FLIGHT).build()),
-        ("spin(0)", Engine::builder().spin(Duration::ZERO).build()),
-        ("spin(MAX)", Engine::builder().spin(EngineBuilder::MAX_SPIN).build()),
-        ("watchdog(1 ns)", Engine::builder().watchdog(Duration::from_nanos(1)).build()),
-        ("cpu_devices(64)", Engine::builder().cpu_devices(64).build()),
-        ("naive", Engine::builder().kind(EngineKind::Naive).build()),
-        ("empty thread name", Engine::builder().thread_name("").build()),
+        ("cpu_workers(1)", depengine::EngineBuilder::from_env().cpu_workers(1).build()),
+        ("bulk_size(usize::MAX)", depengine::EngineBuilder::from_env().bulk_size(usize::MAX).build()),
+        ("max_in_flight(1)", depengine::EngineBuilder::from_env().max_in_flight(1).build()),
+        (
+            "max_in_flight(MAX)",
+            depengine::EngineBuilder::from_env().max_in_flight(EngineBuilder::MAX_IN_FLIGHT).build(),
+        ),
+        ("spin(0)", depengine::EngineBuilder::from_env().spin(Duration::ZERO).build()),
+        ("spin(MAX)", depengine::EngineBuilder::from_env().spin(EngineBuilder::MAX_SPIN).build()),
+        ("watchdog(1 ns)", depengine::EngineBuilder::from_env().watchdog(Duration::from_nanos(1)).build()),
+        ("cpu_devices(64)", depengine::EngineBuilder::from_env().cpu_devices(64).build()),
+        ("naive", depengine::EngineBuilder::from_env().kind(EngineKind::Naive).build()),
+        ("empty thread name", depengine::EngineBuilder::from_env().thread_name("").build()),
     ];
     for (what, built) in working {
         let engine = built.unwrap_or_else(|e| panic!("{what}: {e}"));

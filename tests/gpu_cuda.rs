@@ -52,7 +52,7 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, int n
     /// The engine and its GPU 0, or `None` (the test skips) without one.
     fn engine() -> Option<(Engine, Gpu)> {
         super::cuda_double::load();
-        let engine = Engine::builder().gpu_workers(2).build().unwrap();
+        let engine = depengine::EngineBuilder::from_env().gpu_workers(2).build().unwrap();
         match engine.gpu(0) {
             Ok(gpu) => {
                 let ctx = gpu.cuda().expect("gpu(0) is real");

@@ -281,7 +281,7 @@ extern "C" __global__ void mix_op(unsigned long long* w0, unsigned long long* w1
 
     fn run_seed(seed: u64, f: &Arc<CudaFunction>) {
         let mut rng = Rng(mix(seed, 11));
-        let engine = Engine::builder()
+        let engine = depengine::EngineBuilder::from_env()
             .gpu_workers(1 + rng.below(3))
             .gpu_copy_workers(1 + rng.below(2))
             .gpu_early_release(rng.below(5) != 0)
@@ -339,7 +339,7 @@ extern "C" __global__ void mix_op(unsigned long long* w0, unsigned long long* w1
     #[test]
     fn random_kernels_copies_and_cpu_ops_match_the_sequential_model() {
         super::cuda_double::load();
-        let probe = Engine::builder().build().unwrap();
+        let probe = depengine::EngineBuilder::from_env().build().unwrap();
         let gpu = match probe.gpu(0) {
             Ok(gpu) => gpu,
             Err(err) if !super::gpu_required() => return eprintln!("skipped: {err}"),

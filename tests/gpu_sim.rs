@@ -11,7 +11,12 @@ use depengine::gpu::{GpuBuffer, GpuFault};
 use depengine::{Device, Engine, Lane, ShutdownMode};
 
 fn engine(workers: usize) -> Engine {
-    Engine::builder().simulated_gpus(1).gpu_workers(workers).cpu_workers(2).build().unwrap()
+    depengine::EngineBuilder::from_env()
+        .simulated_gpus(1)
+        .gpu_workers(workers)
+        .cpu_workers(2)
+        .build()
+        .unwrap()
 }
 
 /// Enqueues `out[i] = f(in[i])` on the op's stream, taking `ms`.
@@ -393,8 +398,11 @@ async fn handles_and_waits_resolve_at_completion_not_at_early_release() {
 
 #[test]
 fn gpu_ops_on_the_naive_engine_complete_through_the_poller_too() {
-    let engine =
-        Engine::builder().kind(depengine::engine::EngineKind::Naive).simulated_gpus(1).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env()
+        .kind(depengine::engine::EngineKind::Naive)
+        .simulated_gpus(1)
+        .build()
+        .unwrap();
     let gpu = engine.gpu(0).unwrap();
     let v = engine.var(gpu.sim_buffer(vec![1.0f32; 8]).unwrap());
     let w = engine.var(gpu.sim_buffer(vec![0.0f32; 8]).unwrap());
@@ -411,7 +419,8 @@ fn gpu_ops_on_the_naive_engine_complete_through_the_poller_too() {
 fn no_gpu_thread_is_left_behind() {
     for shutdown in [true, false] {
         let prefix = if shutdown { "gq1" } else { "gq2" };
-        let engine = Engine::builder().simulated_gpus(1).thread_name(prefix).build().unwrap();
+        let engine =
+            depengine::EngineBuilder::from_env().simulated_gpus(1).thread_name(prefix).build().unwrap();
         let gpu = engine.gpu(0).unwrap();
         let v = engine.var(gpu.sim_buffer(vec![0.0f32; 4]).unwrap());
         let step = engine.op("step").write(&v).device(Device::Gpu(0));

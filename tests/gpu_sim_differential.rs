@@ -177,7 +177,7 @@ fn check(expect: &Expect, got: Result<u64, Error>, gpu: bool, what: &str) {
 
 fn run_seed(seed: u64, devices: usize) {
     let mut rng = Rng(mix(seed, 7));
-    let engine = Engine::builder()
+    let engine = depengine::EngineBuilder::from_env()
         .simulated_gpus(devices)
         .gpu_workers(1 + rng.below(3))
         .gpu_copy_workers(1 + rng.below(2))
@@ -275,7 +275,12 @@ fn threads_pushing_cpu_and_gpu_ops_at_once_lose_no_write() {
 fn threads_round(devices: usize, round: u64) {
     const VARS: usize = 6;
     const OPS: usize = 300;
-    let engine = Engine::builder().simulated_gpus(devices).gpu_workers(2).cpu_workers(2).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env()
+        .simulated_gpus(devices)
+        .gpu_workers(2)
+        .cpu_workers(2)
+        .build()
+        .unwrap();
     let gpus: Vec<_> = (0..devices).map(|d| engine.gpu(d).unwrap()).collect();
     let vars: Vec<Buf> =
         (0..VARS).map(|i| engine.var(gpus[i % devices].sim_buffer(vec![0u64]).unwrap())).collect();

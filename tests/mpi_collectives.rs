@@ -17,7 +17,7 @@ use depengine::{Engine, Error, Var};
 mod nccl;
 
 fn main() {
-    let engine = Engine::builder().cpu_workers(2).build().expect("engine");
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(2).build().expect("engine");
     let mpi = Collectives::new(&engine).expect("MPI");
     let (rank, size) = (mpi.rank(), mpi.size());
     // Every check is bounded: a rank that hangs is a failure, not a stall.

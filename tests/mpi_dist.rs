@@ -11,12 +11,11 @@
 
 use std::time::Duration;
 
-use depengine::Engine;
 use depengine::mpi::Collectives;
 use depengine::mpi::dist::{DistVar, Distribution, TransferError, block_cyclic, grid};
 
 fn main() {
-    let engine = Engine::builder().cpu_workers(2).build().expect("engine");
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(2).build().expect("engine");
     let world = Collectives::new(&engine).expect("MPI");
     let (rank, size) = (world.rank(), world.size());
     std::thread::spawn(|| {
@@ -302,7 +301,7 @@ fn a_rank_with_an_extra_transfer_does_not_hang(world: &Collectives) {
 fn a_rank_whose_engine_refuses_leaves_no_one_waiting(world: &Collectives) {
     let (rank, size) = (world.rank(), world.size());
     let last = size - 1;
-    let engine = Engine::builder().cpu_workers(1).build().expect("engine");
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(1).build().expect("engine");
     if rank == last {
         futures::executor::block_on(engine.shutdown(depengine::ShutdownMode::Drain)).expect("shut down");
     }

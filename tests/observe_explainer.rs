@@ -13,7 +13,7 @@ use common::timed;
 use depengine::{Completion, Engine};
 
 fn engine() -> Engine {
-    Engine::builder().cpu_workers(2).bulk_size(1).build().unwrap()
+    depengine::EngineBuilder::from_env().cpu_workers(2).bulk_size(1).build().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,7 +138,12 @@ async fn a_chain_through_two_vars_ends_at_its_holder_and_dot_has_its_edges() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_holders_the_explainer_shows_queues_and_counts() {
     timed(async {
-        let engine = Engine::builder().cpu_workers(2).bulk_size(1).track_holders(false).build().unwrap();
+        let engine = depengine::EngineBuilder::from_env()
+            .cpu_workers(2)
+            .bulk_size(1)
+            .track_holders(false)
+            .build()
+            .unwrap();
         let v = engine.var_named("model", 0u64);
         let guard = v.write().await.unwrap();
         let reader = engine.op("predict").read(&v).run(|(v,), ()| Ok(*v));

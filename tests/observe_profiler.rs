@@ -63,7 +63,7 @@ async fn random_program(engine: &Engine, n: usize, seed: u64) -> Vec<&'static st
 }
 
 fn engine() -> Engine {
-    Engine::builder().cpu_workers(2).bulk_size(1).build().unwrap()
+    depengine::EngineBuilder::from_env().cpu_workers(2).bulk_size(1).build().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -228,7 +228,7 @@ async fn outcomes_are_recorded() {
 
 #[test]
 fn var_names_show_in_debug_and_errors() {
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     let v = engine.var_named("weights", 1u32);
     assert_eq!(v.name(), Some("weights"));
     assert!(format!("{v:?}").contains("weights"));
@@ -243,7 +243,7 @@ fn var_names_show_in_debug_and_errors() {
 #[test]
 #[ignore = "run by profile_env_writes_the_trace in a child process"]
 fn child_profiled_by_the_environment() {
-    let engine = Engine::builder().cpu_workers(1).bulk_size(1).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(1).bulk_size(1).build().unwrap();
     let v = engine.var_named("env-var", 0u64);
     for _ in 0..5 {
         engine.op("env-op").write(&v).run(|(), (mut v,)| {
@@ -302,7 +302,7 @@ fn profile_env_writes_the_trace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpu_ops_show_their_worker_and_their_poller() {
     timed(async {
-        let engine = Engine::builder().simulated_gpus(1).build().unwrap();
+        let engine = depengine::EngineBuilder::from_env().simulated_gpus(1).build().unwrap();
         let gpu = engine.gpu(0).unwrap();
         let v = engine.var_named("buffer", gpu.sim_buffer(vec![1.0f32; 16]).unwrap());
         engine.profiler().start();
@@ -340,7 +340,7 @@ async fn gpu_ops_show_their_worker_and_their_poller() {
 #[test]
 #[ignore = "run by two_engines_write_two_traces in a child process"]
 fn child_with_two_profiled_engines() {
-    let engines = [Engine::new(), Engine::new()];
+    let engines = [Engine::from_env(), Engine::from_env()];
     for (k, engine) in engines.iter().enumerate() {
         let v = engine.var(0u64);
         for _ in 0..=k {
@@ -389,7 +389,7 @@ fn two_engines_write_two_traces() {
 /// go; a snapshot while it records does not lose any op.
 #[test]
 fn a_profiler_left_on_keeps_a_bounded_profile() {
-    let engine = Engine::builder().cpu_workers(1).bulk_size(1).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(1).bulk_size(1).build().unwrap();
     let v = engine.var(0u64);
     engine.profiler().keep_last(100);
     assert_eq!(engine.profiler().keeps(), 100);
@@ -446,7 +446,7 @@ async fn views_take_any_name() {
 /// drawn on that thread's row too, in flight until it completed.
 #[test]
 fn an_op_completed_elsewhere_is_drawn_in_flight_on_that_thread() {
-    let engine = Engine::builder().cpu_workers(1).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().cpu_workers(1).build().unwrap();
     let v = engine.var(0u64);
     engine.profiler().start();
     let (tx, rx) = std::sync::mpsc::channel();

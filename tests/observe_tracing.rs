@@ -10,7 +10,7 @@
 mod spans {
     use std::sync::{Arc, Mutex};
 
-    use depengine::{Engine, Lane};
+    use depengine::Lane;
     use tracing::field::{Field, Visit};
     use tracing::span::{Attributes, Id, Record};
     use tracing::{Event, Metadata, Subscriber};
@@ -63,7 +63,8 @@ mod spans {
     fn each_op_has_a_span_with_pushed_started_finished() {
         let recorder = Recorder::default();
         let _default = tracing::subscriber::set_default(recorder.clone());
-        let engine = Engine::builder().kind(depengine::engine::EngineKind::Naive).build().unwrap();
+        let engine =
+            depengine::EngineBuilder::from_env().kind(depengine::engine::EngineKind::Naive).build().unwrap();
         let v = engine.var(1u32);
         engine
             .op("traced")
@@ -156,7 +157,7 @@ mod attribution {
         let runtime =
             tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         runtime.block_on(async {
-            let engine = depengine::Engine::builder().cpu_workers(2).bulk_size(1).build().unwrap();
+            let engine = depengine::EngineBuilder::from_env().cpu_workers(2).bulk_size(1).build().unwrap();
             let v = engine.var(0u32);
             engine
                 .op("sync-op")

@@ -38,7 +38,7 @@ fn the_watchdog_names_the_chain_of_an_op_waiting_too_long() {
     tracing::subscriber::set_global_default(tracing_subscriber::registry().with(warnings.clone())).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
-        let engine = depengine::Engine::builder()
+        let engine = depengine::EngineBuilder::from_env()
             .cpu_workers(2)
             // Ops by their own names: a bulk segment is named `bulk`.
             .bulk_size(1)

@@ -10,7 +10,7 @@ use depengine::{Engine, ShutdownMode};
 use tokio_test::{assert_pending, assert_ready, task};
 
 fn engine(limit: usize) -> Engine {
-    Engine::builder().max_in_flight(limit).cpu_workers(2).build().unwrap()
+    depengine::EngineBuilder::from_env().max_in_flight(limit).cpu_workers(2).build().unwrap()
 }
 
 /// Resident memory of this process, in bytes (Linux).
@@ -33,9 +33,17 @@ async fn at_the_bound_pushes_are_refused_and_slots_come_back() {
     assert!(err.is_full() && err.to_string().contains("limit of 4"), "{err}");
     assert!(engine.op("more").run(|(), ()| Ok(())).await.unwrap_err().is_full());
     assert!(engine.op("more").run_detached(|(), ()| Ok(())).unwrap_err().is_full());
-    let pushed = engine.metrics().pushed;
+    let before = engine.metrics();
     assert!(engine.op("more").run(|(), ()| Ok(())).pushed().is_err());
-    assert_eq!(engine.metrics().pushed, pushed, "a refused push pushes nothing");
+    let after = engine.metrics();
+    assert_eq!(after.slots_used, before.slots_used, "a refused push takes no slot");
+    // With bulk execution on, the segment that holds the waiting ops may be
+    // pushed meanwhile (by an idle worker, or by this push, which flushes
+    // the open segment before it is refused): an op of the engine's own,
+    // counted as pushed.
+    if engine.settings().bulk_size == 1 {
+        assert_eq!(after.pushed, before.pushed, "a refused push pushes nothing");
+    }
     // Waits and acquires are not counted.
     drop(engine.wait_for_var(&gate));
     drop(held);
@@ -93,7 +101,9 @@ async fn every_way_an_op_leaves_gives_its_slot_back() {
     // Refused before it was built, with a reserved slot: no runtime for a
     // future op (an engine built outside one, with no runtime given).
     let no_runtime =
-        std::thread::spawn(|| Engine::builder().max_in_flight(1).build().unwrap()).join().unwrap();
+        std::thread::spawn(|| depengine::EngineBuilder::from_env().max_in_flight(1).build().unwrap())
+            .join()
+            .unwrap();
     let mut reserved = no_runtime.reserve().await;
     let refused = reserved.op("future").spawn(|(), ()| async { Ok(()) }).pushed();
     assert!(refused.unwrap_err().is_no_runtime());
@@ -182,7 +192,7 @@ fn a_completed_op_has_given_its_slot_back() {
 /// and the op built there uses its room.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reservation_moves_into_a_task() {
-    let engine = Engine::builder().max_in_flight(1).build().unwrap();
+    let engine = depengine::EngineBuilder::from_env().max_in_flight(1).build().unwrap();
     let v = engine.var(0u32);
     let mut room = engine.reserve().await;
     assert_eq!(engine.metrics().slots_used, 1);

@@ -29,7 +29,7 @@ async fn settled(
 }
 
 fn engine(timing: bool) -> Engine {
-    Engine::builder().cpu_workers(1).bulk_size(1).metrics_timing(timing).build().unwrap()
+    depengine::EngineBuilder::from_env().cpu_workers(1).bulk_size(1).metrics_timing(timing).build().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,7 +170,12 @@ async fn busy_time_and_run_times_reflect_the_bodies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_pool_is_listed_with_its_own_counts() {
     timed(async {
-        let engine = Engine::builder().cpu_workers(2).priority_workers(1).bulk_size(1).build().unwrap();
+        let engine = depengine::EngineBuilder::from_env()
+            .cpu_workers(2)
+            .priority_workers(1)
+            .bulk_size(1)
+            .build()
+            .unwrap();
         for _ in 0..7 {
             engine.op("normal").run(|(), ()| Ok(()));
         }

@@ -8,7 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use depengine::{Engine, ShutdownMode};
 
 fn engines() -> [Engine; 2] {
-    [Engine::new(), Engine::builder().kind(depengine::engine::EngineKind::Naive).build().unwrap()]
+    [
+        Engine::from_env(),
+        depengine::EngineBuilder::from_env().kind(depengine::engine::EngineKind::Naive).build().unwrap(),
+    ]
 }
 
 #[test]
@@ -90,7 +93,7 @@ fn a_shutdown_reports_only_failures_nobody_was_handed() {
     }
     // wait_for_all still reports the first failure since the last one,
     // seen or not.
-    let engine = Engine::new();
+    let engine = Engine::from_env();
     let v = engine.var(0u32);
     assert!(fail(&engine, &v).blocking_wait().is_err());
     assert!(engine.wait_for_all().blocking_wait().is_err());

@@ -15,8 +15,11 @@ pub const OPS: u64 = 1000;
 /// The threaded engine (default configuration) and the naive one.
 pub fn engines() -> Vec<(&'static str, Engine)> {
     vec![
-        ("threaded", Engine::builder().kind(EngineKind::Threaded).build().expect("engine")),
-        ("naive", Engine::builder().kind(EngineKind::Naive).build().expect("engine")),
+        (
+            "threaded",
+            depengine::EngineBuilder::from_env().kind(EngineKind::Threaded).build().expect("engine"),
+        ),
+        ("naive", depengine::EngineBuilder::from_env().kind(EngineKind::Naive).build().expect("engine")),
     ]
 }
 

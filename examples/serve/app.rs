@@ -187,7 +187,8 @@ impl App {
     ///
     /// The engine's settings are refused.
     pub fn new(config: &Config) -> depengine::Result<Self> {
-        let mut builder = Engine::builder().thread_name(config.thread_name.clone()).metrics_timing(true);
+        let mut builder =
+            depengine::EngineBuilder::from_env().thread_name(config.thread_name.clone()).metrics_timing(true);
         if let Some(n) = config.max_in_flight {
             builder = builder.max_in_flight(n);
         }

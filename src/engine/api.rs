@@ -60,18 +60,11 @@ struct EngineHandle {
 }
 
 impl Engine {
-    /// An engine configured from the machine and the environment.
-    ///
-    /// An environment variable read by [`EngineBuilder`] whose value is
-    /// invalid is reported (a `tracing` warning, target `depengine`) and
-    /// ignored: its setting takes its default. `Engine::builder().build()`
-    /// returns such a value as an error instead, and
-    /// [`EngineBuilder::ignore_environment`] reads no variable at all.
-    ///
-    /// # Panics
-    ///
-    /// Only if the watchdog that `DEPENGINE_WATCHDOG_MS` asks for cannot
-    /// start its thread (the OS refuses one).
+    /// An engine with the default settings: a CPU pool as wide as the
+    /// machine, and no `DEPENGINE_*` environment variable read (an engine a
+    /// library makes for itself obeys nothing set for another program; an
+    /// application that wants the deployment to tune it uses
+    /// [`Engine::from_env`]).
     ///
     /// # Examples
     ///
@@ -83,7 +76,32 @@ impl Engine {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn new() -> Self {
-        Self::builder().build_leniently().expect("the default configuration builds")
+        Self::builder().build().expect("the default configuration builds")
+    }
+
+    /// An engine configured from the environment: each setting from its
+    /// `DEPENGINE_*` variable if set, else the default (what
+    /// [`EngineBuilder::from_env`] builds). A variable whose value is
+    /// invalid is reported (a `tracing` warning, target `depengine`) and
+    /// ignored: its setting takes its default, where
+    /// `EngineBuilder::from_env().build()` returns it as an error.
+    ///
+    /// # Panics
+    ///
+    /// Only if the watchdog that `DEPENGINE_WATCHDOG_MS` asks for cannot
+    /// start its thread (the OS refuses one).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// // DEPENGINE_TYPE=naive, say, makes it the naive engine.
+    /// let engine = depengine::Engine::from_env();
+    /// let v = engine.var(1u32);
+    /// assert_eq!(engine.op("double").read(&v).run(|(v,), ()| Ok(*v * 2)).blocking_wait()?, 2);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
+    pub fn from_env() -> Self {
+        EngineBuilder::from_env().build_leniently().expect("the default configuration builds")
     }
 
     /// A builder to configure an engine.
@@ -121,7 +139,8 @@ impl Engine {
     }
 
     /// The engine's settings, as built (each the builder's, else the
-    /// environment's, else the default).
+    /// environment's for a builder made by [`EngineBuilder::from_env`], else
+    /// the default).
     ///
     /// # Examples
     ///

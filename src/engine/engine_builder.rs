@@ -1,6 +1,6 @@
 //! The front door of configuration: [`EngineBuilder`], whose calls say
 //! what the program chose; `settle.rs` fills in the rest from the
-//! environment and the defaults (`config.rs`).
+//! environment (if the program asked) and the defaults (`config.rs`).
 
 use std::time::Duration;
 
@@ -14,18 +14,17 @@ mod gpu;
 
 /// Configures and builds an [`Engine`].
 ///
-/// Each setting is taken from, in order: the builder call, the environment
-/// variable named in its documentation (so a deployment can tune what the
-/// code leaves open without a rebuild, as with MXNet's variables), the
-/// default. This is the order of rayon's `ThreadPoolBuilder`: an explicit
-/// call wins, and an environment variable is not even read for a setting
-/// the code gave. The program has the last word:
-/// [`ignore_environment`](Self::ignore_environment) reads no variable at
-/// all (for an engine that a library builds for itself, which the
-/// process's `DEPENGINE_*` variables, meant for the application's engine,
-/// should not reach). A variable whose value is invalid makes
-/// [`build`](Self::build) fail, saying which; [`Engine::new`] reports it
-/// and uses the default.
+/// Each setting is the builder call's, else its default. A builder made by
+/// [`from_env`](Self::from_env) also reads, for each setting the code
+/// left unset, the `DEPENGINE_*` variable named in its documentation (so
+/// that a deployment can tune what the application leaves open without a
+/// rebuild, as with MXNet's variables): an explicit call wins, and the
+/// variable is not even read then, as with rayon's `ThreadPoolBuilder`.
+/// Reading the environment is the application's choice: an engine a
+/// library builds with [`Engine::builder`] or [`Engine::new`] obeys no
+/// variable set for another program. A variable whose value is invalid
+/// makes [`build`](Self::build) fail, saying which; [`Engine::from_env`]
+/// reports it and uses the default.
 ///
 /// # Examples
 ///
@@ -225,24 +224,32 @@ impl EngineBuilder {
         self
     }
 
-    /// Reads no `DEPENGINE_*` environment variable: every setting is this
-    /// builder's or its default, whatever the process's environment says
-    /// (the profiler's `DEPENGINE_PROFILE` included). For an engine a
-    /// library builds for itself, or a test that must not depend on the
-    /// machine's environment.
+    /// A builder that fills in each setting the code leaves unset from its
+    /// `DEPENGINE_*` environment variable, if set (the table in the
+    /// package's README lists them), else the default: for the
+    /// application's own engine, so that a deployment can tune it without
+    /// a rebuild. [`Engine::builder`] reads no variable.
     ///
     /// # Examples
     ///
     /// ```
-    /// use depengine::engine::EngineKind;
-    /// // Whatever DEPENGINE_TYPE or DEPENGINE_CPU_WORKERS say:
-    /// let engine = depengine::Engine::builder().ignore_environment().cpu_workers(2).build()?;
-    /// assert_eq!(engine.settings().kind, EngineKind::Threaded);
+    /// use depengine::EngineBuilder;
+    /// // DEPENGINE_CPU_WORKERS cannot change what the code gave:
+    /// let engine = EngineBuilder::from_env().cpu_workers(2).build()?;
     /// assert_eq!(engine.settings().cpu_workers, 2);
     /// # Ok::<(), depengine::Error>(())
     /// ```
+    pub fn from_env() -> Self {
+        let mut builder = Self::default();
+        builder.choices.read_environment = true;
+        builder
+    }
+
+    /// Reads no `DEPENGINE_*` environment variable: what every builder does
+    /// unless made by [`from_env`](Self::from_env), which this undoes.
+    #[deprecated(note = "builders read no environment unless made by `EngineBuilder::from_env`")]
     pub fn ignore_environment(mut self) -> Self {
-        self.choices.ignore_environment = true;
+        self.choices.read_environment = false;
         self
     }
 
@@ -525,9 +532,9 @@ impl EngineBuilder {
     /// # Errors
     ///
     /// A count of zero or past its bound ([`MAX_WORKERS`](Self::MAX_WORKERS),
-    /// [`MAX_CPU_DEVICES`](Self::MAX_CPU_DEVICES)), a thread name with a NUL byte, or an
-    /// environment variable read for a setting left unset that does not
-    /// parse. Nothing is started: a pool whose threads the OS then refuses
+    /// [`MAX_CPU_DEVICES`](Self::MAX_CPU_DEVICES)), a thread name with a NUL byte, or (for
+    /// a builder made by [`from_env`](Self::from_env)) an environment
+    /// variable read for a setting left unset that does not parse. Nothing is started: a pool whose threads the OS then refuses
     /// makes the push that needed it fail
     /// ([`Error::is_pool_unavailable`]).
     ///
@@ -541,15 +548,15 @@ impl EngineBuilder {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn build(self) -> Result<Engine, Error> {
-        let env = Env { read: !self.choices.ignore_environment, lenient: false };
+        let env = Env { read: self.choices.read_environment, lenient: false };
         let (config, runtime) = settle(self.choices, &env)?;
         Engine::from_config(config, runtime)
     }
 
     /// [`build`](Self::build), with bad environment values ignored (and
-    /// reported) when `lenient`: for [`Engine::new`].
+    /// reported): for [`Engine::from_env`].
     pub(crate) fn build_leniently(self) -> Result<Engine, Error> {
-        let env = Env { read: !self.choices.ignore_environment, lenient: true };
+        let env = Env { read: self.choices.read_environment, lenient: true };
         let (config, runtime) = settle(self.choices, &env)?;
         Engine::from_config(config, runtime)
     }

@@ -1,6 +1,7 @@
 //! Settling a builder's choices: each setting from the builder's call,
-//! else the environment's `DEPENGINE_*` variable, else the default, each
-//! checked against its bound (a bad value is an error that names it).
+//! else (for a builder made by `EngineBuilder::from_env`) the environment's
+//! `DEPENGINE_*` variable, else the default, each checked against its bound
+//! (a bad value is an error that names it).
 
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -52,7 +53,9 @@ pub(super) struct Choices {
     pub(super) track_holders: Option<bool>,
     pub(super) pusher_runs_at: Option<usize>,
     pub(super) hooks: ThreadHooks,
-    pub(super) ignore_environment: bool,
+    /// Made by `EngineBuilder::from_env`: settings left unset are read from
+    /// the environment.
+    pub(super) read_environment: bool,
 }
 
 /// The configuration an engine runs with, from the builder's `choices`,
@@ -147,11 +150,11 @@ fn watchdog_bounded(threshold: Duration) -> Result<Duration, String> {
 }
 
 /// Where a setting the builder left unset is read: the environment's
-/// `DEPENGINE_*` variable, unless the builder ignores the environment
-/// ([`EngineBuilder::ignore_environment`]). A value that does not parse,
-/// or is out of bounds, is an error of `build`; for [`Engine::new`]
-/// (`lenient`) it is reported (a `tracing` warning, target `depengine`)
-/// and the default is used instead.
+/// `DEPENGINE_*` variable, for a builder made by
+/// [`EngineBuilder::from_env`] (`read`); else nowhere. A value that does
+/// not parse, or is out of bounds, is an error of `build`; for
+/// [`Engine::from_env`] (`lenient`) it is reported (a `tracing` warning,
+/// target `depengine`) and the default is used instead.
 pub(super) struct Env {
     pub(super) read: bool,
     pub(super) lenient: bool,

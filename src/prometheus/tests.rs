@@ -20,7 +20,7 @@ fn scrape(registry: &Registry) -> HashMap<String, f64> {
 }
 
 fn engine() -> Engine {
-    Engine::builder().cpu_workers(1).bulk_size(1).metrics_timing(true).ignore_environment().build().unwrap()
+    Engine::builder().cpu_workers(1).bulk_size(1).metrics_timing(true).build().unwrap()
 }
 
 #[test]

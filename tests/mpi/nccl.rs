@@ -27,7 +27,7 @@ fn required() -> bool {
 }
 
 fn a_simulated_gpu_is_refused_on_every_rank(mpi: &Collectives) {
-    let sim = Engine::builder().simulated_gpus(1).build().expect("engine");
+    let sim = depengine::EngineBuilder::from_env().simulated_gpus(1).build().expect("engine");
     let gpu = sim.gpu(0).expect("a simulated GPU");
     let err = GpuCollectives::new(mpi, &gpu).expect_err("a simulated GPU has no NCCL");
     assert!(err.is_invalid_argument(), "{err}");

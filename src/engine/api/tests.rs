@@ -41,7 +41,7 @@ fn threads_left(prefix: &str) -> usize {
 #[test]
 #[cfg(target_os = "linux")]
 fn a_pool_that_cannot_start_fails_the_push_and_leaves_the_var_alone() {
-    let engine = Engine::builder().cpu_workers(3).thread_name("nostart").build().unwrap();
+    let engine = crate::EngineBuilder::from_env().cpu_workers(3).thread_name("nostart").build().unwrap();
     let v = engine.var(1u32);
     crate::exec::FAIL_SPAWN_AT.with(|at| at.set(Some(2)));
     let push = || {
@@ -89,7 +89,7 @@ fn a_pool_that_cannot_start_fails_the_push_and_leaves_the_var_alone() {
 /// freed); a thread that pushes again gets a new feed, and its ops run.
 #[test]
 fn idle_feeds_are_retired_and_come_back_when_used() {
-    let engine = Engine::builder().cpu_workers(2).build().unwrap();
+    let engine = crate::EngineBuilder::from_env().cpu_workers(2).build().unwrap();
     let gate = Arc::new(std::sync::Barrier::new(17));
     let threads: Vec<_> = (0..16u32)
         .map(|i| {
@@ -120,7 +120,7 @@ fn idle_feeds_are_retired_and_come_back_when_used() {
 /// are done.
 #[test]
 fn dropped_engine_is_freed_after_its_ops() {
-    let engine = Engine::builder().cpu_workers(2).build().unwrap();
+    let engine = crate::EngineBuilder::from_env().cpu_workers(2).build().unwrap();
     let weak = Arc::downgrade(engine.shared());
     for i in 0..100u64 {
         drop(engine.op("noop").run(move |(), ()| Ok(i)));
@@ -139,7 +139,7 @@ fn dropped_engine_is_freed_after_its_ops() {
 #[test]
 fn push_builds_its_op_in_a_shell_of_its_type() {
     // Bulk execution off: segments rebuild records of their own.
-    let engine = Engine::builder().cpu_workers(1).bulk_size(1).build().unwrap();
+    let engine = crate::EngineBuilder::from_env().cpu_workers(1).bulk_size(1).build().unwrap();
     let shared = engine.shared().clone();
     let var = engine.var(0u64);
     let add = |i: u64| {
@@ -176,7 +176,7 @@ fn push_builds_its_op_in_a_shell_of_its_type() {
 /// freed, and a result nobody took is dropped, as soon as the ops finish.
 #[test]
 fn shells_hold_nothing_their_ops_used() {
-    let engine = Engine::builder().cpu_workers(1).build().unwrap();
+    let engine = crate::EngineBuilder::from_env().cpu_workers(1).build().unwrap();
     let shared = engine.shared().clone();
     let data = Arc::new(());
     let result = Arc::new(());
@@ -222,7 +222,7 @@ fn shells_hold_nothing_their_ops_used() {
 #[test]
 fn an_idle_engine_gives_back_its_spare_records() {
     use crate::op::record::IDLE_KEEP;
-    let engine = Engine::builder().ignore_environment().cpu_workers(1).build().unwrap();
+    let engine = Engine::builder().cpu_workers(1).build().unwrap();
     let shared = engine.shared().clone();
     let var = engine.var(0u64);
     let burst = || {

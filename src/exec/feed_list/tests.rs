@@ -1,6 +1,6 @@
 use super::super::this_thread::feeds_alive;
 use super::*;
-use crate::{Engine, ShutdownMode};
+use crate::ShutdownMode;
 
 /// Takes `ops` ops from sources that always (or never) hold ops, as
 /// `has_ops` says: the source of each op taken, and how many looks at
@@ -65,7 +65,7 @@ fn a_streak_starts_over_when_the_others_are_empty() {
 #[test]
 fn a_thread_keeps_no_feeds_of_pools_that_are_gone() {
     for _ in 0..20 {
-        let engine = Engine::builder().cpu_workers(1).bulk_size(1).build().unwrap();
+        let engine = crate::EngineBuilder::from_env().cpu_workers(1).bulk_size(1).build().unwrap();
         engine.op("op").run(|(), ()| Ok(())).blocking_wait().unwrap();
         assert!(feeds_alive().1);
         engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
