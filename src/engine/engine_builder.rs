@@ -45,7 +45,7 @@ impl EngineBuilder {
     /// How long an idle worker watches its queues before it parks, by
     /// default: at one request at a time it saves a third of the CPU per
     /// request against 50 µs, for the same latency, and no workload
-    /// measured slower (PERFORMANCE-HISTORY.md, *Idle cost at low load*).
+    /// measured slower.
     ///
     /// # Examples
     ///
