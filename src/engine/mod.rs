@@ -1,13 +1,15 @@
 //! The engine and its builders: [`Engine`] and its waits, [`EngineBuilder`]
 //! and the [`Settings`] it settles on, [`OpBuilder`] (what an op declares,
 //! how it runs), [`AcquireBuilder`] (guards handed to async code),
-//! [`Reservation`] (slots among the ops in flight, taken ahead) and
+//! [`Reservation`] (slots among the ops in flight, taken ahead),
+//! [`OpGroup`] (ops waited for, cancelled and counted as one) and
 //! [`ShutdownMode`]. The common ones are re-exported at the crate's root.
 
 // For maintainers:
 // The engine: the public handle and its waits (`api.rs`), the builders of
 // ops and acquires (`op_builder.rs`, `acquire.rs`), configuration
-// (`engine_builder.rs`), what the builders hand a push (`options.rs`), the
+// (`engine_builder.rs`), op groups' public face (`group.rs`; their books
+// are the op layer's), what the builders hand a push (`options.rs`), the
 // bookkeeping every push and completion goes through (`shared.rs`), the
 // bodies of the engine's own ops (`jobs.rs`), the bound on ops in flight
 // and its reservations (`limit.rs`, `reserve.rs`), and bulk execution
@@ -22,6 +24,7 @@ mod bulk;
 mod config;
 mod counts;
 mod engine_builder;
+mod group;
 mod jobs;
 mod limit;
 mod op_builder;
@@ -38,6 +41,7 @@ pub use acquire::AcquireBuilder;
 pub use api::{Engine, Profiler, ShutdownMode, WaitForAll, WeakEngine};
 pub use config::{EngineKind, Settings};
 pub use engine_builder::EngineBuilder;
+pub use group::{GroupCounts, GroupWait, OpGroup, is_cancelled};
 pub use op_builder::OpBuilder;
 #[cfg(feature = "mpi")]
 pub(crate) use recorder::name_profiles_by_rank;

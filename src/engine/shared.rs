@@ -21,7 +21,7 @@ use crate::op::access::normalize;
 use crate::op::job::Job;
 use crate::op::op_cell::OpCell;
 use crate::op::op_handle::SlotRef;
-use crate::op::record::{Spare, SpareRecords};
+use crate::op::record::{GROUP_REASON, GroupCore, Spare, SpareRecords};
 use crate::op::recycle;
 use crate::op::{
     DepList, Dispatch, Exec, Flags, HandleKind, Help, Host, Meta, Note, PackedDevice, ReadyList, TaskRef,
@@ -373,13 +373,11 @@ impl Shared {
     /// as unfinished).
     #[inline]
     pub(super) fn submit<J: Job>(&self, record: Arc<OpCell<J>>) -> Result<(), Error> {
-        // Looked at on the record's own type: through `TaskRef`, the header
-        // is a call through the vtable on every push.
-        let profiled = crate::op::Task::header(&*record).meta.profiled().then(|| record.clone() as TaskRef);
+        let watched = watched(&record);
         let submitted =
             submit(record, |ready| self.dispatcher.dispatch_pushed(ready)).inspect_err(|_| self.uncount());
-        if let Some(record) = profiled {
-            push_ended(&record);
+        if let Some(record) = watched {
+            push_ended(&record, submitted.is_ok());
         }
         submitted
     }
@@ -399,13 +397,16 @@ impl Shared {
     #[inline(always)]
     pub(super) fn build<J: Job>(
         self: &Arc<Self>,
-        opts: OpOptions,
+        mut opts: OpOptions,
         role: Role,
         mut deps: DepList,
         job: J,
         body: Body,
         detached: bool,
     ) -> Result<Arc<OpCell<J>>, Error> {
+        if let Some(group) = &opts.group {
+            check_group(group, self, &opts.name)?;
+        }
         let runs = match body {
             Body::Hands => Runs::WhereReady,
             Body::Gpu => Runs::OnGpu,
@@ -439,8 +440,15 @@ impl Shared {
             .inspect_err(|_| self.refund(counted))?;
         drop(extra);
         let profiled = self.recorder.wants(&opts);
-        let meta = meta(opts, role, exec, detached, counted, profiled);
-        Ok(recycle::build(spare, self, meta, deps, job, epoch))
+        let group = opts.group.take();
+        let meta = meta(opts, role, exec, detached, counted, profiled, group.is_some());
+        let record = recycle::build(spare, self, meta, deps, job, epoch);
+        if let Some(group) = group {
+            // Refused (cancelled since the check above): the record is
+            // dropped unpublished, which gives its slot back.
+            group.enter(crate::op::Task::header(&*record)).inspect_err(|_| self.uncount())?;
+        }
+        Ok(record)
     }
 }
 
@@ -458,17 +466,53 @@ impl throttle::Progress for Shared {
     }
 }
 
-/// Marks the end of a profiled op's push.
+/// A reference to a watched op (profiled, or in a group) for
+/// [`push_ended`]; `None` for the others. Looked at on the record's own
+/// type: through `TaskRef`, the header is a call through the vtable on
+/// every push.
+#[inline(always)]
+pub(super) fn watched<J: Job>(record: &Arc<OpCell<J>>) -> Option<TaskRef> {
+    crate::op::Task::header(&**record).meta.watched().then(|| record.clone() as TaskRef)
+}
+
+/// Marks the end of a watched op's push: its profile's push ends; its
+/// group's cancel reaches it from now on, if it was appended.
 #[cold]
-fn push_ended(record: &TaskRef) {
+pub(super) fn push_ended(record: &TaskRef, appended: bool) {
     if let Some(profile) = record.header().profile() {
         profile.push_ended();
     }
+    if appended {
+        record.header().group_submitted(record);
+    }
+}
+
+/// Refuses an op of another engine's group, or of a cancelled group.
+#[cold]
+fn check_group(group: &GroupCore, shared: &Arc<Shared>, name: &str) -> Result<(), Error> {
+    if !group.of(Arc::as_ptr(shared).cast()) {
+        return Err(Error::invalid(format!(
+            "op `{name}` was pushed with group `{}` of another engine: a group takes the ops of the engine that made it",
+            group.name
+        )));
+    }
+    if group.is_cancelled() {
+        return Err(Error::new(Kind::Cancelled { op: name.to_owned().into(), reason: GROUP_REASON }));
+    }
+    Ok(())
 }
 
 /// An op's record header fields from its options and its role.
 #[inline(always)]
-fn meta(opts: OpOptions, role: Role, exec: Exec, detached: bool, counted: bool, profiled: bool) -> Meta {
+fn meta(
+    opts: OpOptions,
+    role: Role,
+    exec: Exec,
+    detached: bool,
+    counted: bool,
+    profiled: bool,
+    grouped: bool,
+) -> Meta {
     let bits = opts.bits();
     Meta {
         device: PackedDevice::new(opts.device).expect("device ordinals are checked at placement"),
@@ -488,13 +532,14 @@ fn meta(opts: OpOptions, role: Role, exec: Exec, detached: bool, counted: bool, 
             .with(Flags::NESTED, role == Role::Member)
             .with(Flags::NO_POISON, bit_set(bits, OpOptions::NO_POISON))
             .with(Flags::COUNTED, counted)
-            .with(Flags::PROFILED, profiled),
+            .with(Flags::WATCHED, profiled || grouped),
         handle: match (detached, bit_set(bits, OpOptions::CANCEL_ON_DROP)) {
             (true, _) => HandleKind::Detached,
             (false, false) => HandleKind::Handle,
             (false, true) => HandleKind::CancelOnDrop,
         },
         repairs: bit_set(bits, OpOptions::REPAIR),
+        profiled,
         name: opts.name,
     }
 }

@@ -17,7 +17,7 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use super::record::Header;
+use super::record::{GroupCore, Header};
 use crate::var::Access;
 
 use crate::may_block::BODY;
@@ -48,6 +48,32 @@ pub(crate) fn current_body<T>(look: impl FnOnce(Option<&Header>) -> T) -> T {
 tokio::task_local! {
     /// The engine (its host's address) whose future op this task runs.
     pub(super) static FUTURE_OP_OF: usize;
+}
+
+tokio::task_local! {
+    /// The group of the future op this task runs, if it is in one.
+    pub(super) static FUTURE_OP_GROUP: Arc<GroupCore>;
+}
+
+/// The group of the op whose body runs here (on this thread, or as this
+/// future op's task), if it is in one: `look` is asked with it.
+fn current_group<T>(look: impl Fn(Option<&GroupCore>) -> T) -> T {
+    let on_thread = current_body(|body| body.and_then(Header::group).map(|link| look(Some(&link.core))));
+    match on_thread {
+        Some(seen) => seen,
+        None => FUTURE_OP_GROUP.try_with(|core| look(Some(core))).unwrap_or_else(|_| look(None)),
+    }
+}
+
+/// Whether the op whose body runs here belongs to a cancelled group.
+pub(crate) fn in_cancelled_group() -> bool {
+    current_group(|group| group.is_some_and(GroupCore::is_cancelled))
+}
+
+/// Whether the op whose body runs here belongs to `group`: waiting for the
+/// group there would wait for that very op.
+pub(crate) fn inside_group(group: &GroupCore) -> bool {
+    current_group(|current| current.is_some_and(|c| std::ptr::eq(c, group)))
 }
 
 /// Whether the caller runs inside a body of an op of the engine `host`: a

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use futures::FutureExt;
 
 use super::access::{Item, OpToken};
-use super::body::{FUTURE_OP_OF, in_body, in_body_with_token};
+use super::body::{FUTURE_OP_GROUP, FUTURE_OP_OF, in_body, in_body_with_token};
 use super::op_handle::{Completion, OpSlot, SlotRef};
-use super::record::{Header, TaskRef};
+use super::record::{GROUP_REASON, Header, TaskRef};
 use crate::error::{BoxError, Error, Kind};
 
 /// An op's body, typed.
@@ -189,7 +189,17 @@ where
                 slot.store_owned(result);
             }
         });
-        runtime.spawn(tracing::Instrument::instrument(task, span));
+        let header = op.header();
+        match header.meta.watched().then(|| header.group()).flatten() {
+            None => drop(runtime.spawn(tracing::Instrument::instrument(task, span))),
+            Some(link) => {
+                // A group's future op: its body may ask whether its group
+                // was cancelled, and a cancel aborts its task.
+                let task = FUTURE_OP_GROUP.scope(link.core.clone(), task);
+                let spawned = runtime.spawn(tracing::Instrument::instrument(task, span));
+                header.group_spawned(spawned.abort_handle());
+            }
+        }
     }
 }
 
@@ -207,7 +217,8 @@ impl<R: 'static> Drop for StoreOnDrop<R> {
     fn drop(&mut self) {
         if let Some(slot) = self.0.take() {
             let op = slot.header().meta.name.clone();
-            let reason = "its tokio runtime shut down before it finished";
+            let aborted = slot.header().group().is_some_and(|link| link.core.is_cancelled());
+            let reason = if aborted { GROUP_REASON } else { "its tokio runtime shut down before it finished" };
             slot.store_owned(Err(Error::new(Kind::Cancelled { op, reason })));
         }
     }

@@ -70,14 +70,18 @@ impl<J: Job> OpCell<J> {
 }
 
 /// A record dropped unpublished (its push was refused after it was built)
-/// gives back its slot among the ops in flight, as its publication would
-/// have: every path that drops such a record is covered at once.
+/// gives back its slot among the ops in flight and leaves its group, as its
+/// publication would have: every path that drops such a record is covered
+/// at once.
 impl<J: Job> Drop for OpCell<J> {
     fn drop(&mut self) {
         // SAFETY: `&mut self`: no other access to the epoch.
         let unpublished = self.epoch.with_mut(|epoch| unsafe { (*epoch).is_some() });
         if unpublished && self.header.meta.counted() {
             self.header.host.note(Note::Left);
+        }
+        if unpublished && self.header.meta.watched() {
+            self.header.group_left();
         }
     }
 }
@@ -101,8 +105,8 @@ impl<J: Job> OpCell<J> {
         // `Countdown` reports zero exactly once).
         // SAFETY: so only this call reads `epoch`.
         let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
-        if self.header.meta.profiled() {
-            self.header.profile_finished();
+        if self.header.meta.watched() {
+            self.header.watch_finished();
         }
         // Its slot among the ops in flight goes back before anyone waiting
         // for the op (its handle, `wait_for_all`) can be told: a caller
@@ -137,9 +141,9 @@ impl<J: Job> Task for OpCell<J> {
         tracing::debug!(target: "depengine::op", "started");
         // The flags were read for the veto: no load of its own while the
         // profiler is off.
-        let profiled = self.header.meta.profiled();
-        if profiled {
-            self.header.profile_started();
+        let watched = self.header.meta.watched();
+        if watched {
+            self.header.watch_started();
         }
         match self.header.veto() {
             Some(err) => {
@@ -150,8 +154,8 @@ impl<J: Job> Task for OpCell<J> {
             }
             None => job.start(Running { task: this, slot: self }),
         }
-        if profiled {
-            self.header.profile_ended(None);
+        if watched {
+            self.header.watch_ended(None);
         }
     }
 
@@ -207,8 +211,8 @@ impl<J: Job> OpCell<J> {
 
 impl<J: Job> OpSlot<J::Output> for OpCell<J> {
     fn store(&self, this: &TaskRef, result: Result<J::Output, Error>) {
-        if self.header.meta.profiled() {
-            self.header.profile_ended(result.as_ref().err());
+        if self.header.meta.watched() {
+            self.header.watch_ended(result.as_ref().err());
         }
         let outcome = result.as_ref().map(|_| ()).map_err(Clone::clone);
         // A detached op is a sync op (one store, made by its body) whose

@@ -154,6 +154,8 @@ impl Shared {
             && !opts.has(OpOptions::INLINE_WHEN_IDLE)
             && opts.lane == Lane::Normal
             && matches!(opts.device, Device::Cpu(_))
+            // A group's op stays its own op, for its group's cancel to reach.
+            && opts.group.is_none()
             // With every worker parked, a new segment would be pushed at
             // once (below): the op goes on its own, without a segment.
             && !(open.members.is_empty() && self.dispatcher.all_parked(opts.device));
@@ -165,8 +167,13 @@ impl Shared {
             // released: an op that runs where it becomes ready (an inline
             // op) may push from its body.
             let mut ready: SmallList<TaskRef, 4> = SmallList::new();
-            submit(record, |op| ready.push(op)).inspect_err(|_| self.uncount())?;
+            let watched = super::shared::watched(&record);
+            let submitted = submit(record, |op| ready.push(op)).inspect_err(|_| self.uncount());
             drop(open);
+            if let Some(record) = watched {
+                super::shared::push_ended(&record, submitted.is_ok());
+            }
+            submitted?;
             for op in ready {
                 self.dispatcher.dispatch_pushed(op);
             }

@@ -209,6 +209,27 @@ impl<Rd, Wr> OpBuilder<'_, Rd, Wr> {
         self
     }
 
+    /// Makes the op one of `group`'s (see [`OpGroup`](crate::OpGroup)): waited
+    /// for, cancelled and counted with it. A push into a cancelled group is
+    /// refused ([`Error::is_cancelled`](crate::Error::is_cancelled)), and so is
+    /// one into a group of another engine
+    /// ([`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let request = engine.group("request");
+    /// let h = engine.op("answer").group(&request).run(|(), ()| Ok(42));
+    /// request.wait().blocking_wait()?;
+    /// assert_eq!(h.blocking_wait()?, 42);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
+    pub fn group(mut self, group: &crate::OpGroup) -> Self {
+        self.opts.group = Some(group.core().clone());
+        self
+    }
+
     /// Cancels the op if its handle is dropped before the op starts
     /// (default false: a dropped handle detaches the op, which still runs).
     /// For request-scoped work: the op of a request whose client hung up

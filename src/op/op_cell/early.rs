@@ -42,8 +42,8 @@ impl<J: Job> OpCell<J> {
         } else if pass_on {
             self.header.host.note(Note::ForWaitAll(&err));
         }
-        if self.header.meta.profiled() {
-            self.header.profile_ended(Some(&err));
+        if self.header.meta.watched() {
+            self.header.watch_ended(Some(&err));
         }
         if pass_on {
             self.header.record_outcome(Err(&err));
@@ -88,8 +88,8 @@ impl<J: Job> OpCell<J> {
         // an op resolved early, once. So only this call reads `epoch`.
         let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
         if epoch.is_some() {
-            if self.header.meta.profiled() {
-                self.header.profile_finished();
+            if self.header.meta.watched() {
+                self.header.watch_finished();
             }
             self.header.host.note(Note::Done { counted: false });
         }

@@ -1,5 +1,5 @@
 //! The cold box: what only some ops carry (their errors, a nested op's
-//! handoff with its parent, their span, their profile), in one allocation
+//! handoff with its parent, their span, their profile, their group), in one allocation
 //! made only when an op has one of them. An op that has none carries one
 //! empty cell in its header and runs no instruction of any of them: the
 //! error path is entered on the header's `has_errors` bit, the span and the
@@ -13,6 +13,7 @@
 
 use std::sync::OnceLock;
 
+use super::group::GroupLink;
 use super::nest::Handoff;
 use super::profile::OpProfile;
 use super::{Header, Meta};
@@ -31,11 +32,13 @@ pub(crate) struct Cold {
     /// The errors it saw on its vars and the one it passes on
     /// (`errors.rs`), and a nested op's handoff (`nest.rs`).
     pub(super) errors: Mutex<OpErrors>,
+    /// Its group, if it joined one at push (`group.rs`).
+    pub(super) group: OnceLock<GroupLink>,
 }
 
 impl Default for Cold {
     fn default() -> Self {
-        Self { span: None, profile: None, errors: Mutex::new(OpErrors::default()) }
+        Self { span: None, profile: None, errors: Mutex::new(OpErrors::default()), group: OnceLock::new() }
     }
 }
 
@@ -70,8 +73,8 @@ impl Header {
 }
 
 /// The cold box of a new op: its span if a subscriber wants it, its
-/// profile if its push chose to profile it (`Flags::PROFILED`); empty for
-/// neither.
+/// profile if its push chose to profile it (`Meta::profiled`); empty for
+/// neither. A group joins after the record is built (`group.rs`).
 #[inline(always)]
 pub(super) fn at_push(meta: &Meta) -> ColdCell {
     // Asked first: with tracing's `log` feature on (axum's default

@@ -7,12 +7,14 @@ use std::sync::Arc;
 
 mod cold;
 mod errors;
+mod group;
 mod host;
 mod nest;
 mod profile;
 mod spares;
 
 pub(in crate::op) use errors::LeftOnVars;
+pub(crate) use group::{GroupCore, REASON as GROUP_REASON};
 pub(crate) use host::{Dispatch, Help, Host, HostRef, Note, ReadyList, Wait, note_cancelling};
 pub(crate) use profile::now_ns;
 #[cfg(all(test, not(depengine_loom)))]
@@ -88,6 +90,9 @@ pub(crate) struct Meta {
     /// `errors.rs`). Rarely set, and read only on the error paths: a byte
     /// of padding, not a bit of `flags`, whose byte is full.
     pub(crate) repairs: bool,
+    /// Recorded by the profiler (its cold box holds its profile; its
+    /// `WATCHED` bit is set). Padding too.
+    pub(crate) profiled: bool,
     pub(crate) name: Cow<'static, str>,
 }
 
@@ -114,8 +119,10 @@ impl Flags {
     /// Counted against the engine's limit of ops in flight: gives its slot
     /// back when it is published.
     pub(crate) const COUNTED: u8 = 1 << 6;
-    /// Recorded by the profiler (its cold box holds its profile).
-    pub(crate) const PROFILED: u8 = 1 << 7;
+    /// Its steps are told to its cold box: it is profiled (`Meta::profiled`)
+    /// or in a group (`group.rs`), or both. The one bit an op in neither
+    /// pays for.
+    pub(crate) const WATCHED: u8 = 1 << 7;
 
     /// The flags whose bits are set in `bits`.
     pub(crate) const fn new(bits: u8) -> Self {
@@ -190,7 +197,13 @@ impl Meta {
     /// Recorded by the profiler.
     #[inline]
     pub(crate) fn profiled(&self) -> bool {
-        self.flags.has(Flags::PROFILED)
+        self.profiled
+    }
+
+    /// Profiled, or in a group: its steps are told to its cold box.
+    #[inline]
+    pub(crate) fn watched(&self) -> bool {
+        self.flags.has(Flags::WATCHED)
     }
 
     /// Its own failure is left on the vars it writes (the default).

@@ -41,36 +41,42 @@ pub(crate) fn thread_label() -> Arc<str> {
     })
 }
 
-/// The profiled op's steps, out of line: called only for an op whose
-/// flags say it is profiled.
+/// The watched op's steps (profiled, in a group, or both), out of line:
+/// called only for an op whose flags say it is watched (`Flags::WATCHED`).
 impl Header {
     #[cold]
     #[inline(never)]
-    pub(crate) fn profile_started(&self) {
+    pub(crate) fn watch_started(&self) {
         if let Some(p) = self.profile() {
             p.started();
         }
+        self.group_started();
     }
 
     /// Its body returned, or stored its result (`err`: how it failed).
     #[cold]
     #[inline(never)]
-    pub(crate) fn profile_ended(&self, err: Option<&crate::error::Error>) {
+    pub(crate) fn watch_ended(&self, err: Option<&crate::error::Error>) {
         if let Some(p) = self.profile() {
             p.ended();
             if let Some(err) = err {
                 p.outcome(Outcome::of(err));
             }
         }
+        if let Some(err) = err {
+            self.group_ended(err);
+        }
     }
 
-    /// It completed: its record goes to the engine.
+    /// It completed: its record goes to the engine, its group counts it
+    /// out.
     #[cold]
     #[inline(never)]
-    pub(crate) fn profile_finished(&self) {
+    pub(crate) fn watch_finished(&self) {
         if let Some(p) = self.profile() {
             self.host.profiled(p.finish(self));
         }
+        self.group_finished();
     }
 }
 

@@ -1,0 +1,306 @@
+//! Op groups, as the op layer keeps them: a group's books ([`GroupCore`]:
+//! its counts, its first error, its unfinished ops, who waits for it) and
+//! the link each of its ops carries in its cold box ([`GroupLink`]). The
+//! public face is `engine::group`.
+//!
+//! An op in no group carries no link and runs none of this: every hook is
+//! entered on the header's `WATCHED` bit, which a profiled op sets too.
+//!
+//! The protocol (`README.md` beside `op/`, *Groups*): every step of an op
+//! that touches its group's books (`enter`, `submitted`, `started`,
+//! `finished`, `left`) takes the group's lock and reads or writes the
+//! link's state under it, so each op is counted in exactly once and out
+//! exactly once, whatever order a push, a worker and a `cancel` reach it
+//! in. `cancel` sets its flag under that lock, so a push either is refused
+//! or is seen by the cancel (or, between its build and its append, sees
+//! the flag at `submitted` and resolves itself).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::task::Waker;
+
+use super::{Header, Host, TaskRef};
+use crate::error::{Error, Kind};
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::{Mutex, lock};
+
+/// Why a group's ops end unrun.
+pub(crate) const REASON: &str = "its group was cancelled";
+
+/// A group's books.
+pub(crate) struct GroupCore {
+    pub(crate) name: Cow<'static, str>,
+    /// The engine whose ops may join (a `Weak`: the address stays its own).
+    host: Weak<dyn Host>,
+    cancelled: AtomicBool,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for GroupCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpGroup")
+            .field("name", &self.name)
+            .field("cancelled", &self.is_cancelled())
+            .field("counts", &self.counts())
+            .finish()
+    }
+}
+
+/// A group's counts, as [`GroupCore::counts`] reads them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub(crate) pending: usize,
+    pub(crate) running: usize,
+    pub(crate) done: u64,
+    pub(crate) failed: u64,
+    pub(crate) cancelled: u64,
+}
+
+#[derive(Default)]
+struct State {
+    /// Ops counted in and not yet out.
+    live: usize,
+    running: usize,
+    done: u64,
+    failed: u64,
+    cancelled: u64,
+    first_error: Option<Error>,
+    /// The unfinished ops a `cancel` reaches, by header address, from their
+    /// append on (weak: a record is freed or reused as if in no group).
+    ops: HashMap<usize, Weak<dyn super::Task>>,
+    waiters: Vec<Waker>,
+}
+
+/// Where an op stands with its group: written under the group's lock.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Built, not counted in (refused, or not asked yet).
+    Out,
+    /// Counted in, its body not started.
+    In,
+    Running,
+    /// Counted out.
+    Finished,
+}
+
+/// What a grouped op carries in its cold box.
+pub(crate) struct GroupLink {
+    pub(crate) core: Arc<GroupCore>,
+    step: Mutex<Step>,
+    /// The first error its result was stored with (its outcome).
+    error: Mutex<Option<Error>>,
+    /// A future op's task, once spawned: a cancel aborts it.
+    abort: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl GroupCore {
+    pub(crate) fn new(name: Cow<'static, str>, host: Weak<dyn Host>) -> Arc<Self> {
+        Arc::new(Self { name, host, cancelled: AtomicBool::new(false), state: Mutex::default() })
+    }
+
+    /// Whether `host` is the engine this group belongs to.
+    pub(crate) fn of(&self, host: *const ()) -> bool {
+        std::ptr::addr_eq(self.host.as_ptr(), host)
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn counts(&self) -> Counts {
+        let s = lock(&self.state);
+        Counts {
+            pending: s.live - s.running,
+            running: s.running,
+            done: s.done,
+            failed: s.failed,
+            cancelled: s.cancelled,
+        }
+    }
+
+    /// `Some` once no op of the group is unfinished: the first error any of
+    /// them ended with, if one did. Else `waker` is woken when none is.
+    pub(crate) fn poll_idle(&self, waker: &Waker) -> Option<Result<(), Error>> {
+        let mut s = lock(&self.state);
+        if s.live == 0 {
+            return Some(s.first_error.clone().map_or(Ok(()), Err));
+        }
+        if !s.waiters.iter().any(|w| w.will_wake(waker)) {
+            s.waiters.push(waker.clone());
+        }
+        None
+    }
+
+    /// Counts a new op of the group in (its record built, held alone by
+    /// the push): refused if the group is cancelled.
+    pub(crate) fn enter(self: &Arc<Self>, header: &Header) -> Result<(), Error> {
+        let link = header.cold().group.get_or_init(|| GroupLink {
+            core: self.clone(),
+            step: Mutex::new(Step::Out),
+            error: Mutex::new(None),
+            abort: Mutex::new(None),
+        });
+        let mut s = lock(&self.state);
+        if self.is_cancelled() {
+            return Err(Error::new(Kind::Cancelled { op: header.meta.name.clone(), reason: REASON }));
+        }
+        s.live += 1;
+        *lock(&link.step) = Step::In;
+        Ok(())
+    }
+
+    /// Stops the group's later pushes, resolves its ops that have not
+    /// started as cancelled, and aborts its future ops' tasks. Returns
+    /// whether this call cancelled it (not an earlier one).
+    pub(crate) fn cancel(&self) -> bool {
+        let ops: Vec<TaskRef> = {
+            let s = lock(&self.state);
+            if self.cancelled.swap(true, Ordering::AcqRel) {
+                return false;
+            }
+            s.ops.values().filter_map(Weak::upgrade).collect()
+        };
+        for op in ops {
+            cancel_op(&op);
+        }
+        true
+    }
+
+    /// Counts the op of `header` out with `outcome` (`None`: it succeeded).
+    fn count_out(&self, header: &Header, link: &GroupLink, outcome: Option<Error>) {
+        let waiters = {
+            let mut s = lock(&self.state);
+            let mut step = lock(&link.step);
+            if matches!(*step, Step::Out | Step::Finished) {
+                return;
+            }
+            s.live -= 1;
+            if *step == Step::Running {
+                s.running -= 1;
+            }
+            *step = Step::Finished;
+            s.ops.remove(&key(header));
+            match outcome {
+                None => s.done += 1,
+                Some(err) => {
+                    if err.is_cancelled() {
+                        s.cancelled += 1;
+                    } else {
+                        s.failed += 1;
+                    }
+                    s.first_error.get_or_insert(err);
+                }
+            }
+            if s.live == 0 { std::mem::take(&mut s.waiters) } else { Vec::new() }
+        };
+        waiters.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// An op's key in its group: its header's address.
+fn key(header: &Header) -> usize {
+    std::ptr::from_ref(header) as usize
+}
+
+/// Resolves `op` as cancelled if it has not started; aborts its task if it
+/// is a future op already spawned.
+fn cancel_op(op: &TaskRef) {
+    let err = Error::new(Kind::Cancelled { op: op.header().meta.name.clone(), reason: REASON });
+    if op.resolve_early(op, err, false) {
+        return;
+    }
+    if let Some(link) = op.header().group() {
+        if let Some(task) = lock(&link.abort).as_ref() {
+            task.abort();
+        }
+    }
+}
+
+/// The group hooks of an op's life, entered only on its `WATCHED` bit.
+impl Header {
+    /// The op's group link, if it is in a group.
+    pub(crate) fn group(&self) -> Option<&GroupLink> {
+        self.cold.get().and_then(|c| c.group.get())
+    }
+
+    /// It was appended to its vars (`this` is its record): from now on a
+    /// cancel reaches it; if the group was cancelled since it entered, it is
+    /// resolved now.
+    #[cold]
+    pub(crate) fn group_submitted(&self, this: &TaskRef) {
+        let Some(link) = self.group() else { return };
+        let core = &link.core;
+        {
+            let mut s = lock(&core.state);
+            if *lock(&link.step) == Step::Finished {
+                return;
+            }
+            if !core.is_cancelled() {
+                s.ops.insert(key(self), Arc::downgrade(this));
+                return;
+            }
+        }
+        cancel_op(this);
+    }
+
+    /// Its body starts.
+    #[cold]
+    pub(crate) fn group_started(&self) {
+        let Some(link) = self.group() else { return };
+        let mut s = lock(&link.core.state);
+        let mut step = lock(&link.step);
+        if *step == Step::In {
+            *step = Step::Running;
+            s.running += 1;
+        }
+    }
+
+    /// Its result was stored with `err`.
+    #[cold]
+    pub(crate) fn group_ended(&self, err: &Error) {
+        if let Some(link) = self.group() {
+            lock(&link.error).get_or_insert_with(|| err.clone());
+        }
+    }
+
+    /// It was published: counted out with its outcome.
+    #[cold]
+    pub(crate) fn group_finished(&self) {
+        let Some(link) = self.group() else { return };
+        let outcome = lock(&link.error).take();
+        link.core.count_out(self, link, outcome);
+    }
+
+    /// Its record is dropped unpublished (its push was refused after it was
+    /// built): counted out as if it had never been pushed.
+    #[cold]
+    pub(crate) fn group_left(&self) {
+        let Some(link) = self.group() else { return };
+        let core = &link.core;
+        let waiters = {
+            let mut s = lock(&core.state);
+            let mut step = lock(&link.step);
+            if *step != Step::In {
+                return;
+            }
+            *step = Step::Finished;
+            s.live -= 1;
+            s.ops.remove(&key(self));
+            if s.live == 0 { std::mem::take(&mut s.waiters) } else { Vec::new() }
+        };
+        waiters.into_iter().for_each(Waker::wake);
+    }
+
+    /// A future op's task was spawned: a cancel aborts it (now, if the
+    /// group was cancelled before the abort handle was kept).
+    #[cold]
+    pub(crate) fn group_spawned(&self, task: tokio::task::AbortHandle) {
+        let Some(link) = self.group() else { return };
+        let mut abort = lock(&link.abort);
+        let task = abort.insert(task);
+        if link.core.is_cancelled() {
+            task.abort();
+        }
+    }
+}
