@@ -55,6 +55,8 @@ pub struct PendingOp {
     pub key: usize,
     /// Its name.
     pub name: String,
+    /// The name of its group ([`OpGroup`](crate::OpGroup)), if it joined one.
+    pub group: Option<String>,
     /// The vars it is queued on (not let through yet), by label.
     pub waits_on: Vec<String>,
     /// The vars it holds (let through, not completed), by label.
@@ -109,7 +111,10 @@ pub struct PendingVar {
 
 impl PendingOp {
     fn label(&self) -> String {
-        format!("`{}`", self.name)
+        match &self.group {
+            Some(group) => format!("`{}` (group `{group}`)", self.name),
+            None => format!("`{}`", self.name),
+        }
     }
 
     /// What is known of its times, as `" (pushed ~1.2s ago)"`, or nothing.

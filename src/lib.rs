@@ -203,7 +203,9 @@ struct ReadmeDoctests;
 struct EscapesThatDoNotCompile;
 
 pub use device::{Device, Lane};
-pub use engine::{Engine, EngineBuilder, GroupCounts, GroupWait, OpGroup, ShutdownMode, WeakEngine, is_cancelled};
+pub use engine::{
+    Engine, EngineBuilder, GroupCounts, GroupWait, OpGroup, ShutdownMode, WeakEngine, is_cancelled,
+};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use op::op_handle::{Completion, OpHandle};
 pub use scope::scope;

@@ -162,7 +162,13 @@ impl OpGroup {
     /// ```
     pub fn counts(&self) -> GroupCounts {
         let c = self.core.counts();
-        GroupCounts { pending: c.pending, running: c.running, done: c.done, failed: c.failed, cancelled: c.cancelled }
+        GroupCounts {
+            pending: c.pending,
+            running: c.running,
+            done: c.done,
+            failed: c.failed,
+            cancelled: c.cancelled,
+        }
     }
 
     /// Waits until no op of the group is unfinished: resolves with `Ok` if
@@ -177,7 +183,10 @@ impl OpGroup {
     /// itself).
     pub fn wait(&self) -> GroupWait {
         let refused = inside_group(&self.core).then(|| {
-            Error::would_deadlock("OpGroup::wait", "it is called inside an op of this group, and would wait for it")
+            Error::would_deadlock(
+                "OpGroup::wait",
+                "it is called inside an op of this group, and would wait for it",
+            )
         });
         GroupWait { core: self.core.clone(), refused }
     }

@@ -36,6 +36,7 @@ pub(super) fn pending(shared: &Shared) -> Pending {
             PendingOp {
                 key: k,
                 name: header.meta.name.to_string(),
+                group: header.group().map(|link| link.core.name.to_string()),
                 waits_on: Vec::new(),
                 holds: Vec::new(),
                 // Exact for a profiled op, else on the coarse clock, below.

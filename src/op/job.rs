@@ -218,7 +218,8 @@ impl<R: 'static> Drop for StoreOnDrop<R> {
         if let Some(slot) = self.0.take() {
             let op = slot.header().meta.name.clone();
             let aborted = slot.header().group().is_some_and(|link| link.core.is_cancelled());
-            let reason = if aborted { GROUP_REASON } else { "its tokio runtime shut down before it finished" };
+            let reason =
+                if aborted { GROUP_REASON } else { "its tokio runtime shut down before it finished" };
             slot.store_owned(Err(Error::new(Kind::Cancelled { op, reason })));
         }
     }

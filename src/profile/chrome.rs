@@ -59,6 +59,9 @@ pub(super) fn render(profile: &Profile) -> String {
         if op.outcome != super::Outcome::Ok {
             args["outcome"] = json!(op.outcome.as_str());
         }
+        if let Some(group) = &op.group {
+            args["group"] = json!(group);
+        }
         let (start, end) = match (op.start, op.end) {
             (Some(s), Some(e)) => (s, e),
             // Never run (skipped or cancelled before a thread took it):

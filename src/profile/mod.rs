@@ -109,6 +109,8 @@ pub struct ProfiledOp {
     pub seq: u64,
     /// Its name.
     pub name: String,
+    /// The name of its group ([`OpGroup`](crate::OpGroup)), if it joined one.
+    pub group: Option<String>,
     /// Its device.
     pub device: Device,
     /// Its lane.

@@ -23,6 +23,7 @@ pub(crate) struct Dep {
 pub(crate) struct OpRecord {
     pub(crate) seq: u64,
     pub(crate) name: Cow<'static, str>,
+    pub(crate) group: Option<Cow<'static, str>>,
     pub(crate) device: Device,
     pub(crate) lane: Lane,
     pub(crate) priority: i32,
@@ -51,6 +52,7 @@ impl OpRecord {
         ProfiledOp {
             seq: self.seq,
             name: self.name.to_string(),
+            group: self.group.as_deref().map(str::to_owned),
             device: self.device,
             lane: self.lane,
             priority: self.priority,

@@ -7,6 +7,7 @@ fn op(seq: u64) -> OpRecord {
     OpRecord {
         seq,
         name: "op".into(),
+        group: None,
         device: Device::Cpu(0),
         lane: Lane::Normal,
         priority: 0,

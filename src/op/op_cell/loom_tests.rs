@@ -82,6 +82,7 @@ fn meta() -> Meta {
         flags: Flags::default(),
         handle: HandleKind::Handle,
         repairs: false,
+        profiled: false,
         name: Cow::Borrowed("modelled"),
     }
 }

@@ -210,10 +210,10 @@ fn cancel_op(op: &TaskRef) {
     if op.resolve_early(op, err, false) {
         return;
     }
-    if let Some(link) = op.header().group() {
-        if let Some(task) = lock(&link.abort).as_ref() {
-            task.abort();
-        }
+    if let Some(link) = op.header().group()
+        && let Some(task) = lock(&link.abort).as_ref()
+    {
+        task.abort();
     }
 }
 

@@ -175,6 +175,7 @@ impl OpProfile {
         OpRecord {
             seq: self.seq,
             name: header.meta.name.clone(),
+            group: header.group().map(|link| link.core.name.clone()),
             device: header.meta.device(),
             lane: header.meta.lane,
             priority: header.meta.priority,

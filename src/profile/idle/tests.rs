@@ -5,6 +5,7 @@ fn op(seq: u64, thread: &str, ready: u64, start: u64, end: u64) -> ProfiledOp {
     ProfiledOp {
         seq,
         name: "op".into(),
+        group: None,
         device: Device::Cpu(0),
         lane: Lane::Normal,
         priority: 0,
