@@ -81,7 +81,7 @@ impl Engine {
     /// assert_eq!(batch.counts(), depengine::GroupCounts::default());
     /// ```
     pub fn group(&self, name: impl Into<Cow<'static, str>>) -> OpGroup {
-        let host: Arc<dyn crate::op::Host> = self.shared().clone();
+        let host: Arc<dyn std::any::Any + Send + Sync> = self.shared().clone();
         OpGroup { core: GroupCore::new(name.into(), Arc::downgrade(&host)), cancel_on_drop: true }
     }
 }

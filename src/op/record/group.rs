@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::task::Waker;
 
-use super::{Header, Host, TaskRef};
+use super::{Header, TaskRef};
 use crate::error::{Error, Kind};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Mutex, lock};
@@ -31,8 +31,9 @@ pub(crate) const REASON: &str = "its group was cancelled";
 /// A group's books.
 pub(crate) struct GroupCore {
     pub(crate) name: Cow<'static, str>,
-    /// The engine whose ops may join (a `Weak`: the address stays its own).
-    host: Weak<dyn Host>,
+    /// The engine whose ops may join (a `Weak`: the address stays its own;
+    /// erased, for this file names nothing of the engine).
+    host: Weak<dyn std::any::Any + Send + Sync>,
     cancelled: AtomicBool,
     state: Mutex<State>,
 }
@@ -95,7 +96,7 @@ pub(crate) struct GroupLink {
 }
 
 impl GroupCore {
-    pub(crate) fn new(name: Cow<'static, str>, host: Weak<dyn Host>) -> Arc<Self> {
+    pub(crate) fn new(name: Cow<'static, str>, host: Weak<dyn std::any::Any + Send + Sync>) -> Arc<Self> {
         Arc::new(Self { name, host, cancelled: AtomicBool::new(false), state: Mutex::default() })
     }
 
