@@ -354,10 +354,7 @@ fn random_program(seed: u64) {
         let writes: Vec<usize> = (0..3).filter(|_| rng.chance(40)).collect();
         let group = rng.chance(75).then(|| rng.below(3));
         let spin = rng.below(3) * 20;
-        let mut b = engine.op("step");
-        if let Some(g) = group {
-            b = b.group(&groups[g]);
-        }
+        let b = engine.op("step").group_opt(group.map(|g| &groups[g]));
         let targets: Vec<_> = writes.iter().map(|&k| &vars[k]).collect();
         // A push into a cancelled group is refused, and not counted.
         let refused = group.is_some_and(|g| groups[g].is_cancelled());

@@ -42,7 +42,7 @@ pub use api::{Engine, Profiler, ShutdownMode, WaitForAll, WeakEngine};
 pub use config::{EngineKind, Settings};
 pub use engine_builder::EngineBuilder;
 pub use group::{GroupCounts, GroupWait, OpGroup, is_cancelled};
-pub use op_builder::OpBuilder;
+pub use op_builder::{GroupSlot, InGroup, OpBuilder};
 #[cfg(feature = "mpi")]
 pub(crate) use recorder::name_profiles_by_rank;
 pub use reserve::Reservation;

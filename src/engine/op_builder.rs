@@ -15,6 +15,7 @@ use crate::op::DepList;
 use crate::op::access::{Append, AsVar, Decls, Item, Reading, Writing, held_of};
 use crate::op::job::{AsyncJob, FutureJob, Job, SyncJob};
 use crate::op::op_handle::{Completion, OpHandle};
+use crate::op::record::GroupCore;
 use crate::var::{Access, AnyVar};
 
 /// Builds an op: what it reads and writes, where it runs, then its body.
@@ -48,7 +49,7 @@ use crate::var::{Access, AnyVar};
 /// # Ok(()) }
 /// ```
 #[must_use = "an op is pushed only when one of its run or spawn methods is called"]
-pub struct OpBuilder<'e, Rd = (), Wr = ()> {
+pub struct OpBuilder<'e, Rd = (), Wr = (), G = ()> {
     shared: &'e Arc<Shared>,
     opts: OpOptions,
     reads: Rd,
@@ -57,6 +58,11 @@ pub struct OpBuilder<'e, Rd = (), Wr = ()> {
     /// The room of a [`Reservation`](super::Reservation), until the push
     /// uses it (dropped unused, it goes back).
     reserved: Option<OwnedSemaphorePermit>,
+    /// The group the op joins: `()` (none, and nothing to carry), or
+    /// [`InGroup`] after [`group`](Self::group), whose push goes out of
+    /// line. A type, not a field's value, so that the common push carries
+    /// nothing of groups.
+    pub(super) group: G,
 }
 
 impl<'e> OpBuilder<'e> {
@@ -69,6 +75,7 @@ impl<'e> OpBuilder<'e> {
             writes: (),
             untyped: DepList::new(),
             reserved: None,
+            group: (),
         }
     }
 }
@@ -81,11 +88,11 @@ impl<'e> OpBuilder<'e> {
         reserved: Option<OwnedSemaphorePermit>,
     ) -> Self {
         let opts = OpOptions::new(name);
-        OpBuilder { shared, opts, reads: (), writes: (), untyped: DepList::new(), reserved }
+        OpBuilder { shared, opts, reads: (), writes: (), untyped: DepList::new(), reserved, group: () }
     }
 }
 
-impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
+impl<'e, Rd, Wr, G> OpBuilder<'e, Rd, Wr, G> {
     /// Declares a read of `var` (a [`Var`](crate::Var) or a scope's var): the body
     /// receives a [`ReadGuard`](crate::ReadGuard).
     ///
@@ -98,12 +105,20 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     /// assert_eq!(product.blocking_wait()?, 6);
     /// # Ok::<(), depengine::Error>(())
     /// ```
-    pub fn read<V: AsVar>(self, var: &V) -> OpBuilder<'e, Rd::Output, Wr>
+    pub fn read<V: AsVar>(self, var: &V) -> OpBuilder<'e, Rd::Output, Wr, G>
     where
         Rd: Append<Reading<V::Held>>,
     {
-        let Self { shared, opts, reads, writes, untyped, reserved } = self;
-        OpBuilder { shared, opts, reads: reads.append(Reading(held_of(var))), writes, untyped, reserved }
+        let Self { shared, opts, reads, writes, untyped, reserved, group } = self;
+        OpBuilder {
+            shared,
+            opts,
+            reads: reads.append(Reading(held_of(var))),
+            writes,
+            untyped,
+            reserved,
+            group,
+        }
     }
 
     /// Declares a read of each var: the body receives a `Vec` of guards.
@@ -117,15 +132,15 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     /// assert_eq!(total.blocking_wait()?, 10);
     /// # Ok::<(), depengine::Error>(())
     /// ```
-    pub fn read_all<'v, V, I>(self, vars: I) -> OpBuilder<'e, Rd::Output, Wr>
+    pub fn read_all<'v, V, I>(self, vars: I) -> OpBuilder<'e, Rd::Output, Wr, G>
     where
         V: AsVar + 'v,
         I: IntoIterator<Item = &'v V>,
         Rd: Append<Reading<Vec<V::Held>>>,
     {
-        let Self { shared, opts, reads, writes, untyped, reserved } = self;
+        let Self { shared, opts, reads, writes, untyped, reserved, group } = self;
         let reads = reads.append(Reading(vars.into_iter().map(held_of).collect()));
-        OpBuilder { shared, opts, reads, writes, untyped, reserved }
+        OpBuilder { shared, opts, reads, writes, untyped, reserved, group }
     }
 
     /// Declares a write of `var` (a [`Var`](crate::Var) or a scope's var): the body
@@ -143,12 +158,20 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     /// assert_eq!(*dst.read().blocking_wait()?, vec![1, 2, 3]);
     /// # Ok::<(), depengine::Error>(())
     /// ```
-    pub fn write<V: AsVar>(self, var: &V) -> OpBuilder<'e, Rd, Wr::Output>
+    pub fn write<V: AsVar>(self, var: &V) -> OpBuilder<'e, Rd, Wr::Output, G>
     where
         Wr: Append<Writing<V::Held>>,
     {
-        let Self { shared, opts, reads, writes, untyped, reserved } = self;
-        OpBuilder { shared, opts, reads, writes: writes.append(Writing(held_of(var))), untyped, reserved }
+        let Self { shared, opts, reads, writes, untyped, reserved, group } = self;
+        OpBuilder {
+            shared,
+            opts,
+            reads,
+            writes: writes.append(Writing(held_of(var))),
+            untyped,
+            reserved,
+            group,
+        }
     }
 
     /// Declares a write of each var: the body receives a `Vec` of guards.
@@ -165,15 +188,15 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     /// assert_eq!(*shards[3].read().blocking_wait()?, 3);
     /// # Ok::<(), depengine::Error>(())
     /// ```
-    pub fn write_all<'v, V, I>(self, vars: I) -> OpBuilder<'e, Rd, Wr::Output>
+    pub fn write_all<'v, V, I>(self, vars: I) -> OpBuilder<'e, Rd, Wr::Output, G>
     where
         V: AsVar + 'v,
         I: IntoIterator<Item = &'v V>,
         Wr: Append<Writing<Vec<V::Held>>>,
     {
-        let Self { shared, opts, reads, writes, untyped, reserved } = self;
+        let Self { shared, opts, reads, writes, untyped, reserved, group } = self;
         let writes = writes.append(Writing(vars.into_iter().map(held_of).collect()));
-        OpBuilder { shared, opts, reads, writes, untyped, reserved }
+        OpBuilder { shared, opts, reads, writes, untyped, reserved, group }
     }
 
     /// Declares a read of a var without receiving its data (a dependency
@@ -214,7 +237,7 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr> {
     }
 }
 
-impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
+impl<'e, Rd: Item, Wr: Item, G: GroupSlot> OpBuilder<'e, Rd, Wr, G> {
     /// Pushes the op with a body run to completion on a worker of its lane.
     ///
     /// A refused push (closed engine, deleted var, invalid arguments)
@@ -277,8 +300,12 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
     where
         F: FnOnce(Rd::Guard, Wr::Guard) -> Result<(), BoxError> + Send + 'static,
     {
-        let (shared, opts, decls, reads, writes) = self.declared();
-        shared.push(opts, Role::User, decls, SyncJob { reads, writes, body }, Body::Sync, true).map(drop)
+        let (shared, opts, decls, reads, writes, group) = self.declared();
+        let job = SyncJob { reads, writes, body };
+        match group.in_group() {
+            None => shared.push(opts, Role::User, decls, job, Body::Sync, true).map(drop),
+            Some(InGroup(group)) => shared.push_grouped(opts, decls, job, Body::Sync, true, group).map(drop),
+        }
     }
 
     /// Pushes an async op: the body receives a [`Completion`] and the op
@@ -349,7 +376,7 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
         make: impl FnOnce(Rd, Wr, &Shared) -> Result<J, Error>,
         body: Body,
     ) -> OpHandle<J::Output> {
-        let (shared, opts, decls, reads, writes) = self.declared();
+        let (shared, opts, decls, reads, writes, group) = self.declared();
         let job = match make(reads, writes, shared) {
             Ok(job) => job,
             Err(err) => {
@@ -359,22 +386,25 @@ impl<'e, Rd: Item, Wr: Item> OpBuilder<'e, Rd, Wr> {
                 return OpHandle::refused(err);
             }
         };
-        OpHandle::of_push(shared.push(opts, Role::User, decls, job, body, false))
+        OpHandle::of_push(match group.in_group() {
+            None => shared.push(opts, Role::User, decls, job, body, false),
+            Some(InGroup(group)) => shared.push_grouped(opts, decls, job, body, false, group),
+        })
     }
 
     /// The builder's parts, with every declaration collected. Inlined into
     /// every push, the reservation's case out of line: the common push has
     /// none.
     #[inline(always)]
-    fn declared(self) -> (&'e Arc<Shared>, OpOptions, DepList, Rd, Wr) {
-        let Self { shared, mut opts, reads, writes, untyped, reserved } = self;
+    fn declared(self) -> (&'e Arc<Shared>, OpOptions, DepList, Rd, Wr, G) {
+        let Self { shared, mut opts, reads, writes, untyped, reserved, group } = self;
         let mut decls = Decls(untyped);
         reads.declare(&mut decls);
         writes.declare(&mut decls);
         if let Some(room) = reserved {
             use_room(room, &mut opts);
         }
-        (shared, opts, decls.0, reads, writes)
+        (shared, opts, decls.0, reads, writes, group)
     }
 }
 
@@ -386,7 +416,41 @@ fn use_room(room: OwnedSemaphorePermit, opts: &mut OpOptions) {
     opts.set(OpOptions::RESERVED, true);
 }
 
-impl<Rd, Wr> std::fmt::Debug for OpBuilder<'_, Rd, Wr> {
+/// Whether an op builder's op joins a group: `()` for none (the default),
+/// [`InGroup`] after [`OpBuilder::group`], `Option<InGroup>` after
+/// [`OpBuilder::group_opt`]. Implemented by those three only.
+pub trait GroupSlot {
+    #[doc(hidden)]
+    fn in_group(self) -> Option<InGroup>;
+}
+
+impl GroupSlot for () {
+    #[inline(always)]
+    fn in_group(self) -> Option<InGroup> {
+        None
+    }
+}
+
+/// The group an op builder's op joins (see [`OpBuilder::group`]).
+#[derive(Debug)]
+pub struct InGroup(pub(super) Arc<GroupCore>);
+
+impl GroupSlot for InGroup {
+    #[inline]
+    fn in_group(self) -> Option<InGroup> {
+        Some(self)
+    }
+}
+
+/// A group or none, decided at run time ([`OpBuilder::group_opt`]).
+impl GroupSlot for Option<InGroup> {
+    #[inline]
+    fn in_group(self) -> Option<InGroup> {
+        self
+    }
+}
+
+impl<Rd, Wr, G> std::fmt::Debug for OpBuilder<'_, Rd, Wr, G> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpBuilder").field("options", &self.opts).finish_non_exhaustive()
     }

@@ -3,10 +3,8 @@
 //! ([`Role`]).
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use crate::device::{Device, Lane};
-use crate::op::record::GroupCore;
 
 #[inline]
 pub(super) fn bit_set(bits: u8, bit: u8) -> bool {
@@ -21,15 +19,13 @@ pub(crate) struct OpOptions {
     pub(crate) lane: Lane,
     pub(crate) priority: i32,
     /// Yes/no choices, one bit each (`OpOptions::NO_SKIP` …): in one byte,
-    /// the options fill 56 bytes, which every push moves.
+    /// the options fill 48 bytes, which every push moves.
     bits: u8,
-    /// The group the op joins (`OpBuilder::group`), taken out by the push.
-    pub(crate) group: Option<Arc<GroupCore>>,
 }
 
 impl OpOptions {
     pub(crate) fn new(name: Cow<'static, str>) -> Self {
-        Self { name, device: Device::Cpu(0), lane: Lane::Normal, priority: 0, bits: 0, group: None }
+        Self { name, device: Device::Cpu(0), lane: Lane::Normal, priority: 0, bits: 0 }
     }
 
     /// Runs even if a var it uses carries an error.

@@ -352,7 +352,7 @@ impl Shared {
         detached: bool,
     ) -> Result<Option<SlotRef<J::Output>>, Error> {
         let handle = if self.bulk.is_on() {
-            self.push_in_bulk(opts, role, decls, job, body, detached)?.map(|r| r as SlotRef<J::Output>)
+            self.push_in_bulk(opts, role, decls, job, body, detached, None)?.map(|r| r as SlotRef<J::Output>)
         } else {
             let record = self.build(opts, role, decls, job, body, detached)?;
             let handle = (!detached).then(|| record.clone() as SlotRef<J::Output>);
@@ -364,6 +364,59 @@ impl Shared {
             throttle::throttle(&**self, self.config.throttle_at);
         }
         Ok(handle)
+    }
+
+    /// [`push`](Self::push) for a user op that joins `group`: out of line,
+    /// so that the common push, inlined into every `run`, carries none of
+    /// the group's code. Such an op never joins a bulk segment.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn push_grouped<J: Job>(
+        self: &Arc<Self>,
+        opts: OpOptions,
+        decls: DepList,
+        job: J,
+        body: Body,
+        detached: bool,
+        group: Arc<GroupCore>,
+    ) -> Result<Option<SlotRef<J::Output>>, Error> {
+        let role = Role::User;
+        let handle = if self.bulk.is_on() {
+            self.push_in_bulk(opts, role, decls, job, body, detached, Some(group))?
+                .map(|r| r as SlotRef<J::Output>)
+        } else {
+            let record = self.build_grouped(opts, role, decls, job, body, detached, group)?;
+            let handle = (!detached).then(|| record.clone() as SlotRef<J::Output>);
+            self.submit(record)?;
+            handle
+        };
+        if self.config.throttle_at != 0 && throttle::due() {
+            throttle::throttle(&**self, self.config.throttle_at);
+        }
+        Ok(handle)
+    }
+
+    /// [`build`](Self::build) for an op that joins `group`: refused if the
+    /// group is another engine's or cancelled; else the record is marked
+    /// watched and counted in its group.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn build_grouped<J: Job>(
+        self: &Arc<Self>,
+        opts: OpOptions,
+        role: Role,
+        deps: DepList,
+        job: J,
+        body: Body,
+        detached: bool,
+        group: Arc<GroupCore>,
+    ) -> Result<Arc<OpCell<J>>, Error> {
+        check_group(&group, self, &opts.name)?;
+        let mut record = self.build(opts, role, deps, job, body, detached)?;
+        Arc::get_mut(&mut record).expect("a record just built is held alone").watch();
+        // Refused (cancelled since the check above): the record is dropped
+        // unpublished, which gives its slot back.
+        group.enter(crate::op::Task::header(&*record)).inspect_err(|_| self.uncount())?;
+        Ok(record)
     }
 
     /// Appends a record `build` made to its vars and dispatches what became
@@ -397,16 +450,13 @@ impl Shared {
     #[inline(always)]
     pub(super) fn build<J: Job>(
         self: &Arc<Self>,
-        mut opts: OpOptions,
+        opts: OpOptions,
         role: Role,
         mut deps: DepList,
         job: J,
         body: Body,
         detached: bool,
     ) -> Result<Arc<OpCell<J>>, Error> {
-        if let Some(group) = &opts.group {
-            check_group(group, self, &opts.name)?;
-        }
         let runs = match body {
             Body::Hands => Runs::WhereReady,
             Body::Gpu => Runs::OnGpu,
@@ -440,15 +490,8 @@ impl Shared {
             .inspect_err(|_| self.refund(counted))?;
         drop(extra);
         let profiled = self.recorder.wants(&opts);
-        let group = opts.group.take();
-        let meta = meta(opts, role, exec, detached, counted, profiled, group.is_some());
-        let record = recycle::build(spare, self, meta, deps, job, epoch);
-        if let Some(group) = group {
-            // Refused (cancelled since the check above): the record is
-            // dropped unpublished, which gives its slot back.
-            group.enter(crate::op::Task::header(&*record)).inspect_err(|_| self.uncount())?;
-        }
-        Ok(record)
+        let meta = meta(opts, role, exec, detached, counted, profiled);
+        Ok(recycle::build(spare, self, meta, deps, job, epoch))
     }
 }
 
@@ -504,15 +547,7 @@ fn check_group(group: &GroupCore, shared: &Arc<Shared>, name: &str) -> Result<()
 
 /// An op's record header fields from its options and its role.
 #[inline(always)]
-fn meta(
-    opts: OpOptions,
-    role: Role,
-    exec: Exec,
-    detached: bool,
-    counted: bool,
-    profiled: bool,
-    grouped: bool,
-) -> Meta {
+fn meta(opts: OpOptions, role: Role, exec: Exec, detached: bool, counted: bool, profiled: bool) -> Meta {
     let bits = opts.bits();
     Meta {
         device: PackedDevice::new(opts.device).expect("device ordinals are checked at placement"),
@@ -532,7 +567,7 @@ fn meta(
             .with(Flags::NESTED, role == Role::Member)
             .with(Flags::NO_POISON, bit_set(bits, OpOptions::NO_POISON))
             .with(Flags::COUNTED, counted)
-            .with(Flags::WATCHED, profiled || grouped),
+            .with(Flags::WATCHED, profiled),
         handle: match (detached, bit_set(bits, OpOptions::CANCEL_ON_DROP)) {
             (true, _) => HandleKind::Detached,
             (false, false) => HandleKind::Handle,

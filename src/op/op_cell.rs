@@ -58,6 +58,13 @@ impl<J: Job> OpCell<J> {
         })
     }
 
+    /// Marks this record, held alone by the push that built it, as watched:
+    /// an op that joins a group (`record/group.rs`) is marked after it is
+    /// built, so that the common build carries nothing of groups.
+    pub(crate) fn watch(&mut self) {
+        self.header.meta.flags = self.header.meta.flags.with(super::record::Flags::WATCHED, true);
+    }
+
     /// Makes this stripped record (see `recycle.rs`) the record of a new op
     /// of the same engine, field by field: the engine reference stays, and
     /// nothing is built on the stack to be copied in.

@@ -40,6 +40,7 @@ use crate::exec::HeldBack;
 use crate::op::Decl;
 use crate::op::job::Job;
 use crate::op::op_cell::OpCell;
+use crate::op::record::GroupCore;
 use crate::op::{DepList, Task, TaskRef, submit};
 use crate::sync::atomic::{AtomicBool, Ordering, fence};
 use crate::sync::latch::Latch;
@@ -138,6 +139,7 @@ impl Shared {
     /// Pushes an op while bulk execution is on: joins it to the open
     /// segment if it may, else pushes the segment, then the op. Returns
     /// its record, for its handle, unless it is `detached`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn push_in_bulk<J: Job>(
         self: &Arc<Self>,
         opts: OpOptions,
@@ -146,6 +148,7 @@ impl Shared {
         job: J,
         body: Body,
         detached: bool,
+        group: Option<Arc<GroupCore>>,
     ) -> Result<Option<Arc<OpCell<J>>>, Error> {
         let mut open = lock(&self.bulk.open);
         let joins = body == Body::Sync
@@ -155,13 +158,16 @@ impl Shared {
             && opts.lane == Lane::Normal
             && matches!(opts.device, Device::Cpu(_))
             // A group's op stays its own op, for its group's cancel to reach.
-            && opts.group.is_none()
+            && group.is_none()
             // With every worker parked, a new segment would be pushed at
             // once (below): the op goes on its own, without a segment.
             && !(open.members.is_empty() && self.dispatcher.all_parked(opts.device));
         if !joins {
             self.flush_open(&mut open);
-            let record = self.build(opts, role, deps, job, body, detached)?;
+            let record = match group {
+                None => self.build(opts, role, deps, job, body, detached)?,
+                Some(group) => self.build_grouped(opts, role, deps, job, body, detached, group)?,
+            };
             let handle = (!detached).then(|| record.clone());
             // Appended under the push lock, for push order; run after it is
             // released: an op that runs where it becomes ready (an inline

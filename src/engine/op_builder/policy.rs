@@ -1,11 +1,11 @@
 //! How an op runs, beside what it declares: its device, lane and
 //! priority, and what it does with errors, profiling and its handle.
 
-use super::OpBuilder;
 use super::OpOptions;
+use super::{InGroup, OpBuilder};
 use crate::device::{Device, Lane};
 
-impl<Rd, Wr> OpBuilder<'_, Rd, Wr> {
+impl<Rd, Wr, G> OpBuilder<'_, Rd, Wr, G> {
     /// The device the op runs on (default `Cpu(0)`).
     ///
     /// # Examples
@@ -209,27 +209,6 @@ impl<Rd, Wr> OpBuilder<'_, Rd, Wr> {
         self
     }
 
-    /// Makes the op one of `group`'s (see [`OpGroup`](crate::OpGroup)): waited
-    /// for, cancelled and counted with it. A push into a cancelled group is
-    /// refused ([`Error::is_cancelled`](crate::Error::is_cancelled)), and so is
-    /// one into a group of another engine
-    /// ([`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let engine = depengine::Engine::new();
-    /// let request = engine.group("request");
-    /// let h = engine.op("answer").group(&request).run(|(), ()| Ok(42));
-    /// request.wait().blocking_wait()?;
-    /// assert_eq!(h.blocking_wait()?, 42);
-    /// # Ok::<(), depengine::Error>(())
-    /// ```
-    pub fn group(mut self, group: &crate::OpGroup) -> Self {
-        self.opts.group = Some(group.core().clone());
-        self
-    }
-
     /// Cancels the op if its handle is dropped before the op starts
     /// (default false: a dropped handle detaches the op, which still runs).
     /// For request-scoped work: the op of a request whose client hung up
@@ -253,5 +232,57 @@ impl<Rd, Wr> OpBuilder<'_, Rd, Wr> {
     pub fn cancel_on_drop(mut self, cancel: bool) -> Self {
         self.opts.set(OpOptions::CANCEL_ON_DROP, cancel);
         self
+    }
+}
+
+impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr, ()> {
+    /// Makes the op one of `group`'s (see [`OpGroup`](crate::OpGroup)): waited
+    /// for, cancelled and counted with it. A push into a cancelled group is
+    /// refused ([`Error::is_cancelled`](crate::Error::is_cancelled)), and so is
+    /// one into a group of another engine
+    /// ([`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)).
+    /// An op joins one group: `group` is not there to call twice.
+    ///
+    /// ```compile_fail
+    /// let engine = depengine::Engine::new();
+    /// let (a, b) = (engine.group("a"), engine.group("b"));
+    /// engine.op("in two groups").group(&a).group(&b).run(|(), ()| Ok(()));
+    /// ```
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let request = engine.group("request");
+    /// let h = engine.op("answer").group(&request).run(|(), ()| Ok(42));
+    /// request.wait().blocking_wait()?;
+    /// assert_eq!(h.blocking_wait()?, 42);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
+    pub fn group(self, group: &crate::OpGroup) -> OpBuilder<'e, Rd, Wr, InGroup> {
+        let OpBuilder { shared, opts, reads, writes, untyped, reserved, group: () } = self;
+        OpBuilder { shared, opts, reads, writes, untyped, reserved, group: InGroup(group.core().clone()) }
+    }
+
+    /// [`group`](Self::group) if `group` is `Some`, for a group known only
+    /// at run time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let request = engine.group("request");
+    /// for traced in [true, false] {
+    ///     let group = traced.then_some(&request);
+    ///     engine.op("step").group_opt(group).run_detached(|(), ()| Ok(()))?;
+    /// }
+    /// request.wait().blocking_wait()?;
+    /// assert_eq!(request.counts().done, 1);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
+    pub fn group_opt(self, group: Option<&crate::OpGroup>) -> OpBuilder<'e, Rd, Wr, Option<InGroup>> {
+        let OpBuilder { shared, opts, reads, writes, untyped, reserved, group: () } = self;
+        let group = group.map(|g| InGroup(g.core().clone()));
+        OpBuilder { shared, opts, reads, writes, untyped, reserved, group }
     }
 }

@@ -1,6 +1,6 @@
 //! GPU ops: `run_gpu` of the op builder.
 
-use super::{Body, OpBuilder};
+use super::{Body, GroupSlot, OpBuilder};
 use crate::device::Device;
 use crate::error::{BoxError, Error};
 use crate::gpu::GpuContext;
@@ -8,7 +8,7 @@ use crate::op::access::Item;
 use crate::op::gpu_job::GpuJob;
 use crate::op::op_handle::OpHandle;
 
-impl<Rd: Item, Wr: Item> OpBuilder<'_, Rd, Wr> {
+impl<Rd: Item, Wr: Item, G: GroupSlot> OpBuilder<'_, Rd, Wr, G> {
     /// Pushes a GPU op, to be placed on a GPU with
     /// [`device`](Self::device)`(Device::Gpu(i))` (and a copy lane with
     /// [`lane`](Self::lane) for transfers). The body receives the guards

@@ -275,7 +275,16 @@ impl Header {
             self.deps = DepList::new();
         }
         if let Some(cold) = self.cold.take() {
-            drop(cold);
+            drop_cold(cold);
         }
     }
+}
+
+/// Drops a stripped op's cold box, out of line: most ops have none, and
+/// the box's drop (errors, span, profile, group) would otherwise weigh on
+/// every strip.
+#[cold]
+#[inline(never)]
+fn drop_cold(cold: Box<super::cold::Cold>) {
+    drop(cold);
 }
