@@ -29,6 +29,13 @@ use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
+#[path = "hangups.rs"]
+pub mod hangups;
+#[path = "journal.rs"]
+mod journal;
+
+pub use journal::{Appended, Entry, Journal, JournalCounts};
+
 /// Shards of the model.
 pub const SHARDS: usize = 4;
 /// Weights per shard.
@@ -128,6 +135,8 @@ pub struct Config {
     /// How long an update's body takes besides building the shards: a
     /// stand-in for a slow model rebuild (zero by default; tests set it).
     pub update_work: Duration,
+    /// How long a journal append takes besides appending (`journal.rs`).
+    pub journal_work: Duration,
 }
 
 impl Default for Config {
@@ -139,6 +148,7 @@ impl Default for Config {
             thread_name: "serve".into(),
             request_timeout: REQUEST_TIMEOUT,
             update_work: Duration::ZERO,
+            journal_work: Duration::from_micros(200),
         }
     }
 }
@@ -166,6 +176,8 @@ struct Inner {
     update_work: Duration,
     engine: Engine,
     model: Model,
+    /// The journal (the engine variants only).
+    journal: Option<Journal>,
     /// The latest model version (updates are serialized by the model's
     /// vars or lock; this only numbers them).
     version: AtomicU64,
@@ -214,12 +226,15 @@ impl App {
         registry.register("predictions_computed", "Predictions computed", computed.clone());
         registry.register_collector(Box::new(EngineCollector::new(&engine)));
         let variant = config.variant;
+        let journal = matches!(variant, Variant::Engine | Variant::EnginePool)
+            .then(|| Journal::new(&engine, config.journal_work));
         let inner = Inner {
             variant,
             request_timeout: config.request_timeout,
             update_work: config.update_work,
             engine,
             model,
+            journal,
             version: AtomicU64::new(0),
             computed,
             registry,
@@ -241,6 +256,16 @@ impl App {
         self.0.computed.get()
     }
 
+    /// The journal (the engine variants only).
+    pub fn journal(&self) -> Option<&Journal> {
+        self.0.journal.as_ref()
+    }
+
+    /// How long a request waits for its op.
+    pub fn request_timeout(&self) -> Duration {
+        self.0.request_timeout
+    }
+
     /// The model's vars (the engine variant only): for a test to hold
     /// them.
     pub fn shards(&self) -> Option<&[Var<Shard>]> {
@@ -255,6 +280,7 @@ impl App {
         Router::new()
             .route("/predict", get(predict))
             .route("/update", post(update))
+            .route("/journal", post(journal::journal))
             .route("/health", get(|| async { "ok\n" }))
             .route("/metrics", get(metrics))
             .route("/debug/pending", get(debug_pending))
@@ -288,6 +314,7 @@ async fn count(State(app): State<App>, request: Request, next: Next) -> Response
     let route = match request.uri().path() {
         "/predict" => "/predict",
         "/update" => "/update",
+        "/journal" => "/journal",
         "/health" => "/health",
         "/metrics" => "/metrics",
         "/debug/pending" => "/debug/pending",
@@ -318,10 +345,12 @@ async fn predict(State(app): State<App>, Query(q): Query<PredictQuery>) -> Respo
     };
     match &app.0.model {
         Model::Vars(shards) => {
-            // Cancelled if the client goes away (this future is dropped)
-            // before a worker starts it: an orphaned request costs no run.
+            // The request's group: dropped with this handler if the client
+            // goes away, it cancels the op if no worker has started it, so
+            // an orphaned request costs no run; a timeout cancels it too.
             // While the workers sleep, it runs here instead: no hand-off.
-            let op = app.0.engine.op("predict").read_all(shards).cancel_on_drop(true);
+            let request = app.0.engine.group("predict");
+            let op = app.0.engine.op("predict").group(&request).read_all(shards);
             let op = op.inline_when_idle(app.0.variant == Variant::Engine);
             let handle =
                 match op.run(move |(shards,), ()| Ok(compute(&mut shards.iter().map(|g| &**g)))).pushed() {
@@ -331,7 +360,10 @@ async fn predict(State(app): State<App>, Query(q): Query<PredictQuery>) -> Respo
             match tokio::time::timeout(app.0.request_timeout, handle).await {
                 Ok(Ok(prediction)) => Json(prediction).into_response(),
                 Ok(Err(err)) => error_response(&err),
-                Err(_) => (StatusCode::GATEWAY_TIMEOUT, "the prediction timed out\n").into_response(),
+                Err(_) => {
+                    request.cancel();
+                    (StatusCode::GATEWAY_TIMEOUT, "the prediction timed out\n").into_response()
+                }
             }
         }
         Model::Locked(lock) if app.0.variant == Variant::RwLockBlocking => {

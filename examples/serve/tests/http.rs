@@ -336,3 +336,26 @@ async fn metrics_speak_openmetrics_with_the_engines_families() {
     assert!(text.trim_end().ends_with("# EOF"));
     server.shut_down().await;
 }
+
+/// Half the clients hang up early while requests of two dependent ops
+/// queue on the journal: each request's group cancels what had not
+/// started, no cancelled op writes, memory stays flat, and nothing is left
+/// in the engine once the load stops (`serve::hangups`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn half_the_clients_hang_up_and_no_cancelled_op_writes() {
+    let server = start(config("svc-groups")).await;
+    let addr = server.base.trim_start_matches("http://").parse().unwrap();
+    let load = serve::hangups::Load {
+        clients: 16,
+        duration: Duration::from_secs(2),
+        hang_up_within: Duration::from_millis(2),
+    };
+    let report = tokio::time::timeout(Duration::from_secs(60), serve::hangups::run(&server.app, addr, &load))
+        .await
+        .expect("the load ended in time");
+    assert!(report.answered_ok > 0, "{report:?}");
+    assert!(report.hung_up > 0 && report.cancelled_ops > 0, "no hang-up cancelled an op: {report:?}");
+    let broken = report.broken(64 << 20);
+    assert!(broken.is_empty(), "{broken:?}\n{report:?}");
+    server.shut_down().await;
+}
