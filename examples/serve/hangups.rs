@@ -127,7 +127,7 @@ pub async fn run(app: &App, addr: SocketAddr, load: &Load) -> Report {
     let settled = Instant::now() + Duration::from_secs(30);
     let left = || {
         let m = engine.metrics();
-        [m.in_flight as u64, m.waiting_on_vars as u64, m.cancelled_on_vars as u64, m.slots_used as u64]
+        [m.in_flight, m.waiting_on_vars as u64, m.cancelled_on_vars as u64, m.slots_used as u64]
     };
     while left() != [0; 4] && Instant::now() < settled {
         tokio::time::sleep(Duration::from_millis(10)).await;
