@@ -82,6 +82,8 @@
 //! * [`scope()`]: vars over memory the caller owns, for the length of a scope
 //!   (slices, chunks, the tiles of a matrix), as `std::thread::scope` does
 //!   for threads.
+//! * [`OpGroup`]: a request's ops (or a batch's) waited for, cancelled and
+//!   counted as one; dropping it cancels what has not started.
 //! * Watching it: [`Engine::metrics`] ([`metrics`]), [`Engine::profiler`]
 //!   ([`profile`]), [`Engine::debug_pending`] ([`explain`]) for a hang.
 //! * The package's README has the semantics in full (ordering, errors,

@@ -501,5 +501,8 @@ impl<T> Drop for FeedShared<T> {
 #[cfg(all(test, not(depengine_loom)))]
 mod tests;
 
+#[cfg(all(test, not(depengine_loom), not(miri)))]
+mod against_st3;
+
 #[cfg(all(test, depengine_loom))]
 mod loom_tests;
