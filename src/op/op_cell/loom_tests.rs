@@ -1,4 +1,5 @@
-//! The completion of the code that ships (`complete.rs`), under loom: the
+//! The completion of the code that ships (`complete.rs`), under loom (and a
+//! group's cancel racing an op's start, `../record/group.rs`): the
 //! body's store and the drop of a guard that outlives it race to release
 //! the live count; the op must complete exactly once, after both, and the
 //! body's reference that passes to the guard must be dropped exactly once.
@@ -106,5 +107,47 @@ fn the_body_and_its_last_guard_complete_the_op_once() {
         // `cell` and `task`, no more: the reference the body passed to the
         // live count was taken back and dropped exactly once.
         assert_eq!(Arc::strong_count(&task), 2);
+    });
+}
+
+/// A body that stores its result as it starts.
+struct Stores;
+
+impl Job for Stores {
+    type Output = u32;
+
+    fn start(self, op: Running<'_, u32>) {
+        op.store(Ok(7));
+    }
+}
+
+/// A group's cancel races its op's start (`record/group.rs`): the op either
+/// runs or is resolved as cancelled, never both; it is published once, and
+/// the group counts it in once and out once, as what it became.
+#[test]
+fn a_groups_cancel_and_its_ops_start_count_the_op_once() {
+    loom::model(|| {
+        let host = Arc::new(Counts { done: AtomicUsize::new(0), spares: SpareRecords::new(0) });
+        let engine: Arc<dyn std::any::Any + Send + Sync> = host.clone();
+        let group = crate::op::record::GroupCore::new(Cow::Borrowed("g"), Arc::downgrade(&engine));
+        let tracker = Tracker::<()>::new();
+        let (epoch, ()) = tracker.enter(|_| ()).expect("the tracker is open");
+        let meta = Meta { flags: Flags::new(Flags::WATCHED), ..meta() };
+        let cell = OpCell::new(&host, meta, DepList::new(), Stores, epoch);
+        let task: TaskRef = cell.clone();
+        group.enter(&cell.header).expect("the group is not cancelled");
+        cell.header.group_submitted(&task);
+        let cancelling = group.clone();
+        let other = loom::thread::spawn(move || assert!(cancelling.cancel()));
+        // The worker the op was sent to (it has no vars: ready at once).
+        crate::op::Task::execute(&*cell, &task);
+        other.join().unwrap();
+        assert_eq!(host.done.load(Ordering::Relaxed), 1, "published once");
+        let counts = group.counts();
+        assert_eq!((counts.pending, counts.running), (0, 0), "counted out");
+        assert_eq!(counts.done + counts.cancelled, 1, "counted once, as what it became");
+        let waker = futures::task::noop_waker();
+        let waited = group.poll_idle(&waker).expect("the group's wait ends");
+        assert_eq!(waited.is_err(), counts.cancelled == 1);
     });
 }
