@@ -369,8 +369,11 @@ fn random_program(seed: u64) {
     }
     let mut expected = vec![Vec::new(); 3];
     let mut per_group = [(0u64, 0u64); 3];
+    let mut outcomes: Vec<(Vec<usize>, Option<usize>, bool)> = Vec::new();
     for (i, writes, group, refused, h) in ops {
-        match h.blocking_wait() {
+        let result = h.blocking_wait();
+        outcomes.push((writes.clone(), group, result.is_ok()));
+        match result {
             Ok(()) => {
                 writes.iter().for_each(|&k| expected[k].push(i));
                 if let Some(g) = group {
@@ -385,6 +388,18 @@ fn random_program(seed: u64) {
                     per_group[g].1 += 1;
                 }
             }
+        }
+    }
+    // No op starts once its group's cancel has begun: an op of a group
+    // that ran after one of its group it waits for (a var both write) was
+    // cancelled would have started after the cancel.
+    for (j, (writes_j, group_j, ran_j)) in outcomes.iter().enumerate() {
+        for (writes_i, group_i, ran_i) in &outcomes[..j] {
+            let waits_for = writes_i.iter().any(|k| writes_j.contains(k));
+            assert!(
+                !(*ran_j && !*ran_i && group_j.is_some() && group_i == group_j && waits_for),
+                "seed {seed}: op {j} ran after an op of its group it waits for was cancelled"
+            );
         }
     }
     for (g, group) in groups.iter().enumerate() {

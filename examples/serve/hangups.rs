@@ -43,6 +43,8 @@ pub struct Report {
     /// Ops completed during the load.
     pub completed_ops: u64,
     pub journal: JournalCounts,
+    /// Why the journal could not be read, if it could not.
+    pub journal_error: Option<String>,
     /// Resident memory, bytes: after a quarter of the load, at its peak,
     /// once the load has stopped.
     pub rss_early: u64,
@@ -61,6 +63,9 @@ impl Report {
     /// quarter of the load to its end.
     pub fn broken(&self, rss_slack: u64) -> Vec<String> {
         let mut broken = Vec::new();
+        if let Some(err) = &self.journal_error {
+            broken.push(format!("the journal could not be read: {err}"));
+        }
         if self.journal.unstaged != 0 {
             broken.push(format!("{} appends ran without their stage", self.journal.unstaged));
         }
@@ -133,9 +138,12 @@ pub async fn run(app: &App, addr: SocketAddr, load: &Load) -> Report {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let after = engine.metrics();
-    let journal = match app.journal() {
-        Some(j) => j.counts().await.unwrap_or_default(),
-        None => JournalCounts::default(),
+    let (journal, journal_error) = match app.journal() {
+        Some(j) => match j.counts().await {
+            Ok(counts) => (counts, None),
+            Err(err) => (JournalCounts::default(), Some(format!("{err:#}"))),
+        },
+        None => (JournalCounts::default(), None),
     };
     Report {
         answered_ok: tally.ok.load(Ordering::SeqCst),
@@ -144,6 +152,7 @@ pub async fn run(app: &App, addr: SocketAddr, load: &Load) -> Report {
         cancelled_ops: after.cancelled - before.cancelled,
         completed_ops: after.completed - before.completed,
         journal,
+        journal_error,
         rss_early,
         rss_peak,
         rss_end: resident(),

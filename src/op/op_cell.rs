@@ -15,9 +15,9 @@ use std::task::{Context, Poll};
 
 use super::job::{Job, Running};
 use super::op_handle::{OpSlot, SlotRef};
-use super::record::{DepList, Header, Host, Meta, Note, Task, TaskRef};
+use super::record::{DepList, GROUP_REASON, Header, Host, Meta, Note, Task, TaskRef};
 use super::slot::{Published, ResultSlot};
-use crate::error::Error;
+use crate::error::{Error, Kind};
 use crate::sync::cell::UnsafeCell;
 use crate::sync::epoch::EpochRef;
 
@@ -136,6 +136,9 @@ impl<J: Job> Task for OpCell<J> {
 
     fn execute(&self, this: &TaskRef) {
         debug_assert!(std::ptr::addr_eq(Arc::as_ptr(this), self), "`this` is this record");
+        if self.header.meta.watched() && self.cancelled_by_group(this) {
+            return;
+        }
         // SAFETY: the start is claimed once; only its claimer reads `job`.
         let job = self.slot.start().then(|| self.job.with_mut(|job| unsafe { (*job).take() }));
         let Some(Some(job)) = job else {
@@ -205,6 +208,28 @@ impl<J: Job> Task for OpCell<J> {
 }
 
 impl<J: Job> OpCell<J> {
+    /// An op of a cancelled group about to start is resolved as the cancel
+    /// would have resolved it, and leaves its vars now (it was let
+    /// through): true then. So no op starts once its group's cancel has
+    /// set its flag, and in particular none whose dependency the cancel
+    /// resolved, which its vars let through as the resolution ends, possibly
+    /// before the cancel reaches it (`record/group.rs`). False for any
+    /// other op, or one the cancel itself resolved (the start then finds it
+    /// resolved, as any op resolved early).
+    #[cold]
+    #[inline(never)]
+    fn cancelled_by_group(&self, this: &TaskRef) -> bool {
+        if !self.header.group().is_some_and(|link| link.core.is_cancelled()) {
+            return false;
+        }
+        let op = self.header.meta.name.clone();
+        if !self.resolve_now(this, Error::new(Kind::Cancelled { op, reason: GROUP_REASON }), false) {
+            return false;
+        }
+        self.through_early(this);
+        true
+    }
+
     /// The op failed with `err`: the error it leaves on its vars, and the
     /// engine told. Out of the error-free path.
     #[cold]

@@ -13,7 +13,10 @@
 //! exactly once, whatever order a push, a worker and a `cancel` reach it
 //! in. `cancel` sets its flag under that lock, so a push either is refused
 //! or is seen by the cancel (or, between its build and its append, sees
-//! the flag at `submitted` and resolves itself).
+//! the flag at `submitted` and resolves itself); and an op that reaches
+//! its start once the flag is set is resolved there (`OpCell::execute`),
+//! so none starts after the cancel, even one the cancel has not reached
+//! yet whose dependency it resolved.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
