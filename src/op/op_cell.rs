@@ -136,7 +136,10 @@ impl<J: Job> Task for OpCell<J> {
 
     fn execute(&self, this: &TaskRef) {
         debug_assert!(std::ptr::addr_eq(Arc::as_ptr(this), self), "`this` is this record");
-        if self.header.meta.watched() && self.cancelled_by_group(this) {
+        // Read once, before the start's claim (an acquire) would make the
+        // later uses read it again.
+        let watched = self.header.meta.watched();
+        if watched && self.cancelled_by_group(this) {
             return;
         }
         // SAFETY: the start is claimed once; only its claimer reads `job`.
@@ -149,9 +152,6 @@ impl<J: Job> Task for OpCell<J> {
         // Borrowed from the header: the record lives while `this` does.
         let _entered = self.header.span().map(tracing::Span::enter);
         tracing::debug!(target: "depengine::op", "started");
-        // The flags were read for the veto: no load of its own while the
-        // profiler is off.
-        let watched = self.header.meta.watched();
         if watched {
             self.header.watch_started();
         }
