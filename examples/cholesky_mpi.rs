@@ -1,6 +1,6 @@
 //! The tiled Cholesky of `cholesky.rs` across MPI ranks: the tiles of the
 //! lower triangle spread 2D block-cyclically over a grid of ranks, every
-//! rank submitting the same program (`depengine::mpi::dist`), each kernel
+//! rank submitting the same program (`depengine::mpi::distributed`), each kernel
 //! running on the rank that owns the tile it writes, and the tiles it
 //! reads sent there by the engine. The same kernels as `cholesky.rs`.
 //!
@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use depengine::Engine;
 use depengine::mpi::Collectives;
-use depengine::mpi::dist::{DistVar, Distribution, block_cyclic, grid};
+use depengine::mpi::distributed::{DistVar, Distribution, block_cyclic, grid};
 
 #[path = "tiled/kernels.rs"]
 mod kernels;
@@ -62,23 +62,25 @@ fn factor(dist: &Distribution<'_>, t: &[Vec<DistVar<f64>>], b: usize) -> depengi
         dist.op("potrf")
             .write(&t[k][k])
             .priority(prio(2))
-            .run(move |_, w| Ok(potrf(&mut rows_mut(w[0], b))?))?;
+            .run(move |(), (mut w,)| Ok(potrf(&mut rows_mut(&mut w, b))?))?;
         for i in k + 1..nt {
-            dist.op("trsm").read(&t[k][k]).write(&t[i][k]).priority(prio(1)).run(move |r, w| {
-                trsm(&rows(r[0], b), &mut rows_mut(w[0], b));
+            dist.op("trsm").read(&t[k][k]).write(&t[i][k]).priority(prio(1)).run(move |(r,), (mut w,)| {
+                trsm(&rows(&r, b), &mut rows_mut(&mut w, b));
                 Ok(())
             })?;
         }
         for i in k + 1..nt {
-            dist.op("syrk").read(&t[i][k]).write(&t[i][i]).run(move |r, w| {
-                syrk(&rows(r[0], b), &mut rows_mut(w[0], b));
+            dist.op("syrk").read(&t[i][k]).write(&t[i][i]).run(move |(r,), (mut w,)| {
+                syrk(&rows(&r, b), &mut rows_mut(&mut w, b));
                 Ok(())
             })?;
             for j in k + 1..i {
-                dist.op("gemm").read(&t[i][k]).read(&t[j][k]).write(&t[i][j]).run(move |r, w| {
-                    gemm(&rows(r[0], b), &rows(r[1], b), &mut rows_mut(w[0], b));
-                    Ok(())
-                })?;
+                dist.op("gemm").read(&t[i][k]).read(&t[j][k]).write(&t[i][j]).run(
+                    move |(r0, r1), (mut w,)| {
+                        gemm(&rows(&r0, b), &rows(&r1, b), &mut rows_mut(&mut w, b));
+                        Ok(())
+                    },
+                )?;
             }
         }
     }
@@ -128,7 +130,7 @@ fn main() -> BoxResult<()> {
     world.barrier().blocking_wait()?;
     let start = Instant::now();
     factor(&dist, &t, b)?;
-    dist.wait()?;
+    dist.wait().blocking_wait()?;
     let took = start.elapsed();
     let recorded = engine.profiler().stop();
     if let Some(dir) = &profile {
@@ -159,20 +161,20 @@ fn main() -> BoxResult<()> {
         .collect::<Result<_, _>>()?;
     for i in 0..nt {
         for j in 0..=i {
-            dist.op("gather").read(&t[i][j]).write(&gathered[i][j]).run(|r, w| {
-                w[0].copy_from_slice(r[0]);
+            dist.op("gather").read(&t[i][j]).write(&gathered[i][j]).run(|(r,), (mut w,)| {
+                w.copy_from_slice(&r);
                 Ok(())
             })?;
         }
     }
-    dist.wait()?;
+    dist.wait().blocking_wait()?;
     if rank != 0 {
         return Ok(());
     }
     let mut l = vec![0.0f64; n * n];
     for (i, row) in gathered.iter().enumerate() {
         for (j, tile) in row.iter().enumerate() {
-            let data = futures::executor::block_on(tile.local().read())?;
+            let data = tile.read().blocking_wait()?;
             for r in 0..b {
                 l[(i * b + r) * n + j * b..(i * b + r) * n + (j + 1) * b]
                     .copy_from_slice(&data[r * b..(r + 1) * b]);

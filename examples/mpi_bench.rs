@@ -10,7 +10,7 @@
 //! mpirun -np 2 target/release/examples/mpi_bench blocking    # rsmpi's all_reduce_into
 //! mpirun -np 2 target/release/examples/mpi_bench immediate   # rsmpi's immediate all-reduce, tested in a busy loop
 //! mpirun -np 2 target/release/examples/mpi_bench signed      # the same after an immediate all-gather of 64 B (the engine's MPI calls)
-//! mpirun -np 2 target/release/examples/mpi_bench transfer    # a var sent from rank 0 to rank 1 (depengine::mpi::dist), per version
+//! mpirun -np 2 target/release/examples/mpi_bench transfer    # a var sent from rank 0 to rank 1 (depengine::mpi::distributed), per version
 //! mpirun -np 2 target/release/examples/mpi_bench p2p         # rsmpi's immediate send and receive, tested in a busy loop
 //! mpirun -np 4 target/release/examples/mpi_bench tasks       # a tiled Cholesky's program with empty kernels: ops per second
 //! ```
@@ -149,7 +149,7 @@ fn direct_mode(immediate: bool, signed: bool) {
 /// A var owned by rank 0, written there and read on rank 1, `rounds`
 /// times: one transfer per version, streamed.
 fn transfer_mode() {
-    use depengine::mpi::dist::Distribution;
+    use depengine::mpi::distributed::Distribution;
     let engine = depengine::Engine::from_env();
     let world = depengine::mpi::Collectives::new(&engine).expect("MPI");
     let (rank, size) = (world.rank(), world.size());
@@ -162,18 +162,10 @@ fn transfer_mode() {
             world.barrier().blocking_wait().expect("barrier");
             let start = Instant::now();
             for _ in 0..n {
-                let write = |_: &[&[f32]], w: &mut [&mut [f32]]| {
-                    w[0][0] += 1.0;
-                    Ok(())
-                };
-                let read = |r: &[&[f32]], w: &mut [&mut [f32]]| {
-                    w[0][0] = r[0][0];
-                    Ok(())
-                };
-                dist.op("write x").write(&x).run(write).expect("push");
-                dist.op("read x").read(&x).write(&y).run(read).expect("push");
+                dist.op("write x").write(&x).run(|(), (mut x,)| Ok(x[0] += 1.0)).expect("push");
+                dist.op("read x").read(&x).write(&y).run(|(x,), (mut y,)| Ok(y[0] = x[0])).expect("push");
             }
-            dist.wait().expect("the batch");
+            dist.wait().blocking_wait().expect("the batch");
             start.elapsed().as_secs_f64() / n as f64
         };
         batch(rounds / 10);
@@ -226,7 +218,7 @@ fn p2p_mode() {
 /// A tiled Cholesky's program with empty kernels, on one-element tiles
 /// spread block-cyclically: what the ranks sustain in ops per second.
 fn tasks_mode() {
-    use depengine::mpi::dist::{Distribution, block_cyclic, grid};
+    use depengine::mpi::distributed::{Distribution, block_cyclic, grid};
     let engine = depengine::Engine::from_env();
     let world = depengine::mpi::Collectives::new(&engine).expect("MPI");
     let (rank, size) = (world.rank(), world.size());
@@ -266,7 +258,7 @@ fn tasks_mode() {
                 }
             }
         }
-        dist.wait().expect("the program");
+        dist.wait().blocking_wait().expect("the program");
         world.barrier().blocking_wait().expect("barrier");
         rates.push(ops as f64 / start.elapsed().as_secs_f64());
     }

@@ -67,29 +67,29 @@ enum Class {
 /// The files allowed to use `unsafe`, each for an invariant of its own,
 /// by class.
 const UNSAFE_FILES: &[(&str, Class)] = &[
-    ("gpu/cuda.rs", Class::Ffi),               // cudarc's unsafe probes of the driver
-    ("mpi/raw.rs", Class::Ffi),                // MPI's immediate collectives on owned buffers
-    ("mpi/flight.rs", Class::Ffi),             // a collective's buffers, kept until MPI is done
-    ("mpi/comm_thread.rs", Class::Ffi),        // the signatures' buffers, likewise
-    ("mpi/dist/transfer.rs", Class::Ffi),      // a transfer's header and the var's elements, likewise
-    ("mpi/nccl.rs", Class::Ffi),               // NCCL calls on device pointers and a raw communicator
-    ("scope/view.rs", Class::Borrowed),        // views of borrowed memory as var data
-    ("scope/mod.rs", Class::Borrowed),         // the views made, kept valid by the scope's end
-    ("var/data.rs", Class::GateData),          // a var's data, checked by its borrow count
-    ("var/guard.rs", Class::GateData),         // guards reaching a var's data
-    ("op/slot.rs", Class::StateWord),          // an op's result slot, a state word instead of a lock
-    ("op/op_cell.rs", Class::StateWord),       // an op's body and epoch, claimed once
-    ("op/op_cell/early.rs", Class::StateWord), // the same, by a resolution before the op starts
-    ("sync/prefetch.rs", Class::Performance),  // the prefetch instruction
-    ("sync/epoch.rs", Class::Performance),     // counted epoch references
-    ("var/inbox.rs", Class::Performance),      // the lock-free inbox, linked through its records
-    ("var/var_cell.rs", Class::Performance),   // a one-var append whose var may go meanwhile
-    ("var/handle.rs", Class::Performance),     // an untyped handle sharing its var's one count
+    ("gpu/cuda.rs", Class::Ffi),                 // cudarc's unsafe probes of the driver
+    ("mpi/raw.rs", Class::Ffi),                  // MPI's immediate collectives on owned buffers
+    ("mpi/flight.rs", Class::Ffi),               // a collective's buffers, kept until MPI is done
+    ("mpi/comm_thread.rs", Class::Ffi),          // the signatures' buffers, likewise
+    ("mpi/distributed/transfer.rs", Class::Ffi), // a transfer's header and the var's elements, likewise
+    ("mpi/nccl.rs", Class::Ffi),                 // NCCL calls on device pointers and a raw communicator
+    ("scope/view.rs", Class::Borrowed),          // views of borrowed memory as var data
+    ("scope/mod.rs", Class::Borrowed),           // the views made, kept valid by the scope's end
+    ("var/data.rs", Class::GateData),            // a var's data, checked by its borrow count
+    ("var/guard.rs", Class::GateData),           // guards reaching a var's data
+    ("op/slot.rs", Class::StateWord),            // an op's result slot, a state word instead of a lock
+    ("op/op_cell.rs", Class::StateWord),         // an op's body and epoch, claimed once
+    ("op/op_cell/early.rs", Class::StateWord),   // the same, by a resolution before the op starts
+    ("sync/prefetch.rs", Class::Performance),    // the prefetch instruction
+    ("sync/epoch.rs", Class::Performance),       // counted epoch references
+    ("var/inbox.rs", Class::Performance),        // the lock-free inbox, linked through its records
+    ("var/var_cell.rs", Class::Performance),     // a one-var append whose var may go meanwhile
+    ("var/handle.rs", Class::Performance),       // an untyped handle sharing its var's one count
     ("op/op_cell/complete.rs", Class::Performance), // the body's reference passed to the last guard
-    ("op/life.rs", Class::Performance),        // the one-var append of a push
-    ("op/body.rs", Class::Performance),        // the body running on this thread, by address
-    ("exec/feed.rs", Class::Performance),      // a pushing thread's ring of ops
-    ("exec/feed/slots.rs", Class::Performance), // the ring's memory, mapped by hand
+    ("op/life.rs", Class::Performance),          // the one-var append of a push
+    ("op/body.rs", Class::Performance),          // the body running on this thread, by address
+    ("exec/feed.rs", Class::Performance),        // a pushing thread's ring of ops
+    ("exec/feed/slots.rs", Class::Performance),  // the ring's memory, mapped by hand
 ];
 
 /// The most `unsafe` blocks the performance class may hold: a new one for

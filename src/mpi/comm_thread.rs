@@ -8,7 +8,7 @@
 //! own, and then, if every rank agrees and none failed, the data
 //! collective, started in push order too. A barrier and a small
 //! all-reduce are done by the exchange alone (their data rides in it).
-//! A distribution's transfers (`dist/`) start as soon as their ops hand
+//! A distribution's transfers (`distributed/`) start as soon as their ops hand
 //! them over, on a third duplicate. While anything is in flight the
 //! thread keeps testing it (MPI makes progress only inside its calls);
 //! with nothing in flight it sleeps on its queue.
@@ -30,6 +30,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use super::flight::{Flight, Gone, Pool, Transfer};
 use super::raw::{self, Buffers, FloatReductions, Request};
 use super::sig::{self, HEAD_BYTES, SIG_BYTES, Signature};
+use super::turns::{Turns, Verdict};
 use super::{CollectiveError, RankFailure};
 use crate::error::Error;
 
@@ -43,8 +44,13 @@ pub(super) enum Msg {
     Run(Box<dyn Flight>),
     /// A transfer of a distribution whose op runs.
     Transfer(Box<dyn Transfer>),
-    /// The ranks' programs differ: give up the transfers in flight (why).
-    Abandon(String),
+    /// The ranks' programs differ for distribution `dist` (in `slot`):
+    /// give up its transfers, and why.
+    Abandon { slot: u32, dist: u32, why: String },
+    /// Distribution `dist` (in `slot`) was dropped and the ranks compared
+    /// their programs: it handed over `transfers` on this rank, and the
+    /// programs differed (why) or not (`turns.rs`).
+    Close { slot: u32, dist: u32, transfers: u64, diverged: Option<String> },
     /// Collective `seq` will never run on this rank, and why.
     Gone(u64, RankFailure),
     /// No collective after number `pushed - 1` will come: stop once those
@@ -151,6 +157,8 @@ struct Loop {
     handed: Vec<Box<dyn Transfer>>,
     /// Transfers in flight.
     transfers: Vec<Box<dyn Transfer>>,
+    /// Which distribution's transfers start on each tag slot.
+    turns: Turns,
     pool: Pool,
     /// Told to stop once this many collectives are done.
     stop_at: Option<u64>,
@@ -171,6 +179,7 @@ impl Loop {
             flying: Vec::new(),
             handed: Vec::new(),
             transfers: Vec::new(),
+            turns: Turns::default(),
             pool: Pool::default(),
             stop_at: None,
             done: 0,
@@ -189,7 +198,8 @@ impl Loop {
     fn run(mut self, comm: &mut Comm) {
         loop {
             if !self.in_flight() && !self.waiting.contains_key(&self.next) {
-                if self.stop_at.is_some_and(|n| self.done >= n) || self.closed {
+                let stopping = self.stop_at.is_some_and(|n| self.done >= n) && !self.turns.owed();
+                if stopping || self.closed {
                     break;
                 }
                 match self.wait() {
@@ -222,7 +232,7 @@ impl Loop {
         for (_, flight) in std::mem::take(&mut self.waiting) {
             flight.close();
         }
-        for transfer in std::mem::take(&mut self.handed) {
+        for transfer in std::mem::take(&mut self.handed).into_iter().chain(self.turns.leftovers()) {
             transfer.close();
         }
     }
@@ -261,15 +271,42 @@ impl Loop {
                 };
                 self.waiting.insert(seq, Box::new(Gone(sig)));
             }
-            Msg::Transfer(transfer) => self.handed.push(transfer),
-            Msg::Abandon(why) => {
-                let handed = std::mem::take(&mut self.handed);
-                let flying = std::mem::take(&mut self.transfers);
-                self.transfers = handed.into_iter().chain(flying).filter_map(|t| t.abandon(&why)).collect();
+            Msg::Transfer(transfer) => match self.turns.arrive(transfer) {
+                Verdict::Start(transfer) => self.handed.push(transfer),
+                Verdict::GiveUp(transfer, why) => self.transfers.extend(transfer.abandon(&why)),
+                Verdict::Parked => {}
+            },
+            Msg::Abandon { slot, dist, why } => {
+                let parked = self.turns.diverge(slot, dist, &why);
+                self.abandon(slot, dist, &why, parked);
+            }
+            Msg::Close { slot, dist, transfers, diverged } => {
+                if let Some(why) = &diverged {
+                    self.abandon(slot, dist, why, Vec::new());
+                }
+                for (transfer, why) in self.turns.close(slot, dist, transfers, diverged) {
+                    match why {
+                        None => self.handed.push(transfer),
+                        Some(why) => self.transfers.extend(transfer.abandon(&why)),
+                    }
+                }
             }
             Msg::Stop(pushed) => self.stop_at = Some(pushed),
             Msg::Abort => self.abort = true,
         }
+    }
+
+    /// Gives up distribution `dist`'s transfers handed over and in flight,
+    /// and `more` of them.
+    fn abandon(&mut self, slot: u32, dist: u32, why: &str, more: Vec<Box<dyn Transfer>>) {
+        let (mine, handed): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.handed).into_iter().partition(|t| t.turn() == (slot, dist));
+        let (flying, others): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.transfers).into_iter().partition(|t| t.turn() == (slot, dist));
+        self.handed = handed;
+        self.transfers = others;
+        let given_up = mine.into_iter().chain(flying).chain(more).filter_map(|t| t.abandon(why));
+        self.transfers.extend(given_up);
     }
 
     /// Starts the signature exchanges of the collectives whose turn it is.

@@ -53,10 +53,14 @@ pub(super) trait Flight: Send {
     fn close(self: Box<Self>);
 }
 
-/// A point-to-point transfer of a distribution (`dist/`): started as soon
+/// A point-to-point transfer of a distribution (`distributed/`): started as soon
 /// as its op hands it over (a send and a receive match by source and tag,
 /// not by the order of the calls), then tested with the rest.
 pub(super) trait Transfer: Send {
+    /// Its distribution's tag slot and number: the comm thread starts a
+    /// slot's transfers one distribution after another (`turns.rs`).
+    fn turn(&self) -> (u32, u32);
+
     /// Starts its requests on `comm`.
     fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code>;
 

@@ -39,13 +39,14 @@
 // argument.
 
 mod comm_thread;
-pub mod dist;
+pub mod distributed;
 mod error;
 mod flight;
 #[cfg(feature = "nccl")]
 mod nccl;
 mod raw;
 mod sig;
+mod turns;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -201,7 +202,7 @@ pub struct Collectives {
     size: usize,
     /// The distributions (`dist`): how many were made, and which tag
     /// slots the live ones hold.
-    distributions: Mutex<dist::Slots>,
+    distributions: Mutex<distributed::Slots>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -242,7 +243,7 @@ impl Collectives {
     }
 
     /// The distributions' numbers and tag slots.
-    fn distributions(&self) -> std::sync::MutexGuard<'_, dist::Slots> {
+    fn distributions(&self) -> std::sync::MutexGuard<'_, distributed::Slots> {
         self.distributions.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 

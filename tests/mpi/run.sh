@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs tests/mpi_collectives.rs, tests/mpi_dist.rs, examples/cholesky_mpi.rs
+# Runs tests/mpi_collectives.rs, tests/mpi_distributed.rs, examples/cholesky_mpi.rs
 # and examples/data_parallel.rs, by every
 # rank of a world of 1, 2 and 4 processes on this machine: shared memory between the ranks, the control
 # plane on loopback only, every run bounded in time. Needs Open MPI
@@ -32,17 +32,17 @@ for np in 1 2 4; do
     timeout 300 mpirun --bind-to none -np "$np" "$bin"
 done
 
-# Tiles across ranks (depengine::mpi::dist): random programs against a
+# Tiles across ranks (depengine::mpi::distributed): random programs against a
 # sequential model, stale copies, failures, refusals and mismatches.
-dist=$(tools/built.sh test --release --features nccl --test mpi_dist --no-run)
+dist=$(tools/built.sh test --release --features nccl --test mpi_distributed --no-run)
 for np in 1 2 4; do
-    echo "mpi_dist under mpirun -np $np"
+    echo "mpi_distributed under mpirun -np $np"
     timeout 300 mpirun --bind-to none -np "$np" "$dist"
 done
 
 # A rank that panics out of main while the other waits for it ends the
 # whole job at once, failed (not by the timeout: 124).
-echo "mpi_dist: a rank that panics out of main ends the job"
+echo "mpi_distributed: a rank that panics out of main ends the job"
 code=0
 timeout 60 mpirun --bind-to none -np 2 "$dist" --panic-on-the-last-rank >/dev/null 2>&1 || code=$?
 if [ "$code" -eq 0 ] || [ "$code" -eq 124 ]; then

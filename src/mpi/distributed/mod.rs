@@ -4,7 +4,7 @@
 //!
 //! ```no_run
 //! use depengine::mpi::Collectives;
-//! use depengine::mpi::dist::{Distribution, block_cyclic};
+//! use depengine::mpi::distributed::{Distribution, block_cyclic};
 //!
 //! let engine = depengine::Engine::new();
 //! let world = Collectives::new(&engine)?;
@@ -13,11 +13,12 @@
 //! let a = dist.var("a", 0, 4, || vec![1.0f64; 4])?;
 //! let b = dist.var("b", 1 % dist.size(), 4, || vec![0.0f64; 4])?;
 //! // Runs on b's owner; a's elements are sent there first.
-//! dist.op("copy").read(&a).write(&b).run(|reads, writes| {
-//!     writes[0].copy_from_slice(reads[0]);
+//! dist.op("copy").read(&a).write(&b).run(|(a,), (mut b,)| {
+//!     b.copy_from_slice(&a);
 //!     Ok(())
 //! })?;
-//! dist.wait()?;
+//! dist.wait().blocking_wait()?; // or `.await` in async code
+//! drop(dist); // never blocks: see `Distribution`'s drop
 //! # let _ = block_cyclic(0, 0, 2, 2);
 //! # Ok::<(), depengine::Error>(())
 //! ```
@@ -51,29 +52,34 @@
 mod error;
 mod grid;
 mod header;
+mod moves;
 mod op;
+mod staged;
+mod tile;
 mod transfer;
 mod var;
+mod wait;
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
 
 use super::Collectives;
 use super::comm_thread::Msg;
-use crate::device::Lane;
 use crate::engine::Engine;
 use crate::error::Error;
-use crate::may_block::{Instead, refuse_blocking};
 use crate::op::op_handle::OpHandle;
 use header::Header;
-use transfer::{Incoming, Outgoing};
+use moves::{Moved, Mover};
 
 pub use error::TransferError;
 pub use grid::{block_cyclic, grid};
 pub use op::DistOp;
+pub use tile::Tile;
 pub use var::DistVar;
+pub use wait::DistWait;
 
 pub use header::MAX_LIVE;
 pub(super) use header::Slots;
@@ -92,9 +98,21 @@ fn elem_mark<T: Plain>() -> u64 {
 }
 
 /// A program of ops on distributed vars, submitted in the same order on
-/// every rank (see the [module](self)). Dropping it waits for its
-/// transfers in flight on this rank (but for a drop by a panic's
-/// unwinding, after which the [`Collectives`]' drop ends the job).
+/// every rank (see the [module](self)).
+///
+/// Its [`wait`](Self::wait) is a future (or
+/// [`blocking_wait`](DistWait::blocking_wait)). Dropping it never blocks,
+/// on a runtime's worker or elsewhere: the drop compares the ranks'
+/// programs once more (a collective, as [`wait`](Self::wait)'s), and its
+/// transfers in flight run on. If the programs differ, every rank gives
+/// them up (so that no transfer waits for ever for a message that never
+/// comes) and its world's engine reports
+/// [`TransferError::ProgramsDiffer`] from
+/// [`Engine::wait_for_all`]; the comm thread starts the transfers of a
+/// later distribution that reuses its tags only after those of this one
+/// (`README.md` beside the source has the argument). Dropped by a panic's
+/// unwinding, it does none of this: the [`Collectives`]' drop ends the
+/// job.
 pub struct Distribution<'c> {
     world: &'c Collectives,
     /// Its number among the world's distributions, in the order they were
@@ -104,6 +122,8 @@ pub struct Distribution<'c> {
     slot: u32,
     engine: Engine,
     tx: Sender<Msg>,
+    /// Its staged receives posted (`staged.rs`).
+    staged: Arc<AtomicUsize>,
     books: Mutex<Books>,
 }
 
@@ -113,7 +133,7 @@ struct Books {
     vars: Vec<Book>,
     transfers: u64,
     program: u64,
-    /// This rank's transfer ops, waited for at the drop.
+    /// This rank's transfer ops, waited for by `wait`.
     in_flight: Vec<OpHandle<()>>,
     /// Why the ranks' programs were found to differ: every later var and
     /// op is refused with it.
@@ -122,10 +142,10 @@ struct Books {
 }
 
 impl Books {
-    /// Keeps a transfer's handle for the drop and the wait. Those already
-    /// finished are let go now and then, so that a long program does not
-    /// keep one per transfer (a failure among them still reaches the
-    /// engine's `wait_for_all`, which `Distribution::wait` reports).
+    /// Keeps a transfer's handle for the wait. Those already finished are
+    /// let go now and then, so that a long program does not keep one per
+    /// transfer (a failure among them still reaches the engine's
+    /// `wait_for_all`, which `Distribution::wait` reports).
     fn keep(&mut self, handle: OpHandle<()>) {
         if self.in_flight.len() >= 1024 && self.in_flight.len().is_power_of_two() {
             self.in_flight.retain(|h| !h.is_finished());
@@ -184,7 +204,16 @@ impl<'c> Distribution<'c> {
     /// As for [`new`](Self::new).
     pub fn with_engine(world: &'c Collectives, engine: &Engine) -> Result<Self, Error> {
         let (id, slot) = world.distributions().open()?;
-        Ok(Self { world, id, slot, engine: engine.clone(), tx: world.sender(), books: Mutex::default() })
+        let staged = Arc::default();
+        Ok(Self {
+            world,
+            id,
+            slot,
+            engine: engine.clone(),
+            tx: world.sender(),
+            staged,
+            books: Mutex::default(),
+        })
     }
 
     /// This rank.
@@ -259,7 +288,7 @@ impl<'c> Distribution<'c> {
         copies[owner] = Some(0);
         books.vars.push(Book { owner, name: name.to_owned(), refused: None, version: 0, copies });
         books.program = mix(books.program, &("var", id, owner, len, elem_mark::<T>(), name));
-        let local = self.engine.var_named(format!("{name}@{owner}"), data);
+        let local = self.engine.var_named(format!("{name}@{owner}"), tile::Tile(data));
         if let Some(wrong) = wrong {
             let init = self.engine.op(format!("init {name}")).write(&local);
             let _ = init.run_detached(move |(), _| Err(wrong.into()));
@@ -267,77 +296,13 @@ impl<'c> Distribution<'c> {
         Ok(DistVar { id, owner, len, local })
     }
 
-    /// Waits (blocking this thread) until every op and transfer this rank
-    /// runs for the distribution so far is done, after the ranks have
-    /// compared their programs: a collective, so every rank calls it at the
-    /// same point of the program.
-    ///
-    /// # Errors
-    ///
-    /// If the ranks' programs differ (their hashes of every var and op
-    /// pushed, or their numbers of transfers), every rank fails with
-    /// [`TransferError::ProgramsDiffer`], naming the first rank that
-    /// differs from it, and the transfers in flight are given up
-    /// ([`TransferError::Abandoned`]) instead of waited for, as some may
-    /// never be matched; every later var and op of this distribution is
-    /// refused with the same error. Else the first failure among the ops, as
-    /// [`Engine::wait_for_all`] reports it.
-    pub fn wait(&self) -> Result<(), Error> {
-        refuse_blocking("Distribution::wait", Instead::SpawnBlocking)?;
-        let agreed = self.agree().blocking_wait();
-        if let Err(err) = &agreed {
-            let _ = self.tx.send(Msg::Abandon(format!("{err:#}")));
-            // A send given up keeps its var read-held for good: no op of
-            // the distribution may queue behind it, so none is taken.
-            self.lock().diverged = Some(err.clone());
-        }
-        let handles = std::mem::take(&mut self.lock().in_flight);
-        let mut first = agreed.err();
-        for handle in handles {
-            if let Err(err) = handle.blocking_wait() {
-                first.get_or_insert(err);
-            }
-        }
-        let all = self.engine.wait_for_all().blocking_wait();
-        match first {
-            Some(err) => Err(err),
-            None => all,
-        }
-    }
-
-    /// Every rank's program, compared: an all-gather of each rank's hash
-    /// and number of transfers, then an op that fails unless all match.
-    fn agree(&self) -> OpHandle<()> {
-        let (program, transfers) = {
-            let books = self.lock();
-            (books.program, books.transfers)
-        };
-        let world = self.world.engine();
-        let mine = world.var(vec![program, transfers]);
-        let all = world.var(Vec::<u64>::new());
-        // The check op below waits on `all`; the handle is not needed.
-        drop(self.world.all_gather(&mine, &all));
-        let describe = |p: &[u64]| format!("program hash {:016x} with {} transfers", p[0], p[1]);
-        world.op("distribution: compare the ranks' programs").read(&all).run(move |(all,), ()| {
-            let mine = [program, transfers];
-            match all.chunks(2).enumerate().find(|(_, theirs)| *theirs != mine) {
-                Some((rank, theirs)) => Err(TransferError::ProgramsDiffer {
-                    mine: describe(&mine),
-                    rank,
-                    theirs: describe(theirs),
-                }
-                .into()),
-                None => Ok(()),
-            }
-        })
-    }
-
     /// The transfers `reads` need to reach rank `at`, pushed on this rank
     /// where it takes part, and the books brought up to date.
-    fn move_reads<T: Plain>(&self, books: &mut Books, reads: &[&DistVar<T>], at: usize) {
+    fn move_reads(&self, books: &mut Books, reads: &[&dyn Moved], at: usize) {
         let rank = self.rank();
+        let mover = Mover { engine: &self.engine, tx: &self.tx, rank, staged: &self.staged };
         for var in reads {
-            let book = &books.vars[var.id as usize];
+            let book = &books.vars[var.id() as usize];
             if book.owner == at || book.copies[at] == Some(book.version) {
                 continue;
             }
@@ -345,88 +310,32 @@ impl<'c> Distribution<'c> {
                 dist: self.id,
                 slot: self.slot,
                 seq: books.transfers,
-                var: var.id,
+                var: var.id(),
                 version: book.version,
-                count: var.len as u64,
-                elem: elem_mark::<T>(),
+                count: var.count() as u64,
+                elem: var.elem(),
                 program: books.program,
                 name: book.name.clone(),
             };
             let owner = book.owner;
             books.transfers += 1;
-            books.vars[var.id as usize].copies[at] = Some(header.version);
-            let bytes = (var.len * std::mem::size_of::<T>()) as u64;
+            books.vars[var.id() as usize].copies[at] = Some(header.version);
+            let bytes = var.bytes() as u64;
             if rank == owner {
                 books.stats.sent += 1;
                 books.stats.bytes_sent += bytes;
-                let refused = books.vars[var.id as usize].refused.clone();
-                if let Some(handle) = self.send(var, header, refused, at) {
+                let refused = books.vars[var.id() as usize].refused.clone();
+                if let Some(handle) = var.send(&mover, header, refused, at) {
                     books.keep(handle);
                 }
             } else if rank == at {
                 books.stats.received += 1;
                 books.stats.bytes_received += bytes;
-                if let Some(handle) = self.receive(var, header, owner) {
+                if let Some(handle) = var.receive(&mover, header, owner) {
                     books.keep(handle);
                 }
             }
         }
-    }
-
-    /// The owner's op that sends `var`'s current version to rank `to`
-    /// (or `refused`, this rank's reason why it has no such version, in
-    /// its place). If the engine refuses the op, the comm thread sends a
-    /// header that says so, so that the receiver is not left waiting.
-    fn send<T: Plain>(
-        &self,
-        var: &DistVar<T>,
-        header: Header,
-        refused: Option<String>,
-        to: usize,
-    ) -> Option<OpHandle<()>> {
-        let tx = self.tx.clone();
-        let name = format!("send {} to rank {to} (transfer #{})", header.name, header.seq);
-        let kept = header.clone();
-        let op = self.engine.op(name).lane(Lane::Inline).no_skip(true).read(&var.local);
-        let pushed = op.run_async(move |(data,), (), done| {
-            hand_over(&tx, Box::new(Outgoing::new(header, data, refused, to, done)));
-        });
-        match pushed.pushed() {
-            Ok(handle) => Some(handle),
-            Err(err) => {
-                let why = format!("the send's op was refused on rank {}: {err}", self.rank());
-                hand_over(&self.tx, Box::new(Outgoing::<T>::refused(kept, why, to)));
-                None
-            }
-        }
-    }
-
-    /// The reader's op that receives `var`'s version from `from` into its
-    /// cached copy (it replaces whatever error the copy carried). If the
-    /// engine refuses the op, the comm thread takes the message and drops
-    /// it, so that the sender is not left waiting.
-    fn receive<T: Plain>(&self, var: &DistVar<T>, header: Header, from: usize) -> Option<OpHandle<()>> {
-        let tx = self.tx.clone();
-        let name = format!("receive {} from rank {from} (transfer #{})", header.name, header.seq);
-        let kept = header.clone();
-        let op = self.engine.op(name).lane(Lane::Inline).no_skip(true).repair(true);
-        let pushed = op.write(&var.local).run_async(move |(), (data,), done| {
-            hand_over(&tx, Box::new(Incoming::new(header, data, from, done)));
-        });
-        match pushed.pushed() {
-            Ok(handle) => Some(handle),
-            Err(_) => {
-                hand_over(&self.tx, Box::new(Incoming::<T>::drain(kept, from)));
-                None
-            }
-        }
-    }
-}
-
-/// Hands a transfer to the comm thread, or fails it if the thread is gone.
-fn hand_over(tx: &Sender<Msg>, transfer: Box<dyn super::flight::Transfer>) {
-    if let Err(std::sync::mpsc::SendError(Msg::Transfer(transfer))) = tx.send(Msg::Transfer(transfer)) {
-        transfer.close();
     }
 }
 
@@ -436,37 +345,6 @@ fn mix(program: u64, step: &impl Hash) -> u64 {
     program.hash(&mut h);
     step.hash(&mut h);
     h.finish()
-}
-
-impl Drop for Distribution<'_> {
-    fn drop(&mut self) {
-        // Its slot is free once its transfers are done (below): a later
-        // distribution's messages with the same tag are sent after this
-        // one's, and MPI matches messages of one tag in the order sent
-        // (unless the programs differed: see `Slots`).
-        struct Free<'a>(&'a Collectives, u32, bool);
-        impl Drop for Free<'_> {
-            fn drop(&mut self) {
-                self.0.distributions().close(self.1, self.2);
-            }
-        }
-        let diverged = self.lock().diverged.is_some();
-        let _free = Free(self.world, self.slot, diverged);
-        if std::thread::panicking() {
-            // The transfers may wait for ranks that wait for this one: the
-            // world's drop ends the job instead (see `Collectives`); until
-            // then, the transfers own what they use.
-            return;
-        }
-        let handles = std::mem::take(
-            &mut self.books.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).in_flight,
-        );
-        for handle in handles {
-            // Failures were the ops' to report; what matters here is that
-            // no transfer is left in flight.
-            let _ = handle.blocking_wait();
-        }
-    }
 }
 
 impl fmt::Debug for Distribution<'_> {

@@ -1,5 +1,6 @@
-//! One transfer of a distributed var's version from its owner to a rank
-//! that reads it: a header (what every rank's program says this transfer
+//! One large transfer of a distributed var's version (more than
+//! `staged::STAGED_MAX` bytes, or a receive past the staged ones) from its
+//! owner to a rank that reads it: a header (what every rank's program says this transfer
 //! is, and whether the owner's copy carries an error) and the elements,
 //! two messages with the same tag, so MPI's non-overtaking rule keeps them
 //! in order. The sender holds the var's read guard and the receiver the
@@ -21,6 +22,8 @@ use super::super::raw::{self, Code, Request};
 use super::Plain;
 use super::error::TransferError;
 use super::header::{HEADER, Header, tag};
+use super::staged::sending_failure;
+use super::tile::Tile;
 use crate::op::op_handle::Completion;
 use crate::var::{ReadGuard, WriteGuard};
 
@@ -29,7 +32,7 @@ use crate::var::{ReadGuard, WriteGuard};
 /// so that the receiver is not left waiting.
 pub(super) struct Outgoing<T: Plain> {
     header: Header,
-    data: Option<ReadGuard<Vec<T>>>,
+    data: Option<ReadGuard<Tile<T>>>,
     /// Why the elements cannot be sent, known before the start.
     failure: Option<String>,
     to: usize,
@@ -44,7 +47,7 @@ impl<T: Plain> Outgoing<T> {
     /// of the elements.
     pub(super) fn new(
         header: Header,
-        data: ReadGuard<Vec<T>>,
+        data: ReadGuard<Tile<T>>,
         failure: Option<String>,
         to: usize,
         done: Completion<()>,
@@ -59,20 +62,16 @@ impl<T: Plain> Outgoing<T> {
 }
 
 impl<T: Plain> Transfer for Outgoing<T> {
+    fn turn(&self) -> (u32, u32) {
+        (self.header.slot, self.header.dist)
+    }
+
     fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
-        let failure = self.failure.take().or_else(|| {
-            let data = self.data.as_ref()?;
-            let seen = data.op_seen_error().map(|err| format!("{err:#}"));
-            seen.or_else(|| {
-                (data.len() as u64 != self.header.count).then(|| {
-                    format!("the var holds {} elements, registered with {}", data.len(), self.header.count)
-                })
-            })
-        });
+        let failure = self.failure.take().or_else(|| sending_failure(&self.header, self.data.as_ref()?));
         // A copy that carries an error sends no elements: the header says
         // why, and the receiver fails its op with it.
         let bytes: &[u8] = match (&self.data, &failure) {
-            (Some(data), None) => bytemuck::cast_slice::<T, u8>(data),
+            (Some(data), None) => bytemuck::cast_slice::<T, u8>(&data[..]),
             _ => &[],
         };
         let header = self.header.encode(failure.as_deref());
@@ -141,7 +140,7 @@ impl<T: Plain> Transfer for Outgoing<T> {
 /// buffer dropped once the sender's message is in, so that the sender is
 /// not left waiting.
 enum Landing<T> {
-    Copy(WriteGuard<Vec<T>>),
+    Copy(WriteGuard<Tile<T>>),
     Drain(Vec<u8>),
 }
 
@@ -159,7 +158,7 @@ pub(super) struct Incoming<T: Plain> {
 
 impl<T: Plain> Incoming<T> {
     /// The receive from rank `from` into the cached copy `data`.
-    pub(super) fn new(expect: Header, data: WriteGuard<Vec<T>>, from: usize, done: Completion<()>) -> Self {
+    pub(super) fn new(expect: Header, data: WriteGuard<Tile<T>>, from: usize, done: Completion<()>) -> Self {
         Self::landing(expect, Landing::Copy(data), from, Some(done))
     }
 
@@ -177,6 +176,10 @@ impl<T: Plain> Incoming<T> {
 }
 
 impl<T: Plain> Transfer for Incoming<T> {
+    fn turn(&self) -> (u32, u32) {
+        (self.expect.slot, self.expect.dist)
+    }
+
     fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
         let (from, tag) = (self.from as c_int, tag(self.expect.slot, self.expect.seq));
         let u8s = u8::equivalent_datatype().as_raw();
@@ -187,8 +190,14 @@ impl<T: Plain> Transfer for Incoming<T> {
         self.requests.push(head);
         let bytes: &mut [u8] = match &mut self.into {
             Landing::Copy(data) => {
-                data.clear();
-                data.resize(self.expect.count as usize, T::zeroed());
+                // Sized once: a copy that holds a version already is
+                // overwritten, not cleared first.
+                let data = &mut data.0;
+                let count = self.expect.count as usize;
+                if data.len() != count {
+                    data.clear();
+                    data.resize(count, T::zeroed());
+                }
                 bytemuck::cast_slice_mut::<T, u8>(data)
             }
             Landing::Drain(buffer) => buffer,

@@ -1,4 +1,4 @@
-//! Tiles across ranks (`depengine::mpi::dist`, feature `mpi`), run by
+//! Tiles across ranks (`depengine::mpi::distributed`, feature `mpi`), run by
 //! every rank of an MPI world: `tests/mpi/run.sh` runs this binary under
 //! `mpirun -np 2` and `-np 4`; alone it is a world of one.
 //!
@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use depengine::mpi::Collectives;
-use depengine::mpi::dist::{DistVar, Distribution, TransferError, block_cyclic, grid};
+use depengine::mpi::distributed::{DistVar, Distribution, TransferError, block_cyclic, grid};
 
 fn main() {
     let engine = depengine::EngineBuilder::from_env().cpu_workers(2).build().expect("engine");
@@ -20,7 +20,7 @@ fn main() {
     let (rank, size) = (world.rank(), world.size());
     std::thread::spawn(|| {
         std::thread::sleep(Duration::from_secs(240));
-        eprintln!("mpi_dist: still running after 240 s");
+        eprintln!("mpi_distributed: still running after 240 s");
         std::process::exit(3);
     });
     if std::env::args().any(|arg| arg == "--panic-on-the-last-rank") {
@@ -45,7 +45,7 @@ fn main() {
     world.barrier().blocking_wait().expect("barrier");
     drop(world);
     drop(engine);
-    println!("mpi_dist: rank {rank} of {size}: every check passed");
+    println!("mpi_distributed: rank {rank} of {size}: every check passed");
 }
 
 /// The value a body computes: a hash of what it reads and of the op, so
@@ -68,7 +68,7 @@ impl Rng {
 }
 
 fn value_of(var: &DistVar<u64>) -> Vec<u64> {
-    futures::executor::block_on(var.local().read()).expect("read").clone()
+    var.read().blocking_wait().expect("read").to_vec()
 }
 
 fn block_cyclic_places_tiles_on_a_grid() {
@@ -80,57 +80,84 @@ fn block_cyclic_places_tiles_on_a_grid() {
     assert_eq!(owners, [0, 1, 0, 1, 2, 3, 2, 3, 0, 1, 0, 1, 2, 3, 2, 3]);
 }
 
-/// Random programs on vars of random owners: each op writes one var (or
-/// none) and reads up to three others; every rank runs the same program
-/// through the distribution, and a sequential model of it. Each rank's
-/// own vars must end as the model's, which folds every write in order.
+/// Random programs on vars of random owners and of two element types
+/// (`u64` and `u32`, mixed in one op): each op writes one var (or none)
+/// and reads up to three others; every rank runs the same program through
+/// the distribution, and a sequential model of it. Each rank's own vars
+/// must end as the model's, which folds every write in order.
 fn random_programs_match_a_sequential_model(world: &Collectives, seed: u64) {
     let dist = Distribution::new(world).expect("a distribution");
     let (rank, size) = (dist.rank(), dist.size());
     let mut rng = Rng(seed + 1);
     let nvars = 3 + rng.below(10);
-    let len = 1 + rng.below(5);
+    // Short vars go through staged buffers, long ones from memory to memory.
+    let len = if seed % 3 == 2 { 9000 } else { 1 + rng.below(5) };
     let owners: Vec<usize> = (0..nvars).map(|_| rng.below(size)).collect();
+    // Odd vars hold u32: the model keeps their values below 2^32.
+    let wide = |v: usize| v % 2 == 0;
     let mut model: Vec<Vec<u64>> = (0..nvars).map(|v| vec![v as u64; len]).collect();
-    let vars: Vec<DistVar<u64>> = (0..nvars)
-        .map(|v| dist.var(&format!("v{v}"), owners[v], len, || vec![v as u64; len]).expect("var"))
-        .collect();
+    let mut v64 = std::collections::BTreeMap::new();
+    let mut v32 = std::collections::BTreeMap::new();
+    for v in 0..nvars {
+        let name = format!("v{v}");
+        if wide(v) {
+            v64.insert(v, dist.var(&name, owners[v], len, || vec![v as u64; len]).expect("var"));
+        } else {
+            v32.insert(v, dist.var(&name, owners[v], len, || vec![v as u32; len]).expect("var"));
+        }
+    }
     for k in 0..150u64 {
         let write = (rng.below(6) != 0).then(|| rng.below(nvars));
-        let reads: Vec<usize> =
+        let mut reads: Vec<usize> =
             (0..rng.below(4)).map(|_| rng.below(nvars)).filter(|&r| Some(r) != write).collect();
-        let mut reads = reads;
         reads.sort_unstable();
         reads.dedup();
+        // The op's body gets the u64 reads, then the u32 ones.
+        let (r64, r32): (Vec<usize>, Vec<usize>) = reads.iter().partition(|&&r| wide(r));
         // The model: each element of the write folds the reads' and the op.
-        let fold = move |inputs: &[&[u64]], old: &[u64]| -> Vec<u64> {
+        let fold = move |inputs: &[Vec<u64>], old: &[u64]| -> Vec<u64> {
             (0..len).map(|e| inputs.iter().fold(mix(old[e], k), |acc, r| mix(acc, r[e]))).collect()
         };
         if let Some(w) = write {
-            let inputs: Vec<&[u64]> = reads.iter().map(|&r| model[r].as_slice()).collect();
-            let new = fold(&inputs, &model[w]);
+            let inputs: Vec<Vec<u64>> = r64.iter().chain(&r32).map(|&r| model[r].clone()).collect();
+            let mut new = fold(&inputs, &model[w]);
+            if !wide(w) {
+                new.iter_mut().for_each(|x| *x = u64::from(*x as u32));
+            }
             model[w] = new;
         }
-        let mut op = dist.op::<u64>(&format!("op{k}"));
-        for &r in &reads {
-            op = op.read(&vars[r]);
-        }
-        if let Some(w) = write {
-            op = op.write(&vars[w]);
-        }
-        op.run(move |reads, writes| {
-            if let Some(out) = writes.first_mut() {
-                let new = fold(reads, out);
-                out.copy_from_slice(&new);
-            }
-            Ok(())
-        })
-        .expect("push");
+        let w64: Vec<_> = write.filter(|&w| wide(w)).map(|w| &v64[&w]).into_iter().collect();
+        let w32: Vec<_> = write.filter(|&w| !wide(w)).map(|w| &v32[&w]).into_iter().collect();
+        dist.op(&format!("op{k}"))
+            .read_all(r64.iter().map(|r| &v64[r]))
+            .read_all(r32.iter().map(|r| &v32[r]))
+            .write_all(w64)
+            .write_all(w32)
+            .run(move |(r64, r32), (mut w64, mut w32)| {
+                let mut inputs: Vec<Vec<u64>> = r64.iter().map(|r| r.to_vec()).collect();
+                inputs.extend(r32.iter().map(|r| r.iter().map(|&x| u64::from(x)).collect::<Vec<_>>()));
+                if let Some(out) = w64.first_mut() {
+                    let new = fold(&inputs, out);
+                    out.copy_from_slice(&new);
+                }
+                if let Some(out) = w32.first_mut() {
+                    let old: Vec<u64> = out.iter().map(|&x| u64::from(x)).collect();
+                    let new = fold(&inputs, &old);
+                    out.iter_mut().zip(new).for_each(|(o, n)| *o = n as u32);
+                }
+                Ok(())
+            })
+            .expect("push");
     }
-    dist.wait().expect("the program");
-    for (v, var) in vars.iter().enumerate() {
+    dist.wait().blocking_wait().expect("the program");
+    for v in 0..nvars {
         if owners[v] == rank {
-            assert_eq!(value_of(var), model[v], "seed {seed}: var v{v} on its owner, rank {rank}");
+            let value = if wide(v) {
+                value_of(&v64[&v])
+            } else {
+                v32[&v].read().blocking_wait().expect("read").iter().map(|&x| u64::from(x)).collect()
+            };
+            assert_eq!(value, model[v], "seed {seed}: var v{v} on its owner, rank {rank}");
         }
     }
     let stats = dist.stats();
@@ -146,16 +173,15 @@ fn a_write_on_the_owner_makes_copies_stale(world: &Collectives) {
     let size = dist.size();
     let (a, b) =
         (dist.var("a", 0, 1, || vec![0u64]).unwrap(), dist.var("b", size - 1, 1, || vec![0u64]).unwrap());
-    let set = |x: u64| dist.op::<u64>("set a").write(&a).run(move |_, w| Ok(w[0][0] = x)).unwrap();
-    let copy = || {
-        dist.op::<u64>("b = a").read(&a).write(&b).run(|r, w| Ok(w[0][0] = w[0][0] * 100 + r[0][0])).unwrap()
-    };
+    let set = |x: u64| dist.op("set a").write(&a).run(move |(), (mut w,)| Ok(w[0] = x)).unwrap();
+    let copy =
+        || dist.op("b = a").read(&a).write(&b).run(|(r,), (mut w,)| Ok(w[0] = w[0] * 100 + r[0])).unwrap();
     set(1);
     copy();
     copy(); // `a` unchanged: no second transfer
     set(2);
     copy();
-    dist.wait().expect("the program");
+    dist.wait().blocking_wait().expect("the program");
     if dist.rank() == size - 1 {
         assert_eq!(value_of(&b), vec![10102], "b saw a's versions 1, 1, 2");
     }
@@ -176,8 +202,12 @@ fn a_failure_on_the_owner_fails_the_readers_elsewhere(world: &Collectives) {
     let last = size - 1;
     let a = dist.var("a", 0, 1, || vec![0u64]).unwrap();
     let b = dist.var("b", last, 1, || vec![0u64]).unwrap();
-    let failed = dist.op::<u64>("fails").write(&a).run(|_, _| Err("disk full".into())).unwrap();
-    let reader = dist.op::<u64>("reads a").read(&a).write(&b).run(|r, w| Ok(w[0][0] = r[0][0] + 1)).unwrap();
+    let failed = dist
+        .op("fails")
+        .write(&a)
+        .run(|(), (_w,)| -> Result<(), depengine::BoxError> { Err("disk full".into()) })
+        .unwrap();
+    let reader = dist.op("reads a").read(&a).write(&b).run(|(r,), (mut w,)| Ok(w[0] = r[0] + 1)).unwrap();
     if dist.rank() == 0 {
         assert!(failed.expect("runs on rank 0").blocking_wait().is_err());
     }
@@ -196,12 +226,12 @@ fn a_failure_on_the_owner_fails_the_readers_elsewhere(world: &Collectives) {
             assert!(from_owner, "a transfer error from rank 0 in the chain: {chain}");
         }
     }
-    dist.op::<u64>("repairs a").write(&a).repair(true).run(|_, w| Ok(w[0][0] = 7)).unwrap();
-    let _ = dist.wait();
+    dist.op("repairs a").write(&a).repair(true).run(|(), (mut w,)| Ok(w[0] = 7)).unwrap();
+    let _ = dist.wait().blocking_wait();
     // The repair replaced the error on the owner; `b` still carries the
     // reader's error, so the next read writes it from scratch.
-    dist.op::<u64>("fixes b").read(&a).write(&b).repair(true).run(|r, w| Ok(w[0][0] = r[0][0] + 1)).unwrap();
-    dist.wait().expect("repaired, sent again, and read");
+    dist.op("fixes b").read(&a).write(&b).repair(true).run(|(r,), (mut w,)| Ok(w[0] = r[0] + 1)).unwrap();
+    dist.wait().blocking_wait().expect("repaired, sent again, and read");
     if dist.rank() == 0 {
         assert_eq!(value_of(&a), vec![7]);
     }
@@ -217,15 +247,15 @@ fn an_op_writing_two_owners_is_refused_everywhere(world: &Collectives) {
     let size = dist.size();
     let a = dist.var("a", 0, 1, || vec![1u64]).unwrap();
     let b = dist.var("b", size - 1, 1, || vec![2u64]).unwrap();
-    let refused = dist.op::<u64>("both").write(&a).write(&b).run(|_, _| Ok(()));
+    let refused = dist.op("both").write(&a).write(&b).run(|_, _| Ok(()));
     if size > 1 {
         let err = refused.unwrap_err();
         assert!(err.to_string().contains("writes `a` (owned by rank 0) and `b`"), "{err}");
     } else {
         refused.expect("one owner in a world of one");
     }
-    dist.op::<u64>("after").read(&a).write(&b).run(|r, w| Ok(w[0][0] += r[0][0])).unwrap();
-    dist.wait().expect("the program after the refusal");
+    dist.op("after").read(&a).write(&b).run(|(r,), (mut w,)| Ok(w[0] += r[0])).unwrap();
+    dist.wait().blocking_wait().expect("the program after the refusal");
     if dist.rank() == size - 1 {
         assert_eq!(value_of(&b), vec![3]);
     }
@@ -241,8 +271,8 @@ fn a_different_program_is_named_by_the_receiver(world: &Collectives) {
     let b = dist.var("b", 1, 2, || vec![0u64, 0]).unwrap();
     // Rank 1 names the op differently: the programs' hashes part here.
     let name = if rank == 1 { "scale by two" } else { "scale" };
-    dist.op::<u64>(name).write(&a).run(|_, w| Ok(w[0].iter_mut().for_each(|x| *x *= 2))).unwrap();
-    let read = dist.op::<u64>("copy").read(&a).write(&b).run(|r, w| Ok(w[0].copy_from_slice(r[0]))).unwrap();
+    dist.op(name).write(&a).run(|(), (mut w,)| Ok(w.iter_mut().for_each(|x| *x *= 2))).unwrap();
+    let read = dist.op("copy").read(&a).write(&b).run(|(r,), (mut w,)| Ok(w.copy_from_slice(&r))).unwrap();
     if rank == 1 {
         let err = read.expect("runs on rank 1").blocking_wait().unwrap_err();
         let chain = format!("{err:#}");
@@ -255,10 +285,10 @@ fn a_different_program_is_named_by_the_receiver(world: &Collectives) {
     programs_differ_everywhere(&dist);
 }
 
-/// `dist.wait()` fails on this rank with the programs' difference, naming
+/// `dist.wait().blocking_wait()` fails on this rank with the programs' difference, naming
 /// another rank.
 fn programs_differ_everywhere(dist: &Distribution<'_>) {
-    let err = dist.wait().unwrap_err();
+    let err = dist.wait().blocking_wait().unwrap_err();
     let chain = format!("{err:#}");
     let named = std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source()).find_map(|e| {
         match e.downcast_ref::<TransferError>() {
@@ -279,7 +309,7 @@ fn a_rank_with_an_extra_transfer_does_not_hang(world: &Collectives) {
     let a = dist.var("a", 0, 1 << 16, || vec![3u64; 1 << 16]).unwrap();
     let b = dist.var("b", 1, 1, || vec![0u64]).unwrap();
     let extra = if rank == 1 {
-        dist.op::<u64>("extra").read(&a).write(&b).run(|r, w| Ok(w[0][0] = r[0][0])).unwrap()
+        dist.op("extra").read(&a).write(&b).run(|(r,), (mut w,)| Ok(w[0] = r[0])).unwrap()
     } else {
         None
     };
@@ -289,7 +319,7 @@ fn a_rank_with_an_extra_transfer_does_not_hang(world: &Collectives) {
         assert!(format!("{err:#}").contains("given up"), "{err:#}");
     }
     // What was given up may hold its var for good: nothing more is taken.
-    let refused = dist.op::<u64>("after").read(&a).write(&b).run(|_, _| Ok(())).unwrap_err();
+    let refused = dist.op("after").read(&a).write(&b).run(|_, _| Ok(())).unwrap_err();
     assert!(format!("{refused:#}").contains("different programs"), "{refused:#}");
     assert!(dist.var::<u64>("later", 0, 1, || vec![0]).is_err());
 }
@@ -309,8 +339,8 @@ fn a_rank_whose_engine_refuses_leaves_no_one_waiting(world: &Collectives) {
     let theirs = dist.var("theirs", last, 1, || vec![5u64]).unwrap();
     let mine = dist.var("mine", 0, 1, || vec![1u64]).unwrap();
     let to_them = dist.var("to them", last, 1, || vec![0u64]).unwrap();
-    let read = dist.op::<u64>("reads theirs").read(&theirs).write(&mine).run(|r, w| Ok(w[0][0] += r[0][0]));
-    let sent = dist.op::<u64>("sends mine").read(&mine).write(&to_them).run(|r, w| Ok(w[0][0] = r[0][0]));
+    let read = dist.op("reads theirs").read(&theirs).write(&mine).run(|(r,), (mut w,)| Ok(w[0] += r[0]));
+    let sent = dist.op("sends mine").read(&mine).write(&to_them).run(|(r,), (mut w,)| Ok(w[0] = r[0]));
     if rank == 0 {
         let err = read.expect("pushed on rank 0").expect("runs on rank 0").blocking_wait().unwrap_err();
         let chain = format!("{err:#}");
@@ -319,7 +349,7 @@ fn a_rank_whose_engine_refuses_leaves_no_one_waiting(world: &Collectives) {
     if rank == last {
         assert!(sent.unwrap_err().is_shutdown(), "the last rank's own op is refused");
     }
-    let _ = dist.wait();
+    let _ = dist.wait().blocking_wait();
     drop(dist);
     if rank != last {
         let _ = futures::executor::block_on(engine.shutdown(depengine::ShutdownMode::Drain));
@@ -335,7 +365,7 @@ fn a_size_that_differs_is_named_not_fatal(world: &Collectives) {
     let len = if rank == 1 { 2 } else { 4096 };
     let a = dist.var("a", 0, len, || vec![1u64; 4096]).unwrap();
     let b = dist.var("b", 1, 1, || vec![0u64]).unwrap();
-    let read = dist.op::<u64>("reads a").read(&a).write(&b).run(|r, w| Ok(w[0][0] = r[0][0])).unwrap();
+    let read = dist.op("reads a").read(&a).write(&b).run(|(r,), (mut w,)| Ok(w[0] = r[0])).unwrap();
     if rank == 1 {
         let err = read.expect("runs on rank 1").blocking_wait().unwrap_err();
         let mismatch = std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source()).any(|e| {
@@ -354,21 +384,21 @@ fn the_explainer_shows_a_reader_waiting_for_its_transfer(world: &Collectives) {
     let rank = dist.rank();
     let a = dist.var("slow", 0, 1, || vec![1u64]).unwrap();
     let b = dist.var("b", 1, 1, || vec![0u64]).unwrap();
-    dist.op::<u64>("writes slowly")
+    dist.op("writes slowly")
         .write(&a)
-        .run(|_, w| {
+        .run(|(), (mut w,)| {
             std::thread::sleep(Duration::from_millis(300));
-            w[0][0] = 2;
+            w[0] = 2;
             Ok(())
         })
         .unwrap();
-    dist.op::<u64>("reads slow").read(&a).write(&b).run(|r, w| Ok(w[0][0] = r[0][0])).unwrap();
+    dist.op("reads slow").read(&a).write(&b).run(|(r,), (mut w,)| Ok(w[0] = r[0])).unwrap();
     if rank == 1 {
         std::thread::sleep(Duration::from_millis(100));
         let pending = world.engine().debug_pending().to_string();
         assert!(pending.contains("reads slow") && pending.contains("receive slow from rank 0"), "{pending}");
     }
-    dist.wait().expect("the program");
+    dist.wait().blocking_wait().expect("the program");
     if rank == 1 {
         assert_eq!(value_of(&b), vec![2]);
     }
@@ -378,7 +408,7 @@ fn the_explainer_shows_a_reader_waiting_for_its_transfer(world: &Collectives) {
 /// is refused on every rank alike, with a clear error, and one more may be
 /// made once one is dropped.
 fn the_129th_live_distribution_is_refused_everywhere(world: &Collectives) {
-    let mut live: Vec<Distribution<'_>> = (0..depengine::mpi::dist::MAX_LIVE)
+    let mut live: Vec<Distribution<'_>> = (0..depengine::mpi::distributed::MAX_LIVE)
         .map(|_| Distribution::new(world).expect("a distribution"))
         .collect();
     let err = Distribution::new(world).expect_err("the 129th live distribution");
@@ -386,7 +416,7 @@ fn the_129th_live_distribution_is_refused_everywhere(world: &Collectives) {
     live.swap_remove(40);
     let again = Distribution::new(world).expect("a distribution once one is dropped");
     let v = again.var("v", 0, 1, || vec![9u64]).unwrap();
-    again.wait().expect("wait");
+    again.wait().blocking_wait().expect("wait");
     if world.rank() == 0 {
         assert_eq!(value_of(&v), [9]);
     }
@@ -410,16 +440,15 @@ fn distributions_alive_together_never_take_each_others_messages(world: &Collecti
     let b1 = first.var("b", last, 4, || vec![0u64; 4]).unwrap();
     let a2 = second.var("a", 0, 4, || vec![2u64; 4]).unwrap();
     let b2 = second.var("b", last, 4, || vec![0u64; 4]).unwrap();
-    let held = (rank == last).then(|| a1.local().read().blocking_wait().expect("the copy, held"));
-    let copy = |r: &[&[u64]], w: &mut [&mut [u64]]| Ok(w[0].copy_from_slice(r[0]));
-    first.op::<u64>("copy").read(&a1).write(&b1).run(copy).expect("pushed");
-    second.op::<u64>("copy").read(&a2).write(&b2).run(copy).expect("pushed");
+    let held = (rank == last).then(|| a1.read().blocking_wait().expect("the copy, held"));
+    first.op("copy").read(&a1).write(&b1).run(|(r,), (mut w,)| Ok(w.copy_from_slice(&r))).expect("pushed");
+    second.op("copy").read(&a2).write(&b2).run(|(r,), (mut w,)| Ok(w.copy_from_slice(&r))).expect("pushed");
     if rank == last {
         assert_eq!(value_of(&b2), [2; 4], "the second distribution's own message");
     }
     drop(held);
-    second.wait().expect("the second distribution");
-    first.wait().expect("the first distribution");
+    second.wait().blocking_wait().expect("the second distribution");
+    first.wait().blocking_wait().expect("the first distribution");
     if rank == last {
         assert_eq!(value_of(&b1), [1; 4], "the first distribution's own message");
     }
@@ -435,11 +464,11 @@ fn the_last_rank_panics_out_of_main(world: &Collectives) -> ! {
     let dist = Distribution::new(world).expect("a distribution");
     let a = dist.var("a", 0, 4, || vec![1u64; 4]).unwrap();
     let b = dist.var("b", last, 4, || vec![0u64; 4]).unwrap();
-    dist.op::<u64>("copy").read(&a).write(&b).run(|r, w| Ok(w[0].copy_from_slice(r[0]))).expect("pushed");
+    dist.op("copy").read(&a).write(&b).run(|(r,), (mut w,)| Ok(w.copy_from_slice(&r))).expect("pushed");
     if rank == last {
         panic!("rank {rank} panics out of main, on purpose");
     }
-    let _ = dist.wait();
+    let _ = dist.wait().blocking_wait();
     std::thread::sleep(Duration::from_secs(600));
     unreachable!("the job ended while rank {rank} waited")
 }

@@ -1,0 +1,177 @@
+//! The transfer ops: a var's elements moved from its owner to a rank that
+//! reads it, pushed on the two ranks that take part, for vars of any
+//! element type (an op's reads are kept as `&dyn Moved`).
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
+
+use super::super::comm_thread::Msg;
+use super::super::flight::Transfer;
+use super::header::Header;
+use super::staged::{Landing, Packed, STAGED_LIVE, STAGED_MAX, Staged, pack};
+use super::transfer::{Incoming, Outgoing};
+use super::{DistVar, Plain, elem_mark};
+use crate::device::Lane;
+use crate::engine::Engine;
+use crate::op::op_handle::OpHandle;
+
+/// What a push needs to move vars: the engine, the comm thread, this
+/// rank, and the distribution's count of staged receives posted.
+pub(super) struct Mover<'a> {
+    pub(super) engine: &'a Engine,
+    pub(super) tx: &'a Sender<Msg>,
+    pub(super) rank: usize,
+    pub(super) staged: &'a Arc<AtomicUsize>,
+}
+
+/// A distributed var, its element type erased: what an op's push needs of
+/// the vars it reads.
+pub(super) trait Moved: Send + Sync {
+    fn id(&self) -> u32;
+    fn owner(&self) -> usize;
+    /// Its elements.
+    fn count(&self) -> usize;
+    /// Its element type's mark.
+    fn elem(&self) -> u64;
+    /// Bytes of its elements.
+    fn bytes(&self) -> usize;
+    /// The owner's op that sends the var's current version to rank `to`
+    /// (or `refused`, this rank's reason why it has no such version, in
+    /// its place). An op that never runs, refused by the engine or dropped
+    /// by it, still leaves the receiver a header that says why.
+    fn send(
+        &self,
+        mover: &Mover<'_>,
+        header: Header,
+        refused: Option<String>,
+        to: usize,
+    ) -> Option<OpHandle<()>>;
+    /// The reader's op that receives the var's version from `from` into
+    /// its cached copy (it replaces whatever error the copy carried). An
+    /// op that never runs still takes the message, so that the sender is
+    /// not left waiting.
+    fn receive(&self, mover: &Mover<'_>, header: Header, from: usize) -> Option<OpHandle<()>>;
+}
+
+impl<T: Plain> Moved for DistVar<T> {
+    fn id(&self) -> u32 {
+        self.id
+    }
+
+    fn owner(&self) -> usize {
+        self.owner
+    }
+
+    fn count(&self) -> usize {
+        self.len
+    }
+
+    fn elem(&self) -> u64 {
+        elem_mark::<T>()
+    }
+
+    fn bytes(&self) -> usize {
+        self.len * std::mem::size_of::<T>()
+    }
+
+    fn send(
+        &self,
+        mover: &Mover<'_>,
+        header: Header,
+        refused: Option<String>,
+        to: usize,
+    ) -> Option<OpHandle<()>> {
+        let name = format!("send {} to rank {to} (transfer #{})", header.name, header.seq);
+        let staged = self.bytes() <= STAGED_MAX;
+        let token = Handover::<T>::new(mover, header, to, true);
+        let op = mover.engine.op(name).lane(Lane::Inline).no_skip(true).read(&self.local);
+        let pushed = op.run_async(move |(data,), (), done| {
+            let (tx, header) = token.take();
+            if staged {
+                // Packed, the var is free again: its next write need not
+                // wait for MPI.
+                let packed = pack(&header, &data, refused);
+                drop(data);
+                hand_over(&tx, Box::new(Packed::new(header, packed, to)));
+                done.succeed(());
+            } else {
+                hand_over(&tx, Box::new(Outgoing::new(header, data, refused, to, done)));
+            }
+        });
+        pushed.pushed().ok()
+    }
+
+    fn receive(&self, mover: &Mover<'_>, header: Header, from: usize) -> Option<OpHandle<()>> {
+        let name = format!("receive {} from rank {from} (transfer #{})", header.name, header.seq);
+        let op = mover.engine.op(name).lane(Lane::Inline).no_skip(true).repair(true).write(&self.local);
+        let room = self.bytes() <= STAGED_MAX
+            && mover
+                .staged
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < STAGED_LIVE).then_some(n + 1))
+                .is_ok();
+        let pushed = if room {
+            // Posted now, before the op runs: the message may be in by then.
+            let landing = Landing::new();
+            let live = Arc::clone(mover.staged);
+            hand_over(mover.tx, Box::new(Staged::<T>::new(header, from, Arc::clone(&landing), live)));
+            op.run_async(move |(), (copy,), done| landing.claim(copy, done))
+        } else {
+            let token = Handover::<T>::new(mover, header, from, false);
+            op.run_async(move |(), (copy,), done| {
+                let (tx, header) = token.take();
+                hand_over(&tx, Box::new(Incoming::new(header, copy, from, done)));
+            })
+        };
+        pushed.pushed().ok()
+    }
+}
+
+/// A transfer op's hand-over to the comm thread, made when its body runs;
+/// dropped unmade (the op refused, or dropped by its engine), it hands over
+/// what keeps the other rank from waiting for ever: a header that says why
+/// in place of a send, a receive of the message that drops it in place of
+/// a receive. Every transfer of the books is so handed over once, which
+/// the comm thread counts (`turns.rs`).
+struct Handover<T: Plain> {
+    tx: Sender<Msg>,
+    header: Option<Header>,
+    peer: usize,
+    send: bool,
+    rank: usize,
+    elem: PhantomData<fn() -> T>,
+}
+
+impl<T: Plain> Handover<T> {
+    fn new(mover: &Mover<'_>, header: Header, peer: usize, send: bool) -> Self {
+        let tx = mover.tx.clone();
+        Self { tx, header: Some(header), peer, send, rank: mover.rank, elem: PhantomData }
+    }
+
+    fn take(mut self) -> (Sender<Msg>, Header) {
+        let header = self.header.take().expect("taken once");
+        (self.tx.clone(), header)
+    }
+}
+
+impl<T: Plain> Drop for Handover<T> {
+    fn drop(&mut self) {
+        let Some(header) = self.header.take() else { return };
+        let substitute: Box<dyn Transfer> = if self.send {
+            let why =
+                format!("the send's op was refused on rank {} (or dropped unrun by its engine)", self.rank);
+            Box::new(Outgoing::<T>::refused(header, why, self.peer))
+        } else {
+            Box::new(Incoming::<T>::drain(header, self.peer))
+        };
+        hand_over(&self.tx, substitute);
+    }
+}
+
+/// Hands a transfer to the comm thread, or fails it if the thread is gone.
+pub(super) fn hand_over(tx: &Sender<Msg>, transfer: Box<dyn Transfer>) {
+    if let Err(std::sync::mpsc::SendError(Msg::Transfer(transfer))) = tx.send(Msg::Transfer(transfer)) {
+        transfer.close();
+    }
+}

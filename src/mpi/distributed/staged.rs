@@ -1,0 +1,304 @@
+//! Small transfers: one message, the header and the elements packed
+//! together, through buffers of their own, so that neither side's op waits
+//! for the comm thread.
+//!
+//! * The owner's send op packs the var's elements behind the header and
+//!   completes at once: the var is free for its next write while MPI sends
+//!   the packed copy ([`Packed`]).
+//! * The reader posts its receive into a buffer of its own when the op that
+//!   needs it is pushed, not when the receive op runs ([`Staged`]). Whoever
+//!   comes second of the message and the receive op lands the elements in
+//!   the cached copy and completes the op: the op itself, on its worker,
+//!   when the message was in first (the common case in a stream, where the
+//!   owner runs ahead), or the comm thread.
+//!
+//! The copies cost what MPI's own eager protocol costs again; the hand-offs
+//! they save cost more up to [`STAGED_MAX`] (PERFORMANCE.md, *Transfers*).
+//!
+//! Its `unsafe` blocks start MPI's immediate send and receive on the packed
+//! buffers (`raw.rs` says why the raw calls).
+
+#![allow(unsafe_code)]
+
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use mpi::datatype::Equivalence;
+use mpi::raw::AsRaw;
+use mpi::topology::SimpleCommunicator;
+
+use super::super::flight::Transfer;
+use super::super::raw::{self, Code, Request};
+use super::Plain;
+use super::error::TransferError;
+use super::header::{HEADER, Header, tag};
+use super::tile::Tile;
+use crate::op::op_handle::Completion;
+use crate::var::{ReadGuard, WriteGuard};
+
+/// The most bytes of elements a transfer moves through staged buffers;
+/// larger ones go from the var's memory to the copy's (`transfer.rs`).
+pub(super) const STAGED_MAX: usize = 64 * 1024;
+
+/// The most staged receives a distribution has posted at once on a rank:
+/// the comm thread tests every transfer in flight on each turn, so that a
+/// program pushed far ahead does not make each turn long. Receives past it
+/// are posted by their ops, as large ones are.
+pub(super) const STAGED_LIVE: usize = 64;
+
+/// The owner's elements behind `header`, or `failure` in the header with
+/// no elements: one message.
+pub(super) fn pack<T: Plain>(header: &Header, data: &ReadGuard<Tile<T>>, refused: Option<String>) -> Vec<u8> {
+    let failure = refused.or_else(|| sending_failure(header, data));
+    let head = header.encode(failure.as_deref());
+    let bytes: &[u8] = if failure.is_some() { &[] } else { bytemuck::cast_slice::<T, u8>(data) };
+    let mut packed = Vec::with_capacity(HEADER + bytes.len());
+    packed.extend_from_slice(&head[..]);
+    packed.extend_from_slice(bytes);
+    packed
+}
+
+/// Why the owner cannot send `data` as `header` says: the error it
+/// carries, or a length other than the var's.
+pub(super) fn sending_failure<T: Plain>(header: &Header, data: &ReadGuard<Tile<T>>) -> Option<String> {
+    let seen = data.op_seen_error().map(|err| format!("{err:#}"));
+    seen.or_else(|| {
+        (data.len() as u64 != header.count)
+            .then(|| format!("the var holds {} elements, registered with {}", data.len(), header.count))
+    })
+}
+
+/// A packed send, its op already complete.
+pub(super) struct Packed {
+    header: Header,
+    packed: Vec<u8>,
+    to: usize,
+    request: Option<Request>,
+}
+
+impl Packed {
+    pub(super) fn new(header: Header, packed: Vec<u8>, to: usize) -> Self {
+        Self { header, packed, to, request: None }
+    }
+}
+
+impl Transfer for Packed {
+    fn turn(&self) -> (u32, u32) {
+        (self.header.slot, self.header.dist)
+    }
+
+    fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
+        let count = c_int::try_from(self.packed.len()).map_err(|_| Code(-1))?;
+        let (to, tag) = (self.to as c_int, tag(self.header.slot, self.header.seq));
+        let u8s = u8::equivalent_datatype().as_raw();
+        // SAFETY: the packed buffer is owned here, unmoved (a move of the
+        // vector does not move its heap buffer) and unwritten until `test`
+        // says the request is done, or forgotten with it (`abandon`).
+        let request = unsafe { raw::send(comm, self.packed.as_ptr().cast(), count, u8s, to, tag) }?;
+        self.request = Some(request);
+        Ok(())
+    }
+
+    fn test(&mut self) -> Result<bool, Code> {
+        self.request.as_mut().map_or(Ok(true), Request::test)
+    }
+
+    fn finish(self: Box<Self>, result: Result<(), Code>) {
+        if let Err(code) = result {
+            // The op completed when it packed: the receiver's op fails
+            // instead, by MPI's error on its side.
+            tracing::error!(target: "depengine", "{}: MPI error {} sending it", self.header, code.0);
+        }
+    }
+
+    fn close(self: Box<Self>) {}
+
+    fn abandon(mut self: Box<Self>, _why: &str) -> Option<Box<dyn Transfer>> {
+        match self.test() {
+            Ok(true) | Err(_) => {}
+            // A send cannot be cancelled: MPI may still read the buffer,
+            // which is left to it for good.
+            Ok(false) => std::mem::forget(self),
+        }
+        None
+    }
+}
+
+/// A staged receive, shared by the comm thread and the receive op.
+pub(super) struct Landing<T> {
+    stage: Mutex<Stage<T>>,
+}
+
+enum Stage<T> {
+    /// Posted; neither the message nor the op is in.
+    Posted,
+    /// The op ran first: the copy's guard and the op's completion.
+    Claimed(WriteGuard<Tile<T>>, Completion<()>),
+    /// The message (or the transfer's failure) came first.
+    Arrived(Result<Vec<u8>, TransferError>),
+    Landed,
+}
+
+impl<T: Plain> Landing<T> {
+    pub(super) fn new() -> Arc<Self> {
+        Arc::new(Self { stage: Mutex::new(Stage::Posted) })
+    }
+
+    /// The receive op's body: lands the message if it is in, or leaves the
+    /// copy to the comm thread.
+    pub(super) fn claim(&self, mut copy: WriteGuard<Tile<T>>, done: Completion<()>) {
+        let mut stage = self.stage.lock().unwrap_or_else(PoisonError::into_inner);
+        match std::mem::replace(&mut *stage, Stage::Landed) {
+            Stage::Arrived(outcome) => {
+                drop(stage);
+                land(&mut copy, outcome, done);
+            }
+            _ => *stage = Stage::Claimed(copy, done),
+        }
+    }
+
+    /// The comm thread's side: the message is in (or failed).
+    fn arrive(&self, outcome: Result<Vec<u8>, TransferError>) {
+        let mut stage = self.stage.lock().unwrap_or_else(PoisonError::into_inner);
+        match std::mem::replace(&mut *stage, Stage::Landed) {
+            Stage::Claimed(mut copy, done) => {
+                drop(stage);
+                land(&mut copy, outcome, done);
+            }
+            _ => *stage = Stage::Arrived(outcome),
+        }
+    }
+}
+
+/// Copies the elements into the cached copy (sized to them) and completes
+/// the receive op, or fails it.
+fn land<T: Plain>(
+    copy: &mut WriteGuard<Tile<T>>,
+    outcome: Result<Vec<u8>, TransferError>,
+    done: Completion<()>,
+) {
+    match outcome {
+        Ok(packed) => {
+            let bytes = &packed[HEADER..];
+            let copy = &mut copy.0;
+            let count = bytes.len() / std::mem::size_of::<T>().max(1);
+            if copy.len() != count {
+                copy.clear();
+                copy.resize(count, T::zeroed());
+            }
+            bytemuck::cast_slice_mut::<T, u8>(copy).copy_from_slice(bytes);
+            done.succeed(());
+        }
+        Err(err) => done.fail(err),
+    }
+}
+
+/// The comm thread's side of a staged receive.
+pub(super) struct Staged<T: Plain> {
+    expect: Header,
+    from: usize,
+    packed: Vec<u8>,
+    request: Option<Request>,
+    landing: Arc<Landing<T>>,
+    /// The distribution's count of staged receives posted.
+    live: Arc<AtomicUsize>,
+    abandoned: Option<String>,
+}
+
+impl<T: Plain> Staged<T> {
+    pub(super) fn new(expect: Header, from: usize, landing: Arc<Landing<T>>, live: Arc<AtomicUsize>) -> Self {
+        let bytes = expect.count as usize * std::mem::size_of::<T>();
+        let packed = vec![0u8; HEADER + bytes];
+        Self { expect, from, packed, request: None, landing, live, abandoned: None }
+    }
+
+    /// What the message says, checked against this rank's books.
+    fn outcome(&self, result: Result<(), Code>) -> Result<Vec<u8>, TransferError> {
+        let what = || self.expect.to_string();
+        if let Some(why) = &self.abandoned {
+            return Err(TransferError::Abandoned { what: what(), why: why.clone() });
+        }
+        let head: &[u8; HEADER] = self.packed[..HEADER].try_into().expect("a header's bytes");
+        let decoded = Header::decode(head);
+        match (result, decoded) {
+            (_, Some((theirs, _))) if theirs != self.expect => {
+                Err(TransferError::Mismatch { mine: what(), rank: self.from, theirs: theirs.to_string() })
+            }
+            (Err(code), _) => Err(TransferError::Mpi { what: what(), code: code.0 }),
+            (Ok(()), Some((_, Some(message)))) => {
+                Err(TransferError::FailedOnOwner { what: what(), rank: self.from, message })
+            }
+            (Ok(()), Some((_, None))) => Ok(Vec::new()),
+            (Ok(()), None) => Err(TransferError::Mismatch {
+                mine: what(),
+                rank: self.from,
+                theirs: "a message that is not a transfer's header".to_owned(),
+            }),
+        }
+    }
+}
+
+impl<T: Plain> Drop for Staged<T> {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl<T: Plain> Transfer for Staged<T> {
+    fn turn(&self) -> (u32, u32) {
+        (self.expect.slot, self.expect.dist)
+    }
+
+    fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
+        let count = c_int::try_from(self.packed.len()).map_err(|_| Code(-1))?;
+        let (from, tag) = (self.from as c_int, tag(self.expect.slot, self.expect.seq));
+        let u8s = u8::equivalent_datatype().as_raw();
+        // SAFETY: the buffer is owned here, unmoved and untouched until
+        // `test` says the request is done (a cancelled one included).
+        let request = unsafe { raw::receive(comm, self.packed.as_mut_ptr().cast(), count, u8s, from, tag) }?;
+        self.request = Some(request);
+        Ok(())
+    }
+
+    fn test(&mut self) -> Result<bool, Code> {
+        self.request.as_mut().map_or(Ok(true), Request::test)
+    }
+
+    fn finish(mut self: Box<Self>, result: Result<(), Code>) {
+        let outcome = self.outcome(result).map(|_| std::mem::take(&mut self.packed));
+        self.landing.arrive(outcome);
+    }
+
+    fn close(self: Box<Self>) {
+        let what = self.expect.to_string();
+        self.landing.arrive(Err(TransferError::Closed { what }));
+    }
+
+    fn abandon(mut self: Box<Self>, why: &str) -> Option<Box<dyn Transfer>> {
+        let started = self.request.is_some();
+        match self.test() {
+            Ok(true) if started => {
+                self.finish(Ok(()));
+                None
+            }
+            Err(code) => {
+                self.finish(Err(code));
+                None
+            }
+            Ok(_) => {
+                self.abandoned = Some(why.to_owned());
+                if !started {
+                    self.finish(Ok(()));
+                    return None;
+                }
+                // A cancelled receive still completes, through `test`; its
+                // buffer stays here until then.
+                if let Some(request) = &mut self.request {
+                    let _ = request.cancel();
+                }
+                Some(self)
+            }
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! Whose turn a tag slot's transfers have.
+//!
+//! Distributions alive at once have tag slots of their own; one made after
+//! another's drop may take its slot again (`distributed/header.rs`). Its
+//! transfers must then reach MPI after all of the earlier one's on this
+//! rank: MPI matches the messages of one source and tag in the order they
+//! were started, and the earlier one's may still be queued in the engine
+//! when the drop returns (the drop does not wait for them). So the comm
+//! thread starts the transfers of one slot one distribution after another:
+//! a later one's are parked until the earlier one's drop has said how many
+//! it handed over on this rank, all of them have come, and the ranks have
+//! compared their programs. If the programs differed, the earlier one may
+//! have left sends that no rank will receive, which would match the later
+//! one's receives: the slot is then poisoned, and every later transfer on
+//! it is given up at once, on every rank alike (every rank reaches the same
+//! verdict).
+
+use std::collections::{HashMap, VecDeque};
+
+use super::flight::Transfer;
+
+#[derive(Default)]
+pub(super) struct Turns {
+    slots: HashMap<u32, Slot>,
+}
+
+#[derive(Default)]
+struct Slot {
+    /// Its distributions, in the order they were made: the first one's
+    /// transfers start as they come.
+    gens: VecDeque<Gen>,
+    /// Why every later transfer on the slot is given up.
+    poisoned: Option<String>,
+}
+
+struct Gen {
+    dist: u32,
+    /// Its transfers handed over so far.
+    handed: u64,
+    /// Its drop's word: how many it handed over in all.
+    expected: Option<u64>,
+    /// Why its transfers are given up: the ranks' programs differ.
+    diverged: Option<String>,
+    parked: Vec<Box<dyn Transfer>>,
+}
+
+/// What becomes of a transfer handed over.
+pub(super) enum Verdict {
+    /// Start it now.
+    Start(Box<dyn Transfer>),
+    /// Give it up, and why.
+    GiveUp(Box<dyn Transfer>, String),
+    /// Parked until its turn.
+    Parked,
+}
+
+impl Slot {
+    fn turn_of(&mut self, dist: u32) -> &mut Gen {
+        let at = match self.gens.iter().position(|g| g.dist == dist) {
+            Some(at) => at,
+            None => {
+                let turn = Gen { dist, handed: 0, expected: None, diverged: None, parked: Vec::new() };
+                self.gens.push_back(turn);
+                self.gens.len() - 1
+            }
+        };
+        &mut self.gens[at]
+    }
+}
+
+impl Turns {
+    /// A transfer its op handed over.
+    pub(super) fn arrive(&mut self, transfer: Box<dyn Transfer>) -> Verdict {
+        let (slot, dist) = transfer.turn();
+        let slot = self.slots.entry(slot).or_default();
+        let first = slot.gens.front().is_none_or(|g| g.dist == dist);
+        let poisoned = slot.poisoned.clone();
+        let turn = slot.turn_of(dist);
+        turn.handed += 1;
+        if let Some(why) = turn.diverged.clone().or(poisoned.filter(|_| first)) {
+            return Verdict::GiveUp(transfer, why);
+        }
+        if first {
+            return Verdict::Start(transfer);
+        }
+        turn.parked.push(transfer);
+        Verdict::Parked
+    }
+
+    /// The ranks' programs differ for distribution `dist`: its transfers to
+    /// come are given up (the caller gives up those in flight).
+    pub(super) fn diverge(&mut self, slot: u32, dist: u32, why: &str) -> Vec<Box<dyn Transfer>> {
+        let turn = self.slots.entry(slot).or_default().turn_of(dist);
+        turn.diverged = Some(why.to_owned());
+        std::mem::take(&mut turn.parked)
+    }
+
+    /// Distribution `dist`'s drop has compared the programs: it handed
+    /// over `transfers` on this rank. Returns the transfers whose turn has
+    /// come, each with why it is given up, if it is.
+    pub(super) fn close(
+        &mut self,
+        slot: u32,
+        dist: u32,
+        transfers: u64,
+        diverged: Option<String>,
+    ) -> Vec<(Box<dyn Transfer>, Option<String>)> {
+        let mut out = Vec::new();
+        if let Some(why) = &diverged {
+            out.extend(self.diverge(slot, dist, why).into_iter().map(|t| (t, Some(why.clone()))));
+        }
+        let entry = self.slots.entry(slot).or_default();
+        entry.turn_of(dist).expected = Some(transfers);
+        while let Some(front) = entry.gens.front()
+            && front.expected.is_some_and(|n| front.handed >= n)
+        {
+            let done = entry.gens.pop_front().expect("the front");
+            if let Some(why) = done.diverged {
+                entry.poisoned.get_or_insert(format!(
+                    "an earlier distribution (#{}) with the same tags was given up, its ranks' programs \
+                     differing ({why}): its messages may still be unmatched, so none of this slot's later \
+                     transfers is started",
+                    done.dist
+                ));
+            }
+            let Some(next) = entry.gens.front_mut() else { break };
+            let why = next.diverged.clone().or_else(|| entry.poisoned.clone());
+            out.extend(std::mem::take(&mut next.parked).into_iter().map(|t| (t, why.clone())));
+        }
+        if entry.gens.is_empty() && entry.poisoned.is_none() {
+            self.slots.remove(&slot);
+        }
+        out
+    }
+
+    /// Whether a dropped distribution still has transfers to hand over
+    /// here: the comm thread waits for them before it stops.
+    pub(super) fn owed(&self) -> bool {
+        self.slots.values().flat_map(|s| &s.gens).any(|g| g.expected.is_some_and(|n| g.handed < n))
+    }
+
+    /// The transfers parked for distributions never dropped (forgotten):
+    /// closed when the comm thread stops.
+    pub(super) fn leftovers(&mut self) -> Vec<Box<dyn Transfer>> {
+        self.slots
+            .values_mut()
+            .flat_map(|s| s.gens.iter_mut())
+            .flat_map(|g| std::mem::take(&mut g.parked))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,105 @@
+//! The turns of a slot's distributions, on transfers that only say whose
+//! they are.
+
+use std::sync::{Arc, Mutex};
+
+use mpi::topology::SimpleCommunicator;
+
+use super::super::flight::Transfer;
+use super::super::raw::Code;
+use super::{Turns, Verdict};
+
+/// A transfer that records what became of it.
+struct Fake {
+    turn: (u32, u32),
+    n: u32,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Transfer for Fake {
+    fn turn(&self) -> (u32, u32) {
+        self.turn
+    }
+    fn start(&mut self, _: &SimpleCommunicator) -> Result<(), Code> {
+        unreachable!("not started here")
+    }
+    fn test(&mut self) -> Result<bool, Code> {
+        Ok(true)
+    }
+    fn finish(self: Box<Self>, _: Result<(), Code>) {}
+    fn close(self: Box<Self>) {
+        self.log.lock().unwrap().push(format!("closed {}", self.n));
+    }
+    fn abandon(self: Box<Self>, _: &str) -> Option<Box<dyn Transfer>> {
+        self.log.lock().unwrap().push(format!("given up {}", self.n));
+        None
+    }
+}
+
+fn fake(slot: u32, dist: u32, n: u32, log: &Arc<Mutex<Vec<String>>>) -> Box<dyn Transfer> {
+    Box::new(Fake { turn: (slot, dist), n, log: Arc::clone(log) })
+}
+
+fn number(t: &dyn Transfer) -> (u32, u32) {
+    t.turn()
+}
+
+#[test]
+fn a_later_distribution_on_a_slot_waits_for_the_earlier_ones_transfers() {
+    let log = Arc::default();
+    let mut turns = Turns::default();
+    assert!(matches!(turns.arrive(fake(3, 0, 1, &log)), Verdict::Start(_)));
+    // Distribution 0 is dropped having handed over 2: one is still to come.
+    assert!(turns.close(3, 0, 2, None).is_empty());
+    assert!(turns.owed());
+    // Distribution 5 took the slot again: its transfers wait.
+    assert!(matches!(turns.arrive(fake(3, 5, 2, &log)), Verdict::Parked));
+    // Another slot is not held up.
+    assert!(matches!(turns.arrive(fake(4, 6, 3, &log)), Verdict::Start(_)));
+    // The earlier one's last transfer starts, and then the later one's.
+    assert!(matches!(turns.arrive(fake(3, 0, 4, &log)), Verdict::Start(_)));
+    assert!(!turns.owed());
+    let released = turns.close(3, 5, 1, None);
+    assert_eq!(released.len(), 0, "distribution 5 is now the first: nothing was parked behind it");
+}
+
+#[test]
+fn parked_transfers_start_when_the_earlier_distribution_is_done() {
+    let log = Arc::default();
+    let mut turns = Turns::default();
+    assert!(matches!(turns.arrive(fake(0, 1, 1, &log)), Verdict::Start(_)));
+    assert!(matches!(turns.arrive(fake(0, 2, 2, &log)), Verdict::Parked));
+    let released = turns.close(0, 1, 1, None);
+    assert_eq!(
+        released.iter().map(|(t, why)| (number(t.as_ref()), why.clone())).collect::<Vec<_>>(),
+        [((0, 2), None)]
+    );
+    // Now the first: its transfers start as they come.
+    assert!(matches!(turns.arrive(fake(0, 2, 3, &log)), Verdict::Start(_)));
+}
+
+#[test]
+fn a_distribution_whose_programs_differed_poisons_its_slot() {
+    let log = Arc::default();
+    let mut turns = Turns::default();
+    assert!(matches!(turns.arrive(fake(7, 1, 1, &log)), Verdict::Start(_)));
+    assert!(matches!(turns.arrive(fake(7, 2, 2, &log)), Verdict::Parked));
+    let released = turns.close(7, 1, 1, Some("programs differ".into()));
+    assert_eq!(released.len(), 1);
+    let why = released[0].1.clone().expect("given up");
+    assert!(why.contains("programs differ") && why.contains("#1"), "{why}");
+    // Every later transfer on the slot is given up too.
+    assert!(matches!(turns.arrive(fake(7, 2, 3, &log)), Verdict::GiveUp(..)));
+    assert!(turns.close(7, 2, 2, None).is_empty());
+    assert!(matches!(turns.arrive(fake(7, 9, 4, &log)), Verdict::GiveUp(..)));
+}
+
+#[test]
+fn a_forgotten_distributions_parked_transfers_are_left_over() {
+    let log = Arc::default();
+    let mut turns = Turns::default();
+    assert!(matches!(turns.arrive(fake(1, 1, 1, &log)), Verdict::Start(_)));
+    assert!(matches!(turns.arrive(fake(1, 2, 2, &log)), Verdict::Parked));
+    assert!(!turns.owed(), "no drop has said what it owes");
+    assert_eq!(turns.leftovers().len(), 1);
+}
