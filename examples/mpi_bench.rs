@@ -32,9 +32,13 @@ use std::time::Instant;
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 
-fn sizes() -> [(usize, usize); 3] {
-    // (elements, rounds)
-    [(2, 20_000), (16 * 1024, 4_000), (1024 * 1024, 200)]
+/// (elements, rounds) of each size; `MPI_BENCH_BYTES=8,65536` keeps only
+/// those sizes.
+fn sizes() -> Vec<(usize, usize)> {
+    let keep = std::env::var("MPI_BENCH_BYTES").ok();
+    let kept =
+        |elems: usize| keep.as_deref().is_none_or(|k| k.split(',').any(|b| b == (elems * 4).to_string()));
+    [(2, 20_000), (16 * 1024, 4_000), (1024 * 1024, 200)].into_iter().filter(|&(e, _)| kept(e)).collect()
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {

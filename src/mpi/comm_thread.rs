@@ -30,7 +30,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use super::flight::{Flight, Gone, Pool, Transfer};
 use super::raw::{self, Buffers, FloatReductions, Request};
 use super::sig::{self, HEAD_BYTES, SIG_BYTES, Signature};
-use super::turns::{Turns, Verdict};
+use super::transfers::Transfers;
 use super::{CollectiveError, RankFailure};
 use crate::error::Error;
 
@@ -153,12 +153,8 @@ struct Loop {
     heads: VecDeque<Staged>,
     /// Data collectives in flight.
     flying: Vec<(Box<dyn Flight>, Request)>,
-    /// Transfers handed over, not started yet.
-    handed: Vec<Box<dyn Transfer>>,
-    /// Transfers in flight.
-    transfers: Vec<Box<dyn Transfer>>,
-    /// Which distribution's transfers start on each tag slot.
-    turns: Turns,
+    /// Transfers of distributions.
+    transfers: Transfers,
     pool: Pool,
     /// Told to stop once this many collectives are done.
     stop_at: Option<u64>,
@@ -177,9 +173,7 @@ impl Loop {
             next: 0,
             heads: VecDeque::new(),
             flying: Vec::new(),
-            handed: Vec::new(),
-            transfers: Vec::new(),
-            turns: Turns::default(),
+            transfers: Transfers::default(),
             pool: Pool::default(),
             stop_at: None,
             done: 0,
@@ -189,16 +183,13 @@ impl Loop {
     }
 
     fn in_flight(&self) -> bool {
-        !self.heads.is_empty()
-            || !self.flying.is_empty()
-            || !self.handed.is_empty()
-            || !self.transfers.is_empty()
+        !self.heads.is_empty() || !self.flying.is_empty() || self.transfers.busy()
     }
 
     fn run(mut self, comm: &mut Comm) {
         loop {
             if !self.in_flight() && !self.waiting.contains_key(&self.next) {
-                let stopping = self.stop_at.is_some_and(|n| self.done >= n) && !self.turns.owed();
+                let stopping = self.stop_at.is_some_and(|n| self.done >= n) && !self.transfers.owed();
                 if stopping || self.closed {
                     break;
                 }
@@ -224,17 +215,18 @@ impl Loop {
             self.start_heads(comm);
             self.advance_heads(comm);
             self.advance_data();
-            self.advance_transfers(comm);
-            if self.in_flight() {
+            let moved = self.transfers.advance(&comm.p2p);
+            // A turn that ended a transfer goes round again at once: the
+            // next message may be in already, and marking it so before its
+            // op asks saves that op a wake-up (`distributed/staged.rs`).
+            if self.in_flight() && !moved {
                 std::thread::yield_now();
             }
         }
         for (_, flight) in std::mem::take(&mut self.waiting) {
             flight.close();
         }
-        for transfer in std::mem::take(&mut self.handed).into_iter().chain(self.turns.leftovers()) {
-            transfer.close();
-        }
+        self.transfers.close_all();
     }
 
     /// The next message: watched for a while (a program that pushes
@@ -271,42 +263,14 @@ impl Loop {
                 };
                 self.waiting.insert(seq, Box::new(Gone(sig)));
             }
-            Msg::Transfer(transfer) => match self.turns.arrive(transfer) {
-                Verdict::Start(transfer) => self.handed.push(transfer),
-                Verdict::GiveUp(transfer, why) => self.transfers.extend(transfer.abandon(&why)),
-                Verdict::Parked => {}
-            },
-            Msg::Abandon { slot, dist, why } => {
-                let parked = self.turns.diverge(slot, dist, &why);
-                self.abandon(slot, dist, &why, parked);
-            }
+            Msg::Transfer(transfer) => self.transfers.take(transfer),
+            Msg::Abandon { slot, dist, why } => self.transfers.abandon(slot, dist, &why),
             Msg::Close { slot, dist, transfers, diverged } => {
-                if let Some(why) = &diverged {
-                    self.abandon(slot, dist, why, Vec::new());
-                }
-                for (transfer, why) in self.turns.close(slot, dist, transfers, diverged) {
-                    match why {
-                        None => self.handed.push(transfer),
-                        Some(why) => self.transfers.extend(transfer.abandon(&why)),
-                    }
-                }
+                self.transfers.close(slot, dist, transfers, diverged)
             }
             Msg::Stop(pushed) => self.stop_at = Some(pushed),
             Msg::Abort => self.abort = true,
         }
-    }
-
-    /// Gives up distribution `dist`'s transfers handed over and in flight,
-    /// and `more` of them.
-    fn abandon(&mut self, slot: u32, dist: u32, why: &str, more: Vec<Box<dyn Transfer>>) {
-        let (mine, handed): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.handed).into_iter().partition(|t| t.turn() == (slot, dist));
-        let (flying, others): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.transfers).into_iter().partition(|t| t.turn() == (slot, dist));
-        self.handed = handed;
-        self.transfers = others;
-        let given_up = mine.into_iter().chain(flying).chain(more).filter_map(|t| t.abandon(why));
-        self.transfers.extend(given_up);
     }
 
     /// Starts the signature exchanges of the collectives whose turn it is.
@@ -387,29 +351,6 @@ impl Loop {
             };
             let (flight, _) = self.flying.swap_remove(k);
             self.finish(flight, result);
-        }
-    }
-
-    /// Starts the transfers handed over and tests those in flight;
-    /// finishes those done.
-    fn advance_transfers(&mut self, comm: &Comm) {
-        for mut transfer in std::mem::take(&mut self.handed) {
-            match transfer.start(&comm.p2p) {
-                Ok(()) => self.transfers.push(transfer),
-                Err(code) => transfer.finish(Err(code)),
-            }
-        }
-        let mut k = 0;
-        while k < self.transfers.len() {
-            let result = match self.transfers[k].test() {
-                Ok(false) => {
-                    k += 1;
-                    continue;
-                }
-                Ok(true) => Ok(()),
-                Err(code) => Err(code),
-            };
-            self.transfers.swap_remove(k).finish(result);
         }
     }
 

@@ -61,6 +61,19 @@ pub(super) trait Transfer: Send {
     /// slot's transfers one distribution after another (`turns.rs`).
     fn turn(&self) -> (u32, u32);
 
+    /// A small send that MPI completes once it holds the message, whether
+    /// or not the receiver has posted its receive (MPI's eager protocol):
+    /// the comm thread starts a bounded number of these at once.
+    fn eager(&self) -> bool {
+        false
+    }
+
+    /// A receive posted ahead of its op, pushed with it: the comm thread
+    /// posts a bounded number of these at once, the earliest first.
+    fn ahead(&self) -> bool {
+        false
+    }
+
     /// Starts its requests on `comm`.
     fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code>;
 

@@ -46,6 +46,7 @@ mod flight;
 mod nccl;
 mod raw;
 mod sig;
+mod transfers;
 mod turns;
 
 use std::fmt;

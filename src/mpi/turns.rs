@@ -8,8 +8,9 @@
 //! when the drop returns (the drop does not wait for them). So the comm
 //! thread starts the transfers of one slot one distribution after another:
 //! a later one's are parked until the earlier one's drop has said how many
-//! it handed over on this rank, all of them have come, and the ranks have
-//! compared their programs. If the programs differed, the earlier one may
+//! it handed over on this rank, all of them have left the comm thread's
+//! queues (started, or given up), and the ranks have compared their
+//! programs. If the programs differed, the earlier one may
 //! have left sends that no rank will receive, which would match the later
 //! one's receives: the slot is then poisoned, and every later transfer on
 //! it is given up at once, on every rank alike (every rank reaches the same
@@ -37,6 +38,9 @@ struct Gen {
     dist: u32,
     /// Its transfers handed over so far.
     handed: u64,
+    /// Those of them that left the comm thread's queues: started, or given
+    /// up.
+    left: u64,
     /// Its drop's word: how many it handed over in all.
     expected: Option<u64>,
     /// Why its transfers are given up: the ranks' programs differ.
@@ -59,7 +63,8 @@ impl Slot {
         let at = match self.gens.iter().position(|g| g.dist == dist) {
             Some(at) => at,
             None => {
-                let turn = Gen { dist, handed: 0, expected: None, diverged: None, parked: Vec::new() };
+                let turn =
+                    Gen { dist, handed: 0, left: 0, expected: None, diverged: None, parked: Vec::new() };
                 self.gens.push_back(turn);
                 self.gens.len() - 1
             }
@@ -69,7 +74,8 @@ impl Slot {
 }
 
 impl Turns {
-    /// A transfer its op handed over.
+    /// A transfer its op handed over. The caller queues one to start, and
+    /// says when it [`left`](Self::left) the queue; one given up has left.
     pub(super) fn arrive(&mut self, transfer: Box<dyn Transfer>) -> Verdict {
         let (slot, dist) = transfer.turn();
         let slot = self.slots.entry(slot).or_default();
@@ -95,9 +101,16 @@ impl Turns {
         std::mem::take(&mut turn.parked)
     }
 
+    /// One of distribution `dist`'s transfers left the comm thread's
+    /// queues. Returns the transfers whose turn has come, each with why it
+    /// is given up, if it is.
+    pub(super) fn left(&mut self, slot: u32, dist: u32) -> Vec<(Box<dyn Transfer>, Option<String>)> {
+        self.slots.entry(slot).or_default().turn_of(dist).left += 1;
+        self.advance(slot)
+    }
+
     /// Distribution `dist`'s drop has compared the programs: it handed
-    /// over `transfers` on this rank. Returns the transfers whose turn has
-    /// come, each with why it is given up, if it is.
+    /// over `transfers` on this rank. Returns as [`left`](Self::left) does.
     pub(super) fn close(
         &mut self,
         slot: u32,
@@ -109,10 +122,18 @@ impl Turns {
         if let Some(why) = &diverged {
             out.extend(self.diverge(slot, dist, why).into_iter().map(|t| (t, Some(why.clone()))));
         }
-        let entry = self.slots.entry(slot).or_default();
-        entry.turn_of(dist).expected = Some(transfers);
+        self.slots.entry(slot).or_default().turn_of(dist).expected = Some(transfers);
+        out.extend(self.advance(slot));
+        out
+    }
+
+    /// Ends the slot's first distributions whose transfers have all left,
+    /// and lets the next one's start.
+    fn advance(&mut self, slot: u32) -> Vec<(Box<dyn Transfer>, Option<String>)> {
+        let mut out = Vec::new();
+        let Some(entry) = self.slots.get_mut(&slot) else { return out };
         while let Some(front) = entry.gens.front()
-            && front.expected.is_some_and(|n| front.handed >= n)
+            && front.expected.is_some_and(|n| front.left >= n)
         {
             let done = entry.gens.pop_front().expect("the front");
             if let Some(why) = done.diverged {

@@ -8,11 +8,21 @@ use super::super::comm_thread::TAG_UB;
 use super::super::sig::cut;
 use crate::error::Error;
 
-/// Bytes of a header on the wire.
-pub(super) const HEADER: usize = 256;
+/// Bytes of a header's fixed part on the wire; the var's name and the
+/// owner's error, if any, follow it, then (in one message, for a small
+/// transfer) the elements.
+const FIXED: usize = 64;
+/// The most bytes of a var's name a header carries.
+const NAME_MAX: usize = 48;
+/// The most bytes of the owner's error a header carries.
+const MESSAGE_MAX: usize = 192;
+/// The most bytes a header takes on the wire: what a receiver posts for
+/// it. A small transfer's header and elements fit MPI's shortest sends
+/// (Open MPI's shared memory sends up to 256 bytes inline, completing the
+/// send at once; a fixed header of 256 bytes once made every transfer
+/// wait for its receiver to hand a buffer back).
+pub(super) const HEADER_MAX: usize = FIXED + NAME_MAX + MESSAGE_MAX;
 const MAGIC: &[u8; 4] = b"DPTX";
-const NAME: std::ops::Range<usize> = 52..116;
-const MESSAGE: std::ops::Range<usize> = 124..HEADER;
 
 /// What a transfer is, as every rank's program numbers it: the receiver
 /// checks the sender's against its own.
@@ -35,56 +45,68 @@ pub(super) struct Header {
     pub(super) name: String,
 }
 
+/// A header read off the wire.
+#[derive(Debug)]
+pub(super) struct Decoded {
+    pub(super) header: Header,
+    /// The owner's error, if it says it has one.
+    pub(super) failure: Option<String>,
+    /// Where the elements start, in a message that carries them.
+    pub(super) len: usize,
+}
+
 impl Header {
     /// The header on the wire, with the owner's error if its copy carries
-    /// one (cut to what fits).
-    pub(super) fn encode(&self, failure: Option<&str>) -> Box<[u8; HEADER]> {
-        let mut b = Box::new([0u8; HEADER]);
-        b[0..4].copy_from_slice(MAGIC);
-        b[4..12].copy_from_slice(&self.seq.to_le_bytes());
-        b[12..16].copy_from_slice(&self.var.to_le_bytes());
-        b[16..24].copy_from_slice(&self.version.to_le_bytes());
-        b[24..32].copy_from_slice(&self.count.to_le_bytes());
-        b[32..40].copy_from_slice(&self.elem.to_le_bytes());
-        b[40..48].copy_from_slice(&self.program.to_le_bytes());
-        b[48] = u8::from(failure.is_some());
-        b[49] = u8::try_from(self.slot).expect("a slot is below MAX_LIVE");
-        b[120..124].copy_from_slice(&self.dist.to_le_bytes());
-        let name = cut(&self.name, NAME.len());
-        b[50..52].copy_from_slice(&(name.len() as u16).to_le_bytes());
-        b[NAME.start..NAME.start + name.len()].copy_from_slice(name.as_bytes());
-        if let Some(text) = failure {
-            let text = cut(text, MESSAGE.len());
-            b[116..118].copy_from_slice(&(text.len() as u16).to_le_bytes());
-            b[MESSAGE.start..MESSAGE.start + text.len()].copy_from_slice(text.as_bytes());
-        }
+    /// one (cut to what fits), and room for `then` more bytes after it.
+    pub(super) fn encode(&self, failure: Option<&str>, then: usize) -> Vec<u8> {
+        let name = cut(&self.name, NAME_MAX);
+        let text = failure.map(|text| cut(text, MESSAGE_MAX));
+        let mut b = Vec::with_capacity(FIXED + name.len() + text.map_or(0, str::len) + then);
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&self.seq.to_le_bytes());
+        b.extend_from_slice(&self.var.to_le_bytes());
+        b.extend_from_slice(&self.version.to_le_bytes());
+        b.extend_from_slice(&self.count.to_le_bytes());
+        b.extend_from_slice(&self.elem.to_le_bytes());
+        b.extend_from_slice(&self.program.to_le_bytes());
+        b.extend_from_slice(&self.dist.to_le_bytes());
+        b.push(u8::try_from(self.slot).expect("a slot is below MAX_LIVE"));
+        b.push(u8::from(failure.is_some()));
+        b.push(name.len() as u8);
+        b.extend_from_slice(&(text.map_or(0, str::len) as u16).to_le_bytes());
+        b.resize(FIXED, 0);
+        b.extend_from_slice(name.as_bytes());
+        b.extend_from_slice(text.unwrap_or("").as_bytes());
         b
     }
 
-    /// The header a sender sent and its error, if it says it has one;
-    /// `None` if the bytes are not a header.
-    pub(super) fn decode(b: &[u8; HEADER]) -> Option<(Self, Option<String>)> {
-        if &b[0..4] != MAGIC {
+    /// The header at the start of `b`; `None` if it is not one.
+    pub(super) fn decode(b: &[u8]) -> Option<Decoded> {
+        if b.len() < FIXED || &b[0..4] != MAGIC {
             return None;
         }
         let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("eight bytes"));
-        let len_at = |at: usize| usize::from(u16::from_le_bytes([b[at], b[at + 1]]));
-        let name_len = len_at(50).min(NAME.len());
-        let text_len = len_at(116).min(MESSAGE.len());
+        let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("four bytes"));
+        let name_len = usize::from(b[54]).min(NAME_MAX);
+        let text_len = usize::from(u16::from_le_bytes([b[55], b[56]])).min(MESSAGE_MAX);
+        let len = FIXED + name_len + text_len;
+        if b.len() < len {
+            return None;
+        }
+        let text = |r: std::ops::Range<usize>| String::from_utf8_lossy(&b[r]).into_owned();
         let header = Self {
             seq: u64_at(4),
-            var: u32::from_le_bytes(b[12..16].try_into().expect("four bytes")),
+            var: u32_at(12),
             version: u64_at(16),
             count: u64_at(24),
-            dist: u32::from_le_bytes(b[120..124].try_into().expect("four bytes")),
-            slot: u32::from(b[49]),
             elem: u64_at(32),
             program: u64_at(40),
-            name: String::from_utf8_lossy(&b[NAME.start..NAME.start + name_len]).into_owned(),
+            dist: u32_at(48),
+            slot: u32::from(b[52]),
+            name: text(FIXED..FIXED + name_len),
         };
-        let failure = (b[48] != 0)
-            .then(|| String::from_utf8_lossy(&b[MESSAGE.start..MESSAGE.start + text_len]).into_owned());
-        Some((header, failure))
+        let failure = (b[53] != 0).then(|| text(FIXED + name_len..len));
+        Some(Decoded { header, failure, len })
     }
 }
 

@@ -62,9 +62,8 @@ mod wait;
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::AtomicUsize;
+use std::sync::Mutex;
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
 
 use super::Collectives;
 use super::comm_thread::Msg;
@@ -122,8 +121,6 @@ pub struct Distribution<'c> {
     slot: u32,
     engine: Engine,
     tx: Sender<Msg>,
-    /// Its staged receives posted (`staged.rs`).
-    staged: Arc<AtomicUsize>,
     books: Mutex<Books>,
 }
 
@@ -204,16 +201,7 @@ impl<'c> Distribution<'c> {
     /// As for [`new`](Self::new).
     pub fn with_engine(world: &'c Collectives, engine: &Engine) -> Result<Self, Error> {
         let (id, slot) = world.distributions().open()?;
-        let staged = Arc::default();
-        Ok(Self {
-            world,
-            id,
-            slot,
-            engine: engine.clone(),
-            tx: world.sender(),
-            staged,
-            books: Mutex::default(),
-        })
+        Ok(Self { world, id, slot, engine: engine.clone(), tx: world.sender(), books: Mutex::default() })
     }
 
     /// This rank.
@@ -300,7 +288,7 @@ impl<'c> Distribution<'c> {
     /// where it takes part, and the books brought up to date.
     fn move_reads(&self, books: &mut Books, reads: &[&dyn Moved], at: usize) {
         let rank = self.rank();
-        let mover = Mover { engine: &self.engine, tx: &self.tx, rank, staged: &self.staged };
+        let mover = Mover { engine: &self.engine, tx: &self.tx, rank };
         for var in reads {
             let book = &books.vars[var.id() as usize];
             if book.owner == at || book.copies[at] == Some(book.version) {

@@ -4,26 +4,24 @@
 
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 
 use super::super::comm_thread::Msg;
 use super::super::flight::Transfer;
 use super::header::Header;
-use super::staged::{Landing, Packed, STAGED_LIVE, STAGED_MAX, Staged, pack};
+use super::staged::{Landing, Packed, STAGED_MAX, Staged, pack};
 use super::transfer::{Incoming, Outgoing};
 use super::{DistVar, Plain, elem_mark};
 use crate::device::Lane;
 use crate::engine::Engine;
 use crate::op::op_handle::OpHandle;
 
-/// What a push needs to move vars: the engine, the comm thread, this
-/// rank, and the distribution's count of staged receives posted.
+/// What a push needs to move vars: the engine, the comm thread and this
+/// rank.
 pub(super) struct Mover<'a> {
     pub(super) engine: &'a Engine,
     pub(super) tx: &'a Sender<Msg>,
     pub(super) rank: usize,
-    pub(super) staged: &'a Arc<AtomicUsize>,
 }
 
 /// A distributed var, its element type erased: what an op's push needs of
@@ -84,12 +82,12 @@ impl<T: Plain> Moved for DistVar<T> {
         to: usize,
     ) -> Option<OpHandle<()>> {
         let name = format!("send {} to rank {to} (transfer #{})", header.name, header.seq);
-        let staged = self.bytes() <= STAGED_MAX;
-        let token = Handover::<T>::new(mover, header, to, true);
+        let small = self.bytes() <= STAGED_MAX;
+        let token = Handover::<T>::new(mover, header, to, Side::Send { small });
         let op = mover.engine.op(name).lane(Lane::Inline).no_skip(true).read(&self.local);
         let pushed = op.run_async(move |(data,), (), done| {
             let (tx, header) = token.take();
-            if staged {
+            if small {
                 // Packed, the var is free again: its next write need not
                 // wait for MPI.
                 let packed = pack(&header, &data, refused);
@@ -106,19 +104,17 @@ impl<T: Plain> Moved for DistVar<T> {
     fn receive(&self, mover: &Mover<'_>, header: Header, from: usize) -> Option<OpHandle<()>> {
         let name = format!("receive {} from rank {from} (transfer #{})", header.name, header.seq);
         let op = mover.engine.op(name).lane(Lane::Inline).no_skip(true).repair(true).write(&self.local);
-        let room = self.bytes() <= STAGED_MAX
-            && mover
-                .staged
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < STAGED_LIVE).then_some(n + 1))
-                .is_ok();
-        let pushed = if room {
-            // Posted now, before the op runs: the message may be in by then.
+        // Both sides choose the wire's form by the var's size: one packed
+        // message if small, a header and the elements if not.
+        let pushed = if self.bytes() <= STAGED_MAX {
+            // Handed over now, to be posted before the op runs: the
+            // message may be in by then. Every small receive is, so that
+            // the comm thread posts them in push order (`transfers.rs`).
             let landing = Landing::new();
-            let live = Arc::clone(mover.staged);
-            hand_over(mover.tx, Box::new(Staged::<T>::new(header, from, Arc::clone(&landing), live)));
+            hand_over(mover.tx, Box::new(Staged::<T>::new(header, from, Arc::clone(&landing))));
             op.run_async(move |(), (copy,), done| landing.claim(copy, done))
         } else {
-            let token = Handover::<T>::new(mover, header, from, false);
+            let token = Handover::<T>::new(mover, header, from, Side::Receive);
             op.run_async(move |(), (copy,), done| {
                 let (tx, header) = token.take();
                 hand_over(&tx, Box::new(Incoming::new(header, copy, from, done)));
@@ -138,15 +134,23 @@ struct Handover<T: Plain> {
     tx: Sender<Msg>,
     header: Option<Header>,
     peer: usize,
-    send: bool,
+    side: Side,
     rank: usize,
     elem: PhantomData<fn() -> T>,
 }
 
+/// Which side of a transfer, and for a send the wire's form (one packed
+/// message if small; a small receive needs no hand-over).
+#[derive(Clone, Copy)]
+enum Side {
+    Send { small: bool },
+    Receive,
+}
+
 impl<T: Plain> Handover<T> {
-    fn new(mover: &Mover<'_>, header: Header, peer: usize, send: bool) -> Self {
+    fn new(mover: &Mover<'_>, header: Header, peer: usize, side: Side) -> Self {
         let tx = mover.tx.clone();
-        Self { tx, header: Some(header), peer, send, rank: mover.rank, elem: PhantomData }
+        Self { tx, header: Some(header), peer, side, rank: mover.rank, elem: PhantomData }
     }
 
     fn take(mut self) -> (Sender<Msg>, Header) {
@@ -158,12 +162,15 @@ impl<T: Plain> Handover<T> {
 impl<T: Plain> Drop for Handover<T> {
     fn drop(&mut self) {
         let Some(header) = self.header.take() else { return };
-        let substitute: Box<dyn Transfer> = if self.send {
-            let why =
-                format!("the send's op was refused on rank {} (or dropped unrun by its engine)", self.rank);
-            Box::new(Outgoing::<T>::refused(header, why, self.peer))
-        } else {
-            Box::new(Incoming::<T>::drain(header, self.peer))
+        let why =
+            || format!("the send's op was refused on rank {} (or dropped unrun by its engine)", self.rank);
+        let substitute: Box<dyn Transfer> = match self.side {
+            Side::Send { small: true } => {
+                let packed = header.encode(Some(&why()), 0);
+                Box::new(Packed::new(header, packed, self.peer))
+            }
+            Side::Send { small: false } => Box::new(Outgoing::<T>::refused(header, why(), self.peer)),
+            Side::Receive => Box::new(Incoming::<T>::drain(header, self.peer)),
         };
         hand_over(&self.tx, substitute);
     }

@@ -21,7 +21,6 @@
 #![allow(unsafe_code)]
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use mpi::datatype::Equivalence;
@@ -32,7 +31,7 @@ use super::super::flight::Transfer;
 use super::super::raw::{self, Code, Request};
 use super::Plain;
 use super::error::TransferError;
-use super::header::{HEADER, Header, tag};
+use super::header::{HEADER_MAX, Header, tag};
 use super::tile::Tile;
 use crate::op::op_handle::Completion;
 use crate::var::{ReadGuard, WriteGuard};
@@ -41,20 +40,17 @@ use crate::var::{ReadGuard, WriteGuard};
 /// larger ones go from the var's memory to the copy's (`transfer.rs`).
 pub(super) const STAGED_MAX: usize = 64 * 1024;
 
-/// The most staged receives a distribution has posted at once on a rank:
-/// the comm thread tests every transfer in flight on each turn, so that a
-/// program pushed far ahead does not make each turn long. Receives past it
-/// are posted by their ops, as large ones are.
-pub(super) const STAGED_LIVE: usize = 64;
+/// The largest packed send taken for eager (see `Transfer::eager`): well
+/// under the eager limits of MPI's transports (Open MPI's shared memory:
+/// 4 KiB).
+const EAGER: usize = 1024;
 
 /// The owner's elements behind `header`, or `failure` in the header with
 /// no elements: one message.
 pub(super) fn pack<T: Plain>(header: &Header, data: &ReadGuard<Tile<T>>, refused: Option<String>) -> Vec<u8> {
     let failure = refused.or_else(|| sending_failure(header, data));
-    let head = header.encode(failure.as_deref());
     let bytes: &[u8] = if failure.is_some() { &[] } else { bytemuck::cast_slice::<T, u8>(data) };
-    let mut packed = Vec::with_capacity(HEADER + bytes.len());
-    packed.extend_from_slice(&head[..]);
+    let mut packed = header.encode(failure.as_deref(), bytes.len());
     packed.extend_from_slice(bytes);
     packed
 }
@@ -86,6 +82,10 @@ impl Packed {
 impl Transfer for Packed {
     fn turn(&self) -> (u32, u32) {
         (self.header.slot, self.header.dist)
+    }
+
+    fn eager(&self) -> bool {
+        self.packed.len() <= EAGER
     }
 
     fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
@@ -135,8 +135,9 @@ enum Stage<T> {
     Posted,
     /// The op ran first: the copy's guard and the op's completion.
     Claimed(WriteGuard<Tile<T>>, Completion<()>),
-    /// The message (or the transfer's failure) came first.
-    Arrived(Result<Vec<u8>, TransferError>),
+    /// The message (or the transfer's failure) came first: the message and
+    /// where its elements start.
+    Arrived(Result<(Vec<u8>, usize), TransferError>),
     Landed,
 }
 
@@ -159,7 +160,7 @@ impl<T: Plain> Landing<T> {
     }
 
     /// The comm thread's side: the message is in (or failed).
-    fn arrive(&self, outcome: Result<Vec<u8>, TransferError>) {
+    fn arrive(&self, outcome: Result<(Vec<u8>, usize), TransferError>) {
         let mut stage = self.stage.lock().unwrap_or_else(PoisonError::into_inner);
         match std::mem::replace(&mut *stage, Stage::Landed) {
             Stage::Claimed(mut copy, done) => {
@@ -175,12 +176,12 @@ impl<T: Plain> Landing<T> {
 /// the receive op, or fails it.
 fn land<T: Plain>(
     copy: &mut WriteGuard<Tile<T>>,
-    outcome: Result<Vec<u8>, TransferError>,
+    outcome: Result<(Vec<u8>, usize), TransferError>,
     done: Completion<()>,
 ) {
     match outcome {
-        Ok(packed) => {
-            let bytes = &packed[HEADER..];
+        Ok((packed, at)) => {
+            let bytes = &packed[at..];
             let copy = &mut copy.0;
             let count = bytes.len() / std::mem::size_of::<T>().max(1);
             if copy.len() != count {
@@ -201,35 +202,34 @@ pub(super) struct Staged<T: Plain> {
     packed: Vec<u8>,
     request: Option<Request>,
     landing: Arc<Landing<T>>,
-    /// The distribution's count of staged receives posted.
-    live: Arc<AtomicUsize>,
     abandoned: Option<String>,
 }
 
 impl<T: Plain> Staged<T> {
-    pub(super) fn new(expect: Header, from: usize, landing: Arc<Landing<T>>, live: Arc<AtomicUsize>) -> Self {
-        let bytes = expect.count as usize * std::mem::size_of::<T>();
-        let packed = vec![0u8; HEADER + bytes];
-        Self { expect, from, packed, request: None, landing, live, abandoned: None }
+    /// Its buffer is made when it is posted: a program pushed far ahead
+    /// holds little for the receives not posted yet.
+    pub(super) fn new(expect: Header, from: usize, landing: Arc<Landing<T>>) -> Self {
+        Self { expect, from, packed: Vec::new(), request: None, landing, abandoned: None }
     }
 
-    /// What the message says, checked against this rank's books.
-    fn outcome(&self, result: Result<(), Code>) -> Result<Vec<u8>, TransferError> {
+    /// What the message says, checked against this rank's books: where
+    /// its elements start, or why it fails the op.
+    fn outcome(&self, result: Result<(), Code>) -> Result<usize, TransferError> {
         let what = || self.expect.to_string();
         if let Some(why) = &self.abandoned {
             return Err(TransferError::Abandoned { what: what(), why: why.clone() });
         }
-        let head: &[u8; HEADER] = self.packed[..HEADER].try_into().expect("a header's bytes");
-        let decoded = Header::decode(head);
-        match (result, decoded) {
-            (_, Some((theirs, _))) if theirs != self.expect => {
-                Err(TransferError::Mismatch { mine: what(), rank: self.from, theirs: theirs.to_string() })
-            }
+        match (result, Header::decode(&self.packed)) {
+            (_, Some(theirs)) if theirs.header != self.expect => Err(TransferError::Mismatch {
+                mine: what(),
+                rank: self.from,
+                theirs: theirs.header.to_string(),
+            }),
             (Err(code), _) => Err(TransferError::Mpi { what: what(), code: code.0 }),
-            (Ok(()), Some((_, Some(message)))) => {
-                Err(TransferError::FailedOnOwner { what: what(), rank: self.from, message })
-            }
-            (Ok(()), Some((_, None))) => Ok(Vec::new()),
+            (Ok(()), Some(theirs)) => match theirs.failure {
+                Some(message) => Err(TransferError::FailedOnOwner { what: what(), rank: self.from, message }),
+                None => Ok(theirs.len),
+            },
             (Ok(()), None) => Err(TransferError::Mismatch {
                 mine: what(),
                 rank: self.from,
@@ -239,18 +239,18 @@ impl<T: Plain> Staged<T> {
     }
 }
 
-impl<T: Plain> Drop for Staged<T> {
-    fn drop(&mut self) {
-        self.live.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 impl<T: Plain> Transfer for Staged<T> {
     fn turn(&self) -> (u32, u32) {
         (self.expect.slot, self.expect.dist)
     }
 
+    fn ahead(&self) -> bool {
+        true
+    }
+
     fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
+        let bytes = self.expect.count as usize * std::mem::size_of::<T>();
+        self.packed = vec![0u8; HEADER_MAX + bytes];
         let count = c_int::try_from(self.packed.len()).map_err(|_| Code(-1))?;
         let (from, tag) = (self.from as c_int, tag(self.expect.slot, self.expect.seq));
         let u8s = u8::equivalent_datatype().as_raw();
@@ -266,7 +266,13 @@ impl<T: Plain> Transfer for Staged<T> {
     }
 
     fn finish(mut self: Box<Self>, result: Result<(), Code>) {
-        let outcome = self.outcome(result).map(|_| std::mem::take(&mut self.packed));
+        let outcome = self.outcome(result).map(|at| {
+            // The elements end where the var's count of them does.
+            let end = at + self.expect.count as usize * std::mem::size_of::<T>();
+            let mut packed = std::mem::take(&mut self.packed);
+            packed.truncate(end);
+            (packed, at)
+        });
         self.landing.arrive(outcome);
     }
 

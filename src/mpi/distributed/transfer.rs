@@ -21,7 +21,7 @@ use super::super::flight::Transfer;
 use super::super::raw::{self, Code, Request};
 use super::Plain;
 use super::error::TransferError;
-use super::header::{HEADER, Header, tag};
+use super::header::{HEADER_MAX, Header, tag};
 use super::staged::sending_failure;
 use super::tile::Tile;
 use crate::op::op_handle::Completion;
@@ -38,7 +38,7 @@ pub(super) struct Outgoing<T: Plain> {
     to: usize,
     done: Option<Completion<()>>,
     /// The header on the wire.
-    wire: Option<Box<[u8; HEADER]>>,
+    wire: Option<Vec<u8>>,
     requests: Vec<Request>,
 }
 
@@ -74,12 +74,13 @@ impl<T: Plain> Transfer for Outgoing<T> {
             (Some(data), None) => bytemuck::cast_slice::<T, u8>(&data[..]),
             _ => &[],
         };
-        let header = self.header.encode(failure.as_deref());
+        let header = self.header.encode(failure.as_deref(), 0);
+        let len = c_int::try_from(header.len()).map_err(|_| Code(-1))?;
         let (to, tag) = (self.to as c_int, tag(self.header.slot, self.header.seq));
         let u8s = u8::equivalent_datatype().as_raw();
-        // SAFETY: the header is a boxed array this transfer keeps, unmoved
-        // and unwritten, until `test` says both requests are done.
-        let head = unsafe { raw::send(comm, header.as_ptr().cast(), HEADER as c_int, u8s, to, tag) }?;
+        // SAFETY: the header is a vector this transfer keeps, its buffer
+        // unmoved and unwritten, until `test` says both requests are done.
+        let head = unsafe { raw::send(comm, header.as_ptr().cast(), len, u8s, to, tag) }?;
         self.wire = Some(header);
         self.requests.push(head);
         let count = c_int::try_from(bytes.len()).map_err(|_| Code(-1))?;
@@ -150,7 +151,7 @@ pub(super) struct Incoming<T: Plain> {
     into: Landing<T>,
     from: usize,
     done: Option<Completion<()>>,
-    wire: Box<[u8; HEADER]>,
+    wire: Box<[u8; HEADER_MAX]>,
     requests: Vec<Request>,
     /// Given up, and why: the requests are cancelled.
     abandoned: Option<String>,
@@ -170,7 +171,7 @@ impl<T: Plain> Incoming<T> {
     }
 
     fn landing(expect: Header, into: Landing<T>, from: usize, done: Option<Completion<()>>) -> Self {
-        let wire = Box::new([0u8; HEADER]);
+        let wire = Box::new([0u8; HEADER_MAX]);
         Self { expect, into, from, done, wire, requests: Vec::new(), abandoned: None }
     }
 }
@@ -185,8 +186,9 @@ impl<T: Plain> Transfer for Incoming<T> {
         let u8s = u8::equivalent_datatype().as_raw();
         // SAFETY: the header buffer is a boxed array this transfer keeps,
         // unmoved and untouched, until `test` says the request is done.
-        let head =
-            unsafe { raw::receive(comm, self.wire.as_mut_ptr().cast(), HEADER as c_int, u8s, from, tag) }?;
+        let head = unsafe {
+            raw::receive(comm, self.wire.as_mut_ptr().cast(), HEADER_MAX as c_int, u8s, from, tag)
+        }?;
         self.requests.push(head);
         let bytes: &mut [u8] = match &mut self.into {
             Landing::Copy(data) => {
@@ -227,27 +229,29 @@ impl<T: Plain> Transfer for Incoming<T> {
         if let Err(code) = result {
             // A header that arrived and differs says why (a sender that
             // sent more than was posted, say), better than MPI's code.
-            let err = match Header::decode(&wire) {
-                Some((theirs, _)) if theirs != expect => TransferError::Mismatch {
+            let err = match Header::decode(&wire[..]) {
+                Some(theirs) if theirs.header != expect => TransferError::Mismatch {
                     mine: expect.to_string(),
                     rank: from,
-                    theirs: theirs.to_string(),
+                    theirs: theirs.header.to_string(),
                 },
                 _ => TransferError::Mpi { what: expect.to_string(), code: code.0 },
             };
             done.fail(err);
             return;
         }
-        match Header::decode(&wire) {
-            Some((theirs, _)) if theirs != expect => done.fail(TransferError::Mismatch {
+        match Header::decode(&wire[..]) {
+            Some(theirs) if theirs.header != expect => done.fail(TransferError::Mismatch {
                 mine: expect.to_string(),
                 rank: from,
-                theirs: theirs.to_string(),
+                theirs: theirs.header.to_string(),
             }),
-            Some((_, Some(message))) => {
-                done.fail(TransferError::FailedOnOwner { what: expect.to_string(), rank: from, message })
-            }
-            Some((_, None)) => done.succeed(()),
+            Some(theirs) => match theirs.failure {
+                Some(message) => {
+                    done.fail(TransferError::FailedOnOwner { what: expect.to_string(), rank: from, message })
+                }
+                None => done.succeed(()),
+            },
             None => done.fail(TransferError::Mismatch {
                 mine: expect.to_string(),
                 rank: from,

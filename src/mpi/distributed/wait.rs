@@ -80,6 +80,10 @@ impl Distribution<'_> {
             // the distribution may queue behind it, so none is taken.
             self.lock().diverged = Some(err.clone());
         }
+        // Every op of the engine first, which wakes this task once, not
+        // once per transfer as waiting for each in turn would while they
+        // still run; the transfers' outcomes are then at hand.
+        let all = self.engine.wait_for_all().await;
         let handles = std::mem::take(&mut self.lock().in_flight);
         let mut first = agreed.err();
         for handle in handles {
@@ -87,7 +91,6 @@ impl Distribution<'_> {
                 first.get_or_insert(err);
             }
         }
-        let all = self.engine.wait_for_all().await;
         match first {
             Some(err) => Err(err),
             None => all,

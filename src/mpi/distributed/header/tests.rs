@@ -39,8 +39,49 @@ fn a_header_carries_its_slot() {
         program: 6,
         name: "a".into(),
     };
-    let (back, failure) = Header::decode(&header.encode(None)).unwrap();
-    assert_eq!((back, failure), (header, None));
+    let wire = header.encode(None, 0);
+    let back = Header::decode(&wire).unwrap();
+    assert_eq!((&back.header, &back.failure, back.len), (&header, &None, wire.len()));
+}
+
+#[test]
+fn a_small_transfers_header_fits_an_inline_send() {
+    let header = Header {
+        dist: 1,
+        slot: 0,
+        seq: 7,
+        var: 2,
+        version: 3,
+        count: 1,
+        elem: 5,
+        program: 6,
+        name: "A[12][7]".into(),
+    };
+    // Open MPI's shared memory sends up to 256 bytes inline.
+    assert!(header.encode(None, 8).len() + 8 <= 256);
+}
+
+#[test]
+fn a_failure_rides_in_the_header_cut_to_fit() {
+    let header = Header {
+        dist: 1,
+        slot: 9,
+        seq: 7,
+        var: 2,
+        version: 3,
+        count: 1,
+        elem: 5,
+        program: 6,
+        name: "é".repeat(40),
+    };
+    let why = "disk full ".repeat(40);
+    let wire = header.encode(Some(&why), 0);
+    assert!(wire.len() <= HEADER_MAX);
+    let back = Header::decode(&wire).unwrap();
+    assert!(header.name.starts_with(&back.header.name) && back.header.name.len() <= NAME_MAX);
+    assert!(why.starts_with(back.failure.as_deref().unwrap()));
+    assert_eq!(back.len, wire.len());
+    assert!(Header::decode(&wire[..wire.len() - 1]).is_none(), "a header cut short is not one");
 }
 
 #[test]
