@@ -125,7 +125,10 @@ impl EngineBuilder {
 
     /// Worker threads per CPU device for normal ops, at most
     /// [`MAX_WORKERS`](Self::MAX_WORKERS). Environment: `DEPENGINE_CPU_WORKERS`. Default: the
-    /// machine's available parallelism.
+    /// machine's available parallelism; for a builder made by
+    /// [`from_env`](Self::from_env) in one of several ranks of an MPI job
+    /// on the machine (as Open MPI's `OMPI_COMM_WORLD_LOCAL_SIZE` or
+    /// MPICH's `MPI_LOCALNRANKS` say), the rank's share of it (at least 1).
     ///
     /// # Examples
     ///

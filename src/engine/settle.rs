@@ -101,7 +101,11 @@ pub(super) fn settle(c: Choices, env: &Env) -> Result<(Config, Option<tokio::run
 
 /// The pools the engine may start, and their threads.
 fn topology(c: &Choices, env: &Env, kind: EngineKind) -> Result<Topology, Error> {
-    let default_workers = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+    let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+    // One of several ranks of an MPI job on this machine: its share of the
+    // cores, as each rank runs an engine of its own (ranks that all start
+    // a worker per core oversubscribe the machine by as many times).
+    let default_workers = (cores / env.local_ranks()).max(1);
     let workers = |what, given, name, default| setting(env, what, given, name, default, MAX_WORKERS);
     Ok(Topology {
         naive: kind == EngineKind::Naive,
@@ -189,6 +193,20 @@ impl Env {
             return None;
         }
         std::env::var_os(name).filter(|p| !p.is_empty()).map(PathBuf::from)
+    }
+
+    /// How many ranks of an MPI job run on this machine, as the launcher
+    /// says (Open MPI's `OMPI_COMM_WORLD_LOCAL_SIZE`, MPICH's
+    /// `MPI_LOCALNRANKS`); 1 outside one, or if neither says.
+    fn local_ranks(&self) -> usize {
+        if !self.read {
+            return 1;
+        }
+        ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
+            .iter()
+            .find_map(|name| std::env::var(name).ok()?.trim().parse::<usize>().ok())
+            .unwrap_or(1)
+            .max(1)
     }
 
     /// A count from variable `name`: from 1 to `max`.

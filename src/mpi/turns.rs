@@ -16,13 +16,14 @@
 //! it is given up at once, on every rank alike (every rank reaches the same
 //! verdict).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::flight::Transfer;
 
 #[derive(Default)]
 pub(super) struct Turns {
-    slots: HashMap<u32, Slot>,
+    /// By slot (fewer than `distributed::MAX_LIVE`).
+    slots: Vec<Slot>,
 }
 
 #[derive(Default)]
@@ -74,11 +75,19 @@ impl Slot {
 }
 
 impl Turns {
+    fn slot(&mut self, slot: u32) -> &mut Slot {
+        let at = slot as usize;
+        if self.slots.len() <= at {
+            self.slots.resize_with(at + 1, Slot::default);
+        }
+        &mut self.slots[at]
+    }
+
     /// A transfer its op handed over. The caller queues one to start, and
     /// says when it [`left`](Self::left) the queue; one given up has left.
     pub(super) fn arrive(&mut self, transfer: Box<dyn Transfer>) -> Verdict {
         let (slot, dist) = transfer.turn();
-        let slot = self.slots.entry(slot).or_default();
+        let slot = self.slot(slot);
         let first = slot.gens.front().is_none_or(|g| g.dist == dist);
         let poisoned = slot.poisoned.clone();
         let turn = slot.turn_of(dist);
@@ -96,7 +105,7 @@ impl Turns {
     /// The ranks' programs differ for distribution `dist`: its transfers to
     /// come are given up (the caller gives up those in flight).
     pub(super) fn diverge(&mut self, slot: u32, dist: u32, why: &str) -> Vec<Box<dyn Transfer>> {
-        let turn = self.slots.entry(slot).or_default().turn_of(dist);
+        let turn = self.slot(slot).turn_of(dist);
         turn.diverged = Some(why.to_owned());
         std::mem::take(&mut turn.parked)
     }
@@ -105,7 +114,7 @@ impl Turns {
     /// queues. Returns the transfers whose turn has come, each with why it
     /// is given up, if it is.
     pub(super) fn left(&mut self, slot: u32, dist: u32) -> Vec<(Box<dyn Transfer>, Option<String>)> {
-        self.slots.entry(slot).or_default().turn_of(dist).left += 1;
+        self.slot(slot).turn_of(dist).left += 1;
         self.advance(slot)
     }
 
@@ -122,7 +131,7 @@ impl Turns {
         if let Some(why) = &diverged {
             out.extend(self.diverge(slot, dist, why).into_iter().map(|t| (t, Some(why.clone()))));
         }
-        self.slots.entry(slot).or_default().turn_of(dist).expected = Some(transfers);
+        self.slot(slot).turn_of(dist).expected = Some(transfers);
         out.extend(self.advance(slot));
         out
     }
@@ -131,7 +140,7 @@ impl Turns {
     /// and lets the next one's start.
     fn advance(&mut self, slot: u32) -> Vec<(Box<dyn Transfer>, Option<String>)> {
         let mut out = Vec::new();
-        let Some(entry) = self.slots.get_mut(&slot) else { return out };
+        let entry = self.slot(slot);
         while let Some(front) = entry.gens.front()
             && front.expected.is_some_and(|n| front.left >= n)
         {
@@ -148,23 +157,20 @@ impl Turns {
             let why = next.diverged.clone().or_else(|| entry.poisoned.clone());
             out.extend(std::mem::take(&mut next.parked).into_iter().map(|t| (t, why.clone())));
         }
-        if entry.gens.is_empty() && entry.poisoned.is_none() {
-            self.slots.remove(&slot);
-        }
         out
     }
 
     /// Whether a dropped distribution still has transfers to hand over
     /// here: the comm thread waits for them before it stops.
     pub(super) fn owed(&self) -> bool {
-        self.slots.values().flat_map(|s| &s.gens).any(|g| g.expected.is_some_and(|n| g.handed < n))
+        self.slots.iter().flat_map(|s| &s.gens).any(|g| g.expected.is_some_and(|n| g.handed < n))
     }
 
     /// The transfers parked for distributions never dropped (forgotten):
     /// closed when the comm thread stops.
     pub(super) fn leftovers(&mut self) -> Vec<Box<dyn Transfer>> {
         self.slots
-            .values_mut()
+            .iter_mut()
             .flat_map(|s| s.gens.iter_mut())
             .flat_map(|g| std::mem::take(&mut g.parked))
             .collect()

@@ -6,6 +6,14 @@ use super::{InGroup, OpBuilder};
 use crate::device::{Device, Lane};
 
 impl<Rd, Wr, G> OpBuilder<'_, Rd, Wr, G> {
+    /// Names the op (the crate's own builders that learn the name late:
+    /// a distributed op names its local op only on the rank that runs it).
+    #[cfg(feature = "mpi")]
+    pub(crate) fn named(mut self, name: String) -> Self {
+        self.opts.name = name.into();
+        self
+    }
+
     /// The device the op runs on (default `Cpu(0)`).
     ///
     /// # Examples

@@ -3,6 +3,7 @@
 
 use std::ffi::c_int;
 use std::fmt;
+use std::sync::Arc;
 
 use super::super::comm_thread::TAG_UB;
 use super::super::sig::cut;
@@ -42,7 +43,7 @@ pub(super) struct Header {
     pub(super) elem: u64,
     /// The program so far: a hash of every op and var, in push order.
     pub(super) program: u64,
-    pub(super) name: String,
+    pub(super) name: Arc<str>,
 }
 
 /// A header read off the wire.
@@ -103,7 +104,7 @@ impl Header {
             program: u64_at(40),
             dist: u32_at(48),
             slot: u32::from(b[52]),
-            name: text(FIXED..FIXED + name_len),
+            name: text(FIXED..FIXED + name_len).into(),
         };
         let failure = (b[53] != 0).then(|| text(FIXED + name_len..len));
         Some(Decoded { header, failure, len })

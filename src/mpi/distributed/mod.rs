@@ -49,6 +49,7 @@
 
 // For maintainers: `README.md` beside this file has the model's argument.
 
+mod buffers;
 mod error;
 mod grid;
 mod header;
@@ -62,8 +63,8 @@ mod wait;
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
 use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
 
 use super::Collectives;
 use super::comm_thread::Msg;
@@ -153,7 +154,7 @@ impl Books {
 
 struct Book {
     owner: usize,
-    name: String,
+    name: Arc<str>,
     /// Why this rank could not make the var's current version (the
     /// engine refused the op that writes it): sent in place of its
     /// elements until an op that repairs it is pushed.
@@ -274,7 +275,7 @@ impl<'c> Distribution<'c> {
             u32::try_from(books.vars.len()).map_err(|_| Error::invalid("more than 2^32 distributed vars"))?;
         let mut copies = vec![None; self.size()];
         copies[owner] = Some(0);
-        books.vars.push(Book { owner, name: name.to_owned(), refused: None, version: 0, copies });
+        books.vars.push(Book { owner, name: name.into(), refused: None, version: 0, copies });
         books.program = mix(books.program, &("var", id, owner, len, elem_mark::<T>(), name));
         let local = self.engine.var_named(format!("{name}@{owner}"), tile::Tile(data));
         if let Some(wrong) = wrong {
@@ -303,7 +304,7 @@ impl<'c> Distribution<'c> {
                 count: var.count() as u64,
                 elem: var.elem(),
                 program: books.program,
-                name: book.name.clone(),
+                name: Arc::clone(&book.name),
             };
             let owner = book.owner;
             books.transfers += 1;
@@ -327,12 +328,36 @@ impl<'c> Distribution<'c> {
     }
 }
 
-/// The program's hash, one more step along.
+/// The program's hash, one more step along: every rank hashes the same
+/// steps alike, and a difference anywhere changes every hash after it.
+/// Not a keyed hash (no rank is an adversary), but a cheap one, taken
+/// twice per op.
 fn mix(program: u64, step: &impl Hash) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    program.hash(&mut h);
+    let mut h = Mixer(program ^ 0x9E37_79B9_7F4A_7C15);
     step.hash(&mut h);
     h.finish()
+}
+
+/// A 64-bit multiply-rotate hash of the bytes written to it.
+struct Mixer(u64);
+
+impl Hasher for Mixer {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(23) ^ n).wrapping_mul(0xA076_1D64_78BD_642F);
+    }
+
+    fn finish(&self) -> u64 {
+        let z = (self.0 ^ (self.0 >> 32)).wrapping_mul(0xE703_7ED1_A0B4_28DB);
+        z ^ (z >> 29)
+    }
 }
 
 impl fmt::Debug for Distribution<'_> {

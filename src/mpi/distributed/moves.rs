@@ -89,11 +89,10 @@ impl<T: Plain> Moved for DistVar<T> {
             let (tx, header) = token.take();
             if small {
                 // Packed, the var is free again: its next write need not
-                // wait for MPI.
+                // wait for MPI (nor, mostly, the op: see `Packed`).
                 let packed = pack(&header, &data, refused);
                 drop(data);
-                hand_over(&tx, Box::new(Packed::new(header, packed, to)));
-                done.succeed(());
+                hand_over(&tx, Box::new(Packed::new(header, packed, to, Some(done))));
             } else {
                 hand_over(&tx, Box::new(Outgoing::new(header, data, refused, to, done)));
             }
@@ -167,7 +166,7 @@ impl<T: Plain> Drop for Handover<T> {
         let substitute: Box<dyn Transfer> = match self.side {
             Side::Send { small: true } => {
                 let packed = header.encode(Some(&why()), 0);
-                Box::new(Packed::new(header, packed, self.peer))
+                Box::new(Packed::new(header, packed, self.peer, None))
             }
             Side::Send { small: false } => Box::new(Outgoing::<T>::refused(header, why(), self.peer)),
             Side::Receive => Box::new(Incoming::<T>::drain(header, self.peer)),

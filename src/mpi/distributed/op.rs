@@ -3,6 +3,9 @@
 //! push brings.
 
 use std::fmt;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
 
 use super::moves::Moved;
 use super::tile::Tile;
@@ -22,7 +25,8 @@ impl<'c> Distribution<'c> {
             reads: Vec::new(),
             writes: Vec::new(),
             repair: false,
-            op: self.engine.op(name.to_owned()),
+            // Named when it runs, on its rank only.
+            op: self.engine.op(""),
         }
     }
 }
@@ -202,8 +206,8 @@ impl<Rd: Item, Wr: Item> DistOp<'_, '_, Rd, Wr> {
         };
         let mut books = dist.lock();
         if let Some(other) = writes.iter().find(|w| w.owner() != at) {
-            let first = books.vars[writes[0].id() as usize].name.clone();
-            let second = books.vars[other.id() as usize].name.clone();
+            let first = Arc::clone(&books.vars[writes[0].id() as usize].name);
+            let second = Arc::clone(&books.vars[other.id() as usize].name);
             books.program = mix(books.program, &("refused", &name));
             return Err(Error::invalid(format!(
                 "op `{name}` writes `{first}` (owned by rank {at}) and `{second}` (owned by rank {}): an op writes vars of one owner",
@@ -216,12 +220,12 @@ impl<Rd: Item, Wr: Item> DistOp<'_, '_, Rd, Wr> {
             book.version += 1;
             book.copies[at] = Some(book.version);
         }
-        let ids: Vec<u32> = reads.iter().chain(&writes).map(|v| v.id()).collect();
-        books.program = mix(books.program, &(&name, reads.len(), &ids));
+        let ids = reads.iter().chain(&writes).map(|v| v.id());
+        books.program = mix(books.program, &(&name, reads.len(), ids.collect::<SmallVec<[u32; 8]>>()));
         if dist.rank() != at {
             return Ok(None);
         }
-        let pushed = op.run(body).pushed();
+        let pushed = op.named(name.clone()).run(body).pushed();
         // A refused op leaves its vars without their new version here: the
         // ranks they are sent to learn why instead of getting the old one.
         let refused = pushed.map_err(|err| {

@@ -21,6 +21,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use mpi::datatype::Equivalence;
@@ -29,10 +30,10 @@ use mpi::topology::SimpleCommunicator;
 
 use super::super::flight::Transfer;
 use super::super::raw::{self, Code, Request};
-use super::Plain;
 use super::error::TransferError;
 use super::header::{HEADER_MAX, Header, tag};
 use super::tile::Tile;
+use super::{Plain, buffers};
 use crate::op::op_handle::Completion;
 use crate::var::{ReadGuard, WriteGuard};
 
@@ -50,8 +51,10 @@ const EAGER: usize = 1024;
 pub(super) fn pack<T: Plain>(header: &Header, data: &ReadGuard<Tile<T>>, refused: Option<String>) -> Vec<u8> {
     let failure = refused.or_else(|| sending_failure(header, data));
     let bytes: &[u8] = if failure.is_some() { &[] } else { bytemuck::cast_slice::<T, u8>(data) };
-    let mut packed = header.encode(failure.as_deref(), bytes.len());
-    packed.extend_from_slice(bytes);
+    let head = header.encode(failure.as_deref(), 0);
+    let mut packed = buffers::take(head.len() + bytes.len());
+    packed[..head.len()].copy_from_slice(&head);
+    packed[head.len()..].copy_from_slice(bytes);
     packed
 }
 
@@ -65,17 +68,53 @@ pub(super) fn sending_failure<T: Plain>(header: &Header, data: &ReadGuard<Tile<T
     })
 }
 
-/// A packed send, its op already complete.
+/// Bytes of packed sends whose ops completed before MPI was done with
+/// them, in this process: bounded (by [`EARLY_BYTES`]), so that a rank that
+/// runs ahead neither holds its program's data twice nor leaves MPI
+/// thousands of sends to carry.
+static EARLY: AtomicUsize = AtomicUsize::new(0);
+
+/// The most bytes of [`EARLY`] (eager sends aside, which are not counted).
+const EARLY_BYTES: usize = 1 << 20;
+
+/// A packed send. Its op completes at once if the send is eager or the
+/// bytes sent early allow it, and else once MPI is done with the buffer:
+/// a wait of its own, never a block on others (nothing queues behind it).
 pub(super) struct Packed {
     header: Header,
     packed: Vec<u8>,
     to: usize,
     request: Option<Request>,
+    /// The op, not completed yet.
+    done: Option<Completion<()>>,
+    /// Bytes it counts in [`EARLY`].
+    early: usize,
 }
 
 impl Packed {
-    pub(super) fn new(header: Header, packed: Vec<u8>, to: usize) -> Self {
-        Self { header, packed, to, request: None }
+    /// The send of `packed`, completing `done` at once if it may.
+    pub(super) fn new(header: Header, packed: Vec<u8>, to: usize, done: Option<Completion<()>>) -> Self {
+        let len = packed.len();
+        let mut send = Self { header, packed, to, request: None, done, early: 0 };
+        let early = len <= EAGER
+            || EARLY
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    (n + len <= EARLY_BYTES).then_some(n + len)
+                })
+                .is_ok();
+        if early {
+            send.early = if len <= EAGER { 0 } else { len };
+            if let Some(done) = send.done.take() {
+                done.succeed(());
+            }
+        }
+        send
+    }
+}
+
+impl Drop for Packed {
+    fn drop(&mut self) {
+        EARLY.fetch_sub(self.early, Ordering::Relaxed);
     }
 }
 
@@ -104,22 +143,46 @@ impl Transfer for Packed {
         self.request.as_mut().map_or(Ok(true), Request::test)
     }
 
-    fn finish(self: Box<Self>, result: Result<(), Code>) {
-        if let Err(code) = result {
+    fn finish(mut self: Box<Self>, result: Result<(), Code>) {
+        let what = || self.header.to_string();
+        match (self.done.take(), result) {
+            (Some(done), Ok(())) => done.succeed(()),
+            (Some(done), Err(code)) => done.fail(TransferError::Mpi { what: what(), code: code.0 }),
             // The op completed when it packed: the receiver's op fails
             // instead, by MPI's error on its side.
-            tracing::error!(target: "depengine", "{}: MPI error {} sending it", self.header, code.0);
+            (None, Err(code)) => {
+                tracing::error!(target: "depengine", "{}: MPI error {} sending it", what(), code.0)
+            }
+            (None, Ok(())) => {}
+        }
+        buffers::give(std::mem::take(&mut self.packed));
+    }
+
+    fn close(mut self: Box<Self>) {
+        if let Some(done) = self.done.take() {
+            done.fail(TransferError::Closed { what: self.header.to_string() });
         }
     }
 
-    fn close(self: Box<Self>) {}
-
-    fn abandon(mut self: Box<Self>, _why: &str) -> Option<Box<dyn Transfer>> {
+    fn abandon(mut self: Box<Self>, why: &str) -> Option<Box<dyn Transfer>> {
+        let started = self.request.is_some();
         match self.test() {
-            Ok(true) | Err(_) => {}
-            // A send cannot be cancelled: MPI may still read the buffer,
-            // which is left to it for good.
-            Ok(false) => std::mem::forget(self),
+            Ok(true) if started => self.finish(Ok(())),
+            Err(code) => self.finish(Err(code)),
+            Ok(_) => {
+                if let Some(done) = self.done.take() {
+                    let what = self.header.to_string();
+                    done.fail(TransferError::Abandoned { what, why: why.to_owned() });
+                }
+                // A send cannot be cancelled: MPI may still read the
+                // buffer, which is left to it for good (its count of
+                // early bytes given back first). One not started is only
+                // dropped.
+                if started {
+                    EARLY.fetch_sub(std::mem::take(&mut self.early), Ordering::Relaxed);
+                    std::mem::forget(self);
+                }
+            }
         }
         None
     }
@@ -189,6 +252,7 @@ fn land<T: Plain>(
                 copy.resize(count, T::zeroed());
             }
             bytemuck::cast_slice_mut::<T, u8>(copy).copy_from_slice(bytes);
+            buffers::give(packed);
             done.succeed(());
         }
         Err(err) => done.fail(err),
@@ -250,7 +314,7 @@ impl<T: Plain> Transfer for Staged<T> {
 
     fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
         let bytes = self.expect.count as usize * std::mem::size_of::<T>();
-        self.packed = vec![0u8; HEADER_MAX + bytes];
+        self.packed = buffers::take(HEADER_MAX + bytes);
         let count = c_int::try_from(self.packed.len()).map_err(|_| Code(-1))?;
         let (from, tag) = (self.from as c_int, tag(self.expect.slot, self.expect.seq));
         let u8s = u8::equivalent_datatype().as_raw();
