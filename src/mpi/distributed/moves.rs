@@ -9,7 +9,9 @@ use std::sync::mpsc::Sender;
 use super::super::comm_thread::Msg;
 use super::super::flight::Transfer;
 use super::header::Header;
-use super::staged::{Landing, Packed, STAGED_MAX, Staged, pack};
+use super::header::STAGED_MAX;
+use super::send::{Copied, copy};
+use super::staged::{Landing, Staged};
 use super::transfer::{Incoming, Outgoing};
 use super::{DistVar, Plain, elem_mark};
 use crate::device::Lane;
@@ -82,17 +84,17 @@ impl<T: Plain> Moved for DistVar<T> {
         to: usize,
     ) -> Option<OpHandle<()>> {
         let name = format!("send {} to rank {to} (transfer #{})", header.name, header.seq);
-        let small = self.bytes() <= STAGED_MAX;
-        let token = Handover::<T>::new(mover, header, to, Side::Send { small });
+        let copied = self.bytes() <= STAGED_MAX;
+        let token = Handover::<T>::new(mover, header, to, Side::Send);
         let op = mover.engine.op(name).lane(Lane::Inline).no_skip(true).read(&self.local);
         let pushed = op.run_async(move |(data,), (), done| {
             let (tx, header) = token.take();
-            if small {
-                // Packed, the var is free again: its next write need not
-                // wait for MPI (nor, mostly, the op: see `Packed`).
-                let packed = pack(&header, &data, refused);
+            if copied {
+                // Copied, the var is free again: its next write need not
+                // wait for MPI (nor, mostly, the op: see `Copied`).
+                let wire = copy(&header, Some(&data), refused);
                 drop(data);
-                hand_over(&tx, Box::new(Packed::new(header, packed, to, Some(done))));
+                hand_over(&tx, Box::new(Copied::new(header, wire, to, Some(done))));
             } else {
                 hand_over(&tx, Box::new(Outgoing::new(header, data, refused, to, done)));
             }
@@ -103,13 +105,11 @@ impl<T: Plain> Moved for DistVar<T> {
     fn receive(&self, mover: &Mover<'_>, header: Header, from: usize) -> Option<OpHandle<()>> {
         let name = format!("receive {} from rank {from} (transfer #{})", header.name, header.seq);
         let op = mover.engine.op(name).lane(Lane::Inline).no_skip(true).repair(true).write(&self.local);
-        // Both sides choose the wire's form by the var's size: one packed
-        // message if small, a header and the elements if not.
         let pushed = if self.bytes() <= STAGED_MAX {
             // Handed over now, to be posted before the op runs: the
-            // message may be in by then. Every small receive is, so that
+            // message may be in by then. Every such receive is, so that
             // the comm thread posts them in push order (`transfers.rs`).
-            let landing = Landing::new();
+            let landing = Landing::new(Arc::clone(&self.spare));
             hand_over(mover.tx, Box::new(Staged::<T>::new(header, from, Arc::clone(&landing))));
             op.run_async(move |(), (copy,), done| landing.claim(copy, done))
         } else {
@@ -138,11 +138,11 @@ struct Handover<T: Plain> {
     elem: PhantomData<fn() -> T>,
 }
 
-/// Which side of a transfer, and for a send the wire's form (one packed
-/// message if small; a small receive needs no hand-over).
+/// Which side of a transfer (a receive of at most `STAGED_MAX` bytes is
+/// handed over at its push, and needs no token).
 #[derive(Clone, Copy)]
 enum Side {
-    Send { small: bool },
+    Send,
     Receive,
 }
 
@@ -164,11 +164,10 @@ impl<T: Plain> Drop for Handover<T> {
         let why =
             || format!("the send's op was refused on rank {} (or dropped unrun by its engine)", self.rank);
         let substitute: Box<dyn Transfer> = match self.side {
-            Side::Send { small: true } => {
-                let packed = header.encode(Some(&why()), 0);
-                Box::new(Packed::new(header, packed, self.peer, None))
+            Side::Send => {
+                let wire = copy::<T>(&header, None, Some(why()));
+                Box::new(Copied::new(header, wire, self.peer, None))
             }
-            Side::Send { small: false } => Box::new(Outgoing::<T>::refused(header, why(), self.peer)),
             Side::Receive => Box::new(Incoming::<T>::drain(header, self.peer)),
         };
         hand_over(&self.tx, substitute);

@@ -1,27 +1,22 @@
-//! Small transfers: one message, the header and the elements packed
-//! together, through buffers of their own, so that neither side's op waits
-//! for the comm thread.
+//! The reader's side of a transfer of at most [`STAGED_MAX`] bytes: its
+//! receive is posted into buffers of its own when the op that needs it is
+//! pushed, not when the receive op runs, so that the message may be in by
+//! then. Whoever comes second of the message and the receive op lands the
+//! elements in the cached copy and completes the op: the op itself, on its
+//! worker, when the message was in first (the common case in a stream,
+//! where the owner runs ahead), or else the comm thread.
 //!
-//! * The owner's send op packs the var's elements behind the header and
-//!   completes at once: the var is free for its next write while MPI sends
-//!   the packed copy ([`Packed`]).
-//! * The reader posts its receive into a buffer of its own when the op that
-//!   needs it is pushed, not when the receive op runs ([`Staged`]). Whoever
-//!   comes second of the message and the receive op lands the elements in
-//!   the cached copy and completes the op: the op itself, on its worker,
-//!   when the message was in first (the common case in a stream, where the
-//!   owner runs ahead), or the comm thread.
+//! A message of one part (`header::one_message`) is copied into the copy;
+//! the elements of two parts were received into a vector of the copy's
+//! type, which takes the copy's place, and the copy's old vector is kept
+//! for the var's next receive: no copy, no allocation.
 //!
-//! The copies cost what MPI's own eager protocol costs again; the hand-offs
-//! they save cost more up to [`STAGED_MAX`] (PERFORMANCE.md, *Transfers*).
-//!
-//! Its `unsafe` blocks start MPI's immediate send and receive on the packed
-//! buffers (`raw.rs` says why the raw calls).
+//! Its `unsafe` blocks start MPI's immediate receives on the buffers
+//! (`raw.rs` says why the raw calls).
 
 #![allow(unsafe_code)]
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use mpi::datatype::Equivalence;
@@ -31,166 +26,29 @@ use mpi::topology::SimpleCommunicator;
 use super::super::flight::Transfer;
 use super::super::raw::{self, Code, Request};
 use super::error::TransferError;
-use super::header::{HEADER_MAX, Header, tag};
+use super::header::{HEADER_MAX, Header, one_message, tag};
 use super::tile::Tile;
+use super::transfer::test_all;
 use super::{Plain, buffers};
 use crate::op::op_handle::Completion;
-use crate::var::{ReadGuard, WriteGuard};
+use crate::var::WriteGuard;
 
-/// The most bytes of elements a transfer moves through staged buffers;
-/// larger ones go from the var's memory to the copy's (`transfer.rs`).
-pub(super) const STAGED_MAX: usize = 64 * 1024;
+/// A vector the var's copy held before a receive took its place, kept for
+/// its next receive (shared by the var's receives on this rank).
+pub(super) type Spare<T> = Arc<Mutex<Option<Vec<T>>>>;
 
-/// The largest packed send taken for eager (see `Transfer::eager`): well
-/// under the eager limits of MPI's transports (Open MPI's shared memory:
-/// 4 KiB).
-const EAGER: usize = 1024;
-
-/// The owner's elements behind `header`, or `failure` in the header with
-/// no elements: one message.
-pub(super) fn pack<T: Plain>(header: &Header, data: &ReadGuard<Tile<T>>, refused: Option<String>) -> Vec<u8> {
-    let failure = refused.or_else(|| sending_failure(header, data));
-    let bytes: &[u8] = if failure.is_some() { &[] } else { bytemuck::cast_slice::<T, u8>(data) };
-    let head = header.encode(failure.as_deref(), 0);
-    let mut packed = buffers::take(head.len() + bytes.len());
-    packed[..head.len()].copy_from_slice(&head);
-    packed[head.len()..].copy_from_slice(bytes);
-    packed
-}
-
-/// Why the owner cannot send `data` as `header` says: the error it
-/// carries, or a length other than the var's.
-pub(super) fn sending_failure<T: Plain>(header: &Header, data: &ReadGuard<Tile<T>>) -> Option<String> {
-    let seen = data.op_seen_error().map(|err| format!("{err:#}"));
-    seen.or_else(|| {
-        (data.len() as u64 != header.count)
-            .then(|| format!("the var holds {} elements, registered with {}", data.len(), header.count))
-    })
-}
-
-/// Bytes of packed sends whose ops completed before MPI was done with
-/// them, in this process: bounded (by [`EARLY_BYTES`]), so that a rank that
-/// runs ahead neither holds its program's data twice nor leaves MPI
-/// thousands of sends to carry.
-static EARLY: AtomicUsize = AtomicUsize::new(0);
-
-/// The most bytes of [`EARLY`] (eager sends aside, which are not counted).
-const EARLY_BYTES: usize = 1 << 20;
-
-/// A packed send. Its op completes at once if the send is eager or the
-/// bytes sent early allow it, and else once MPI is done with the buffer:
-/// a wait of its own, never a block on others (nothing queues behind it).
-pub(super) struct Packed {
-    header: Header,
-    packed: Vec<u8>,
-    to: usize,
-    request: Option<Request>,
-    /// The op, not completed yet.
-    done: Option<Completion<()>>,
-    /// Bytes it counts in [`EARLY`].
-    early: usize,
-}
-
-impl Packed {
-    /// The send of `packed`, completing `done` at once if it may.
-    pub(super) fn new(header: Header, packed: Vec<u8>, to: usize, done: Option<Completion<()>>) -> Self {
-        let len = packed.len();
-        let mut send = Self { header, packed, to, request: None, done, early: 0 };
-        let early = len <= EAGER
-            || EARLY
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                    (n + len <= EARLY_BYTES).then_some(n + len)
-                })
-                .is_ok();
-        if early {
-            send.early = if len <= EAGER { 0 } else { len };
-            if let Some(done) = send.done.take() {
-                done.succeed(());
-            }
-        }
-        send
-    }
-}
-
-impl Drop for Packed {
-    fn drop(&mut self) {
-        EARLY.fetch_sub(self.early, Ordering::Relaxed);
-    }
-}
-
-impl Transfer for Packed {
-    fn turn(&self) -> (u32, u32) {
-        (self.header.slot, self.header.dist)
-    }
-
-    fn eager(&self) -> bool {
-        self.packed.len() <= EAGER
-    }
-
-    fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
-        let count = c_int::try_from(self.packed.len()).map_err(|_| Code(-1))?;
-        let (to, tag) = (self.to as c_int, tag(self.header.slot, self.header.seq));
-        let u8s = u8::equivalent_datatype().as_raw();
-        // SAFETY: the packed buffer is owned here, unmoved (a move of the
-        // vector does not move its heap buffer) and unwritten until `test`
-        // says the request is done, or forgotten with it (`abandon`).
-        let request = unsafe { raw::send(comm, self.packed.as_ptr().cast(), count, u8s, to, tag) }?;
-        self.request = Some(request);
-        Ok(())
-    }
-
-    fn test(&mut self) -> Result<bool, Code> {
-        self.request.as_mut().map_or(Ok(true), Request::test)
-    }
-
-    fn finish(mut self: Box<Self>, result: Result<(), Code>) {
-        let what = || self.header.to_string();
-        match (self.done.take(), result) {
-            (Some(done), Ok(())) => done.succeed(()),
-            (Some(done), Err(code)) => done.fail(TransferError::Mpi { what: what(), code: code.0 }),
-            // The op completed when it packed: the receiver's op fails
-            // instead, by MPI's error on its side.
-            (None, Err(code)) => {
-                tracing::error!(target: "depengine", "{}: MPI error {} sending it", what(), code.0)
-            }
-            (None, Ok(())) => {}
-        }
-        buffers::give(std::mem::take(&mut self.packed));
-    }
-
-    fn close(mut self: Box<Self>) {
-        if let Some(done) = self.done.take() {
-            done.fail(TransferError::Closed { what: self.header.to_string() });
-        }
-    }
-
-    fn abandon(mut self: Box<Self>, why: &str) -> Option<Box<dyn Transfer>> {
-        let started = self.request.is_some();
-        match self.test() {
-            Ok(true) if started => self.finish(Ok(())),
-            Err(code) => self.finish(Err(code)),
-            Ok(_) => {
-                if let Some(done) = self.done.take() {
-                    let what = self.header.to_string();
-                    done.fail(TransferError::Abandoned { what, why: why.to_owned() });
-                }
-                // A send cannot be cancelled: MPI may still read the
-                // buffer, which is left to it for good (its count of
-                // early bytes given back first). One not started is only
-                // dropped.
-                if started {
-                    EARLY.fetch_sub(std::mem::take(&mut self.early), Ordering::Relaxed);
-                    std::mem::forget(self);
-                }
-            }
-        }
-        None
-    }
+/// The elements of a message that arrived.
+enum Payload<T> {
+    /// A message of one part, and where its elements start.
+    Packed(Vec<u8>, usize),
+    /// The second part of a message of two.
+    Elements(Vec<T>),
 }
 
 /// A staged receive, shared by the comm thread and the receive op.
 pub(super) struct Landing<T> {
     stage: Mutex<Stage<T>>,
+    spare: Spare<T>,
 }
 
 enum Stage<T> {
@@ -198,15 +56,14 @@ enum Stage<T> {
     Posted,
     /// The op ran first: the copy's guard and the op's completion.
     Claimed(WriteGuard<Tile<T>>, Completion<()>),
-    /// The message (or the transfer's failure) came first: the message and
-    /// where its elements start.
-    Arrived(Result<(Vec<u8>, usize), TransferError>),
+    /// The message (or the transfer's failure) came first.
+    Arrived(Result<Payload<T>, TransferError>),
     Landed,
 }
 
 impl<T: Plain> Landing<T> {
-    pub(super) fn new() -> Arc<Self> {
-        Arc::new(Self { stage: Mutex::new(Stage::Posted) })
+    pub(super) fn new(spare: Spare<T>) -> Arc<Self> {
+        Arc::new(Self { stage: Mutex::new(Stage::Posted), spare })
     }
 
     /// The receive op's body: lands the message if it is in, or leaves the
@@ -216,64 +73,88 @@ impl<T: Plain> Landing<T> {
         match std::mem::replace(&mut *stage, Stage::Landed) {
             Stage::Arrived(outcome) => {
                 drop(stage);
-                land(&mut copy, outcome, done);
+                self.land(&mut copy, outcome, done);
             }
             _ => *stage = Stage::Claimed(copy, done),
         }
     }
 
     /// The comm thread's side: the message is in (or failed).
-    fn arrive(&self, outcome: Result<(Vec<u8>, usize), TransferError>) {
+    fn arrive(&self, outcome: Result<Payload<T>, TransferError>) {
         let mut stage = self.stage.lock().unwrap_or_else(PoisonError::into_inner);
         match std::mem::replace(&mut *stage, Stage::Landed) {
             Stage::Claimed(mut copy, done) => {
                 drop(stage);
-                land(&mut copy, outcome, done);
+                self.land(&mut copy, outcome, done);
             }
             _ => *stage = Stage::Arrived(outcome),
         }
     }
+
+    /// Puts the elements in the cached copy and completes the receive op,
+    /// or fails it.
+    fn land(
+        &self,
+        copy: &mut WriteGuard<Tile<T>>,
+        outcome: Result<Payload<T>, TransferError>,
+        done: Completion<()>,
+    ) {
+        let copy = &mut copy.0;
+        match outcome {
+            Ok(Payload::Packed(packed, at)) => {
+                let bytes = &packed[at..];
+                let count = bytes.len() / std::mem::size_of::<T>().max(1);
+                if copy.len() != count {
+                    copy.clear();
+                    copy.resize(count, T::zeroed());
+                }
+                bytemuck::cast_slice_mut::<T, u8>(copy).copy_from_slice(bytes);
+                buffers::give(packed);
+            }
+            Ok(Payload::Elements(elements)) => {
+                let old = std::mem::replace(copy, elements);
+                if old.len() == copy.len() {
+                    *self.spare.lock().unwrap_or_else(PoisonError::into_inner) = Some(old);
+                }
+            }
+            Err(err) => return done.fail(err),
+        }
+        done.succeed(());
+    }
 }
 
-/// Copies the elements into the cached copy (sized to them) and completes
-/// the receive op, or fails it.
-fn land<T: Plain>(
-    copy: &mut WriteGuard<Tile<T>>,
-    outcome: Result<(Vec<u8>, usize), TransferError>,
-    done: Completion<()>,
-) {
-    match outcome {
-        Ok((packed, at)) => {
-            let bytes = &packed[at..];
-            let copy = &mut copy.0;
-            let count = bytes.len() / std::mem::size_of::<T>().max(1);
-            if copy.len() != count {
-                copy.clear();
-                copy.resize(count, T::zeroed());
-            }
-            bytemuck::cast_slice_mut::<T, u8>(copy).copy_from_slice(bytes);
-            buffers::give(packed);
-            done.succeed(());
-        }
-        Err(err) => done.fail(err),
-    }
+/// Where a staged receive's message goes.
+enum Into<T> {
+    /// Not posted yet: a program pushed far ahead holds little for the
+    /// receives not posted yet.
+    Nothing,
+    /// One part.
+    Packed(Vec<u8>),
+    /// Two: the header, and the elements.
+    Split(Vec<u8>, Vec<T>),
 }
 
 /// The comm thread's side of a staged receive.
 pub(super) struct Staged<T: Plain> {
     expect: Header,
     from: usize,
-    packed: Vec<u8>,
-    request: Option<Request>,
+    into: Into<T>,
+    requests: Vec<Request>,
     landing: Arc<Landing<T>>,
     abandoned: Option<String>,
 }
 
 impl<T: Plain> Staged<T> {
-    /// Its buffer is made when it is posted: a program pushed far ahead
-    /// holds little for the receives not posted yet.
     pub(super) fn new(expect: Header, from: usize, landing: Arc<Landing<T>>) -> Self {
-        Self { expect, from, packed: Vec::new(), request: None, landing, abandoned: None }
+        Self { expect, from, into: Into::Nothing, requests: Vec::new(), landing, abandoned: None }
+    }
+
+    /// The header's bytes, once in.
+    fn head(&self) -> &[u8] {
+        match &self.into {
+            Into::Nothing => &[],
+            Into::Packed(head) | Into::Split(head, _) => head,
+        }
     }
 
     /// What the message says, checked against this rank's books: where
@@ -283,7 +164,7 @@ impl<T: Plain> Staged<T> {
         if let Some(why) = &self.abandoned {
             return Err(TransferError::Abandoned { what: what(), why: why.clone() });
         }
-        match (result, Header::decode(&self.packed)) {
+        match (result, Header::decode(self.head())) {
             (_, Some(theirs)) if theirs.header != self.expect => Err(TransferError::Mismatch {
                 mine: what(),
                 rank: self.from,
@@ -313,29 +194,49 @@ impl<T: Plain> Transfer for Staged<T> {
     }
 
     fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
-        let bytes = self.expect.count as usize * std::mem::size_of::<T>();
-        self.packed = buffers::take(HEADER_MAX + bytes);
-        let count = c_int::try_from(self.packed.len()).map_err(|_| Code(-1))?;
+        let count = self.expect.count as usize;
+        let bytes = count * std::mem::size_of::<T>();
+        self.into = if one_message(bytes) {
+            Into::Packed(buffers::take(HEADER_MAX + bytes))
+        } else {
+            let spare = self.landing.spare.lock().unwrap_or_else(PoisonError::into_inner).take();
+            let elements = spare.filter(|v| v.len() == count).unwrap_or_else(|| vec![T::zeroed(); count]);
+            Into::Split(buffers::take(HEADER_MAX), elements)
+        };
         let (from, tag) = (self.from as c_int, tag(self.expect.slot, self.expect.seq));
         let u8s = u8::equivalent_datatype().as_raw();
-        // SAFETY: the buffer is owned here, unmoved and untouched until
-        // `test` says the request is done (a cancelled one included).
-        let request = unsafe { raw::receive(comm, self.packed.as_mut_ptr().cast(), count, u8s, from, tag) }?;
-        self.request = Some(request);
+        let (first, second): (&mut [u8], Option<&mut [u8]>) = match &mut self.into {
+            Into::Nothing => unreachable!("just made"),
+            Into::Packed(packed) => (packed, None),
+            Into::Split(head, elements) => (head, Some(bytemuck::cast_slice_mut::<T, u8>(elements))),
+        };
+        for part in std::iter::once(first).chain(second) {
+            let count = c_int::try_from(part.len()).map_err(|_| Code(-1))?;
+            // SAFETY: the buffers are owned here (moved with it, their heap
+            // memory unmoved), untouched until `test` says the requests are
+            // done (a cancelled one included).
+            let request = unsafe { raw::receive(comm, part.as_mut_ptr().cast(), count, u8s, from, tag) }?;
+            self.requests.push(request);
+        }
         Ok(())
     }
 
     fn test(&mut self) -> Result<bool, Code> {
-        self.request.as_mut().map_or(Ok(true), Request::test)
+        test_all(&mut self.requests)
     }
 
     fn finish(mut self: Box<Self>, result: Result<(), Code>) {
-        let outcome = self.outcome(result).map(|at| {
-            // The elements end where the var's count of them does.
-            let end = at + self.expect.count as usize * std::mem::size_of::<T>();
-            let mut packed = std::mem::take(&mut self.packed);
-            packed.truncate(end);
-            (packed, at)
+        let outcome = self.outcome(result).map(|at| match std::mem::replace(&mut self.into, Into::Nothing) {
+            Into::Packed(mut packed) => {
+                // The elements end where the var's count of them does.
+                packed.truncate(at + self.expect.count as usize * std::mem::size_of::<T>());
+                Payload::Packed(packed, at)
+            }
+            Into::Split(head, elements) => {
+                buffers::give(head);
+                Payload::Elements(elements)
+            }
+            Into::Nothing => Payload::Packed(Vec::new(), 0),
         });
         self.landing.arrive(outcome);
     }
@@ -346,7 +247,7 @@ impl<T: Plain> Transfer for Staged<T> {
     }
 
     fn abandon(mut self: Box<Self>, why: &str) -> Option<Box<dyn Transfer>> {
-        let started = self.request.is_some();
+        let started = !self.requests.is_empty();
         match self.test() {
             Ok(true) if started => {
                 self.finish(Ok(()));
@@ -363,8 +264,8 @@ impl<T: Plain> Transfer for Staged<T> {
                     return None;
                 }
                 // A cancelled receive still completes, through `test`; its
-                // buffer stays here until then.
-                if let Some(request) = &mut self.request {
+                // buffers stay here until then.
+                for request in &mut self.requests {
                     let _ = request.cancel();
                 }
                 Some(self)

@@ -1,6 +1,6 @@
 //! One large transfer of a distributed var's version (more than
-//! `staged::STAGED_MAX` bytes, or a receive past the staged ones) from its
-//! owner to a rank that reads it: a header (what every rank's program says this transfer
+//! `header::STAGED_MAX` bytes) from its owner to a rank that reads it, from
+//! the var's memory to the copy's: a header (what every rank's program says this transfer
 //! is, and whether the owner's copy carries an error) and the elements,
 //! two messages with the same tag, so MPI's non-overtaking rule keeps them
 //! in order. The sender holds the var's read guard and the receiver the
@@ -22,17 +22,15 @@ use super::super::raw::{self, Code, Request};
 use super::Plain;
 use super::error::TransferError;
 use super::header::{HEADER_MAX, Header, tag};
-use super::staged::sending_failure;
+use super::send::sending_failure;
 use super::tile::Tile;
 use crate::op::op_handle::Completion;
 use crate::var::{ReadGuard, WriteGuard};
 
-/// The owner's side: the var's elements, held by its read guard; or, when
-/// the engine refused the send's op on this rank, only a header saying so,
-/// so that the receiver is not left waiting.
+/// The owner's side: the var's elements, held by its read guard.
 pub(super) struct Outgoing<T: Plain> {
     header: Header,
-    data: Option<ReadGuard<Tile<T>>>,
+    data: ReadGuard<Tile<T>>,
     /// Why the elements cannot be sent, known before the start.
     failure: Option<String>,
     to: usize,
@@ -52,12 +50,7 @@ impl<T: Plain> Outgoing<T> {
         to: usize,
         done: Completion<()>,
     ) -> Self {
-        Self { header, data: Some(data), failure, to, done: Some(done), wire: None, requests: Vec::new() }
-    }
-
-    /// Only a header saying why this rank sends no elements.
-    pub(super) fn refused(header: Header, why: String, to: usize) -> Self {
-        Self { header, data: None, failure: Some(why), to, done: None, wire: None, requests: Vec::new() }
+        Self { header, data, failure, to, done: Some(done), wire: None, requests: Vec::new() }
     }
 }
 
@@ -67,12 +60,12 @@ impl<T: Plain> Transfer for Outgoing<T> {
     }
 
     fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
-        let failure = self.failure.take().or_else(|| sending_failure(&self.header, self.data.as_ref()?));
+        let failure = self.failure.take().or_else(|| sending_failure(&self.header, &self.data));
         // A copy that carries an error sends no elements: the header says
         // why, and the receiver fails its op with it.
-        let bytes: &[u8] = match (&self.data, &failure) {
-            (Some(data), None) => bytemuck::cast_slice::<T, u8>(&data[..]),
-            _ => &[],
+        let bytes: &[u8] = match &failure {
+            None => bytemuck::cast_slice::<T, u8>(&self.data[..]),
+            Some(_) => &[],
         };
         let header = self.header.encode(failure.as_deref(), 0);
         let len = c_int::try_from(header.len()).map_err(|_| Code(-1))?;
@@ -301,7 +294,7 @@ impl<T: Plain> Transfer for Incoming<T> {
 /// programs differ) is then explained by the header, which MPI matched
 /// before it, instead of by MPI's code alone. Until the header is in, the
 /// header's test still makes MPI progress on both.
-fn test_all(requests: &mut [Request]) -> Result<bool, Code> {
+pub(super) fn test_all(requests: &mut [Request]) -> Result<bool, Code> {
     for request in requests {
         if !request.test()? {
             return Ok(false);
