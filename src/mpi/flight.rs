@@ -68,10 +68,11 @@ pub(super) trait Transfer: Send {
         false
     }
 
-    /// A receive posted ahead of its op, pushed with it: the comm thread
-    /// posts a bounded number of these at once, the earliest first.
-    fn ahead(&self) -> bool {
-        false
+    /// A receive posted ahead of its op, pushed with it, and the bytes it
+    /// posts: the comm thread posts a bounded number of these at once, the
+    /// earliest first.
+    fn ahead(&self) -> Option<usize> {
+        None
     }
 
     /// Starts its requests on `comm`.

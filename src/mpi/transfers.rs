@@ -16,9 +16,11 @@ const ROTATE: usize = 4;
 /// The most eager sends in flight at once (see [`Transfers::advance`]).
 const EAGER_LIVE: usize = 16;
 
-/// The most receives posted ahead of their ops at once (see
+/// The most receives posted ahead of their ops at once, and the most bytes
+/// they post (but for one, which may post more) (see
 /// [`Transfers::advance`]).
 const AHEAD_LIVE: usize = 64;
+const AHEAD_BYTES: usize = 1 << 20;
 
 /// What is given up, and why: a transfer whose turn came while its
 /// distribution's programs differed, or its slot's.
@@ -35,6 +37,8 @@ pub(super) struct Transfers {
     /// Eager sends, and receives posted ahead, among those in flight.
     eager: usize,
     posted_ahead: usize,
+    /// Bytes those receives posted.
+    ahead_bytes: usize,
     /// Where the next turn's tests of the later transfers start.
     cursor: usize,
     /// Which distribution's transfers start on each tag slot.
@@ -86,7 +90,7 @@ impl Transfers {
     }
 
     fn queue(&mut self, transfer: Box<dyn Transfer>) {
-        if transfer.ahead() {
+        if transfer.ahead().is_some() {
             self.ahead.push_back(transfer);
         } else {
             self.handed.push_back(transfer);
@@ -134,7 +138,8 @@ impl Transfers {
 
     fn recount(&mut self) {
         self.eager = self.flying.iter().filter(|t| t.eager()).count();
-        self.posted_ahead = self.flying.iter().filter(|t| t.ahead()).count();
+        self.posted_ahead = self.flying.iter().filter(|t| t.ahead().is_some()).count();
+        self.ahead_bytes = self.flying.iter().filter_map(|t| t.ahead()).sum();
     }
 
     /// Starts what may start and tests those in flight; finishes those
@@ -149,7 +154,7 @@ impl Transfers {
     ///   its receiver but that it poll, which a rank waiting for any
     ///   message does;
     /// * receives posted ahead of their ops at most [`AHEAD_LIVE`] at once,
-    ///   the earliest pushed first. Nor can that deadlock: the message of
+    ///   and [`AHEAD_BYTES`] (but always one), the earliest pushed first. Nor can that deadlock: the message of
     ///   the earliest receive not done depends only on ops and transfers
     ///   pushed before it, all of which can end.
     ///
@@ -169,9 +174,12 @@ impl Transfers {
             self.start(transfer, comm);
             moved = true;
         }
-        while self.posted_ahead < AHEAD_LIVE
-            && let Some(transfer) = self.ahead.pop_front()
+        while let Some(next) = self.ahead.front()
+            && (self.posted_ahead == 0
+                || self.posted_ahead < AHEAD_LIVE
+                    && self.ahead_bytes + next.ahead().unwrap_or(0) <= AHEAD_BYTES)
         {
+            let transfer = self.ahead.pop_front().expect("the front");
             self.start(transfer, comm);
             moved = true;
         }
@@ -209,7 +217,8 @@ impl Transfers {
         match transfer.start(comm) {
             Ok(()) => {
                 self.eager += usize::from(transfer.eager());
-                self.posted_ahead += usize::from(transfer.ahead());
+                self.posted_ahead += usize::from(transfer.ahead().is_some());
+                self.ahead_bytes += transfer.ahead().unwrap_or(0);
                 self.flying.push_back(transfer);
             }
             Err(code) => transfer.finish(Err(code)),
@@ -220,7 +229,8 @@ impl Transfers {
 
     fn finish(&mut self, done: Box<dyn Transfer>, result: Result<bool, super::raw::Code>) {
         self.eager -= usize::from(done.eager());
-        self.posted_ahead -= usize::from(done.ahead());
+        self.posted_ahead -= usize::from(done.ahead().is_some());
+        self.ahead_bytes -= done.ahead().unwrap_or(0);
         done.finish(result.map(drop));
     }
 }

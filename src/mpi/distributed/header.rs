@@ -30,14 +30,12 @@ const MAGIC: &[u8; 4] = b"DPTX";
 /// larger ones go from the var's memory to the copy's (`transfer.rs`).
 pub(super) const STAGED_MAX: usize = 64 * 1024;
 
-/// The most bytes of elements that travel in their header's message.
-const PACKED_MAX: usize = 512;
-
 /// Whether a transfer of `bytes` of elements is one message, the header
-/// then the elements, or two, the header and then the elements. Both ranks
-/// choose alike, from the var's length in their books.
+/// then the elements (at most [`STAGED_MAX`]), or two, the header and then
+/// the elements. Both ranks choose alike, from the var's length in their
+/// books.
 pub(super) fn one_message(bytes: usize) -> bool {
-    bytes <= PACKED_MAX
+    bytes <= STAGED_MAX
 }
 
 /// What a transfer is, as every rank's program numbers it: the receiver

@@ -283,7 +283,7 @@ impl<'c> Distribution<'c> {
             let init = self.engine.op(format!("init {name}")).write(&local);
             let _ = init.run_detached(move |(), _| Err(wrong.into()));
         }
-        Ok(DistVar { id, owner, len, local, spare: Arc::default() })
+        Ok(DistVar { id, owner, len, local })
     }
 
     /// The transfers `reads` need to reach rank `at`, pushed on this rank

@@ -109,7 +109,7 @@ impl<T: Plain> Moved for DistVar<T> {
             // Handed over now, to be posted before the op runs: the
             // message may be in by then. Every such receive is, so that
             // the comm thread posts them in push order (`transfers.rs`).
-            let landing = Landing::new(Arc::clone(&self.spare));
+            let landing = Landing::new();
             hand_over(mover.tx, Box::new(Staged::<T>::new(header, from, Arc::clone(&landing))));
             op.run_async(move |(), (copy,), done| landing.claim(copy, done))
         } else {

@@ -6,10 +6,11 @@
 //! worker, when the message was in first (the common case in a stream,
 //! where the owner runs ahead), or else the comm thread.
 //!
-//! A message of one part (`header::one_message`) is copied into the copy;
-//! the elements of two parts were received into a vector of the copy's
-//! type, which takes the copy's place, and the copy's old vector is kept
-//! for the var's next receive: no copy, no allocation.
+//! The message is one part, the header then the elements
+//! (`header::one_message`), received into a pooled buffer (`buffers.rs`)
+//! and copied into the copy. (Receiving the elements as a second message
+//! into a vector that took the copy's place, without that copy, measured
+//! slower at 64 KiB: PERFORMANCE.md, *Tiles across ranks*.)
 //!
 //! Its `unsafe` blocks start MPI's immediate receives on the buffers
 //! (`raw.rs` says why the raw calls).
@@ -28,27 +29,16 @@ use super::super::raw::{self, Code, Request};
 use super::error::TransferError;
 use super::header::{HEADER_MAX, Header, one_message, tag};
 use super::tile::Tile;
-use super::transfer::test_all;
 use super::{Plain, buffers};
 use crate::op::op_handle::Completion;
 use crate::var::WriteGuard;
 
-/// A vector the var's copy held before a receive took its place, kept for
-/// its next receive (shared by the var's receives on this rank).
-pub(super) type Spare<T> = Arc<Mutex<Option<Vec<T>>>>;
-
-/// The elements of a message that arrived.
-enum Payload<T> {
-    /// A message of one part, and where its elements start.
-    Packed(Vec<u8>, usize),
-    /// The second part of a message of two.
-    Elements(Vec<T>),
-}
+/// A message that arrived, and where its elements start.
+type Payload = (Vec<u8>, usize);
 
 /// A staged receive, shared by the comm thread and the receive op.
 pub(super) struct Landing<T> {
     stage: Mutex<Stage<T>>,
-    spare: Spare<T>,
 }
 
 enum Stage<T> {
@@ -57,13 +47,13 @@ enum Stage<T> {
     /// The op ran first: the copy's guard and the op's completion.
     Claimed(WriteGuard<Tile<T>>, Completion<()>),
     /// The message (or the transfer's failure) came first.
-    Arrived(Result<Payload<T>, TransferError>),
+    Arrived(Result<Payload, TransferError>),
     Landed,
 }
 
 impl<T: Plain> Landing<T> {
-    pub(super) fn new(spare: Spare<T>) -> Arc<Self> {
-        Arc::new(Self { stage: Mutex::new(Stage::Posted), spare })
+    pub(super) fn new() -> Arc<Self> {
+        Arc::new(Self { stage: Mutex::new(Stage::Posted) })
     }
 
     /// The receive op's body: lands the message if it is in, or leaves the
@@ -80,7 +70,7 @@ impl<T: Plain> Landing<T> {
     }
 
     /// The comm thread's side: the message is in (or failed).
-    fn arrive(&self, outcome: Result<Payload<T>, TransferError>) {
+    fn arrive(&self, outcome: Result<Payload, TransferError>) {
         let mut stage = self.stage.lock().unwrap_or_else(PoisonError::into_inner);
         match std::mem::replace(&mut *stage, Stage::Landed) {
             Stage::Claimed(mut copy, done) => {
@@ -91,17 +81,17 @@ impl<T: Plain> Landing<T> {
         }
     }
 
-    /// Puts the elements in the cached copy and completes the receive op,
-    /// or fails it.
+    /// Copies the elements into the cached copy (sized to them) and
+    /// completes the receive op, or fails it.
     fn land(
         &self,
         copy: &mut WriteGuard<Tile<T>>,
-        outcome: Result<Payload<T>, TransferError>,
+        outcome: Result<Payload, TransferError>,
         done: Completion<()>,
     ) {
-        let copy = &mut copy.0;
         match outcome {
-            Ok(Payload::Packed(packed, at)) => {
+            Ok((packed, at)) => {
+                let copy = &mut copy.0;
                 let bytes = &packed[at..];
                 let count = bytes.len() / std::mem::size_of::<T>().max(1);
                 if copy.len() != count {
@@ -110,51 +100,28 @@ impl<T: Plain> Landing<T> {
                 }
                 bytemuck::cast_slice_mut::<T, u8>(copy).copy_from_slice(bytes);
                 buffers::give(packed);
+                done.succeed(());
             }
-            Ok(Payload::Elements(elements)) => {
-                let old = std::mem::replace(copy, elements);
-                if old.len() == copy.len() {
-                    *self.spare.lock().unwrap_or_else(PoisonError::into_inner) = Some(old);
-                }
-            }
-            Err(err) => return done.fail(err),
+            Err(err) => done.fail(err),
         }
-        done.succeed(());
     }
-}
-
-/// Where a staged receive's message goes.
-enum Into<T> {
-    /// Not posted yet: a program pushed far ahead holds little for the
-    /// receives not posted yet.
-    Nothing,
-    /// One part.
-    Packed(Vec<u8>),
-    /// Two: the header, and the elements.
-    Split(Vec<u8>, Vec<T>),
 }
 
 /// The comm thread's side of a staged receive.
 pub(super) struct Staged<T: Plain> {
     expect: Header,
     from: usize,
-    into: Into<T>,
-    requests: Vec<Request>,
+    /// Made when it is posted: a program pushed far ahead holds little for
+    /// the receives not posted yet.
+    packed: Vec<u8>,
+    request: Option<Request>,
     landing: Arc<Landing<T>>,
     abandoned: Option<String>,
 }
 
 impl<T: Plain> Staged<T> {
     pub(super) fn new(expect: Header, from: usize, landing: Arc<Landing<T>>) -> Self {
-        Self { expect, from, into: Into::Nothing, requests: Vec::new(), landing, abandoned: None }
-    }
-
-    /// The header's bytes, once in.
-    fn head(&self) -> &[u8] {
-        match &self.into {
-            Into::Nothing => &[],
-            Into::Packed(head) | Into::Split(head, _) => head,
-        }
+        Self { expect, from, packed: Vec::new(), request: None, landing, abandoned: None }
     }
 
     /// What the message says, checked against this rank's books: where
@@ -164,7 +131,7 @@ impl<T: Plain> Staged<T> {
         if let Some(why) = &self.abandoned {
             return Err(TransferError::Abandoned { what: what(), why: why.clone() });
         }
-        match (result, Header::decode(self.head())) {
+        match (result, Header::decode(&self.packed)) {
             (_, Some(theirs)) if theirs.header != self.expect => Err(TransferError::Mismatch {
                 mine: what(),
                 rank: self.from,
@@ -189,54 +156,35 @@ impl<T: Plain> Transfer for Staged<T> {
         (self.expect.slot, self.expect.dist)
     }
 
-    fn ahead(&self) -> bool {
-        true
+    fn ahead(&self) -> Option<usize> {
+        Some(HEADER_MAX + self.expect.count as usize * std::mem::size_of::<T>())
     }
 
     fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
-        let count = self.expect.count as usize;
-        let bytes = count * std::mem::size_of::<T>();
-        self.into = if one_message(bytes) {
-            Into::Packed(buffers::take(HEADER_MAX + bytes))
-        } else {
-            let spare = self.landing.spare.lock().unwrap_or_else(PoisonError::into_inner).take();
-            let elements = spare.filter(|v| v.len() == count).unwrap_or_else(|| vec![T::zeroed(); count]);
-            Into::Split(buffers::take(HEADER_MAX), elements)
-        };
+        let bytes = self.expect.count as usize * std::mem::size_of::<T>();
+        debug_assert!(one_message(bytes), "a staged receive is of one part");
+        self.packed = buffers::take(HEADER_MAX + bytes);
+        let count = c_int::try_from(self.packed.len()).map_err(|_| Code(-1))?;
         let (from, tag) = (self.from as c_int, tag(self.expect.slot, self.expect.seq));
         let u8s = u8::equivalent_datatype().as_raw();
-        let (first, second): (&mut [u8], Option<&mut [u8]>) = match &mut self.into {
-            Into::Nothing => unreachable!("just made"),
-            Into::Packed(packed) => (packed, None),
-            Into::Split(head, elements) => (head, Some(bytemuck::cast_slice_mut::<T, u8>(elements))),
-        };
-        for part in std::iter::once(first).chain(second) {
-            let count = c_int::try_from(part.len()).map_err(|_| Code(-1))?;
-            // SAFETY: the buffers are owned here (moved with it, their heap
-            // memory unmoved), untouched until `test` says the requests are
-            // done (a cancelled one included).
-            let request = unsafe { raw::receive(comm, part.as_mut_ptr().cast(), count, u8s, from, tag) }?;
-            self.requests.push(request);
-        }
+        // SAFETY: the buffer is owned here (moved with it, its heap memory
+        // unmoved), untouched until `test` says the request is done (a
+        // cancelled one included).
+        let request = unsafe { raw::receive(comm, self.packed.as_mut_ptr().cast(), count, u8s, from, tag) }?;
+        self.request = Some(request);
         Ok(())
     }
 
     fn test(&mut self) -> Result<bool, Code> {
-        test_all(&mut self.requests)
+        self.request.as_mut().map_or(Ok(true), Request::test)
     }
 
     fn finish(mut self: Box<Self>, result: Result<(), Code>) {
-        let outcome = self.outcome(result).map(|at| match std::mem::replace(&mut self.into, Into::Nothing) {
-            Into::Packed(mut packed) => {
-                // The elements end where the var's count of them does.
-                packed.truncate(at + self.expect.count as usize * std::mem::size_of::<T>());
-                Payload::Packed(packed, at)
-            }
-            Into::Split(head, elements) => {
-                buffers::give(head);
-                Payload::Elements(elements)
-            }
-            Into::Nothing => Payload::Packed(Vec::new(), 0),
+        let outcome = self.outcome(result).map(|at| {
+            // The elements end where the var's count of them does.
+            let mut packed = std::mem::take(&mut self.packed);
+            packed.truncate(at + self.expect.count as usize * std::mem::size_of::<T>());
+            (packed, at)
         });
         self.landing.arrive(outcome);
     }
@@ -247,7 +195,7 @@ impl<T: Plain> Transfer for Staged<T> {
     }
 
     fn abandon(mut self: Box<Self>, why: &str) -> Option<Box<dyn Transfer>> {
-        let started = !self.requests.is_empty();
+        let started = self.request.is_some();
         match self.test() {
             Ok(true) if started => {
                 self.finish(Ok(()));
@@ -264,8 +212,8 @@ impl<T: Plain> Transfer for Staged<T> {
                     return None;
                 }
                 // A cancelled receive still completes, through `test`; its
-                // buffers stay here until then.
-                for request in &mut self.requests {
+                // buffer stays here until then.
+                if let Some(request) = &mut self.request {
                     let _ = request.cancel();
                 }
                 Some(self)

@@ -5,7 +5,6 @@
 use std::fmt;
 
 use super::Plain;
-use super::staged::Spare;
 use super::tile::Tile;
 use crate::var::{Acquire, ReadGuard, Var};
 
@@ -35,8 +34,6 @@ pub struct DistVar<T: Plain> {
     pub(super) owner: usize,
     pub(super) len: usize,
     pub(super) local: Var<Tile<T>>,
-    /// The copy's vector a receive replaced, for the next one (`staged.rs`).
-    pub(super) spare: Spare<T>,
 }
 
 impl<T: Plain> DistVar<T> {
