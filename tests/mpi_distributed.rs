@@ -9,7 +9,7 @@
 // One-line bodies that assign and answer `Ok` read as the op they stand for.
 #![allow(clippy::unit_arg)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use depengine::mpi::Collectives;
 use depengine::mpi::distributed::{DistVar, Distribution, TransferError, block_cyclic, grid};
@@ -41,7 +41,9 @@ fn main() {
         a_rank_with_an_extra_transfer_does_not_hang(&world);
         a_size_that_differs_is_named_not_fatal(&world);
         the_explainer_shows_a_reader_waiting_for_its_transfer(&world);
+        a_drop_without_a_wait_whose_programs_differ_ends_everywhere(&world);
     }
+    a_wait_is_a_future_and_a_drop_blocks_no_runtime_thread(&world);
     world.barrier().blocking_wait().expect("barrier");
     drop(world);
     drop(engine);
@@ -471,4 +473,104 @@ fn the_last_rank_panics_out_of_main(world: &Collectives) -> ! {
     let _ = dist.wait().blocking_wait();
     std::thread::sleep(Duration::from_secs(600));
     unreachable!("the job ended while rank {rank} waited")
+}
+
+/// The errors of `err`'s chain, as text.
+fn chain(err: &depengine::Error) -> String {
+    format!("{err:#}")
+}
+
+/// Rank 1 pushes an op that reads a var of rank 0's, which rank 0's
+/// program never sends, and every rank drops the distribution without a
+/// wait. The drop compares the programs: every rank's world engine reports
+/// the difference in bounded time (no rank waits for ever for the receive),
+/// rank 1's receive is given up, and a later distribution that takes the
+/// same tag slot moves its vars as it should.
+fn a_drop_without_a_wait_whose_programs_differ_ends_everywhere(world: &Collectives) {
+    let rank = world.rank();
+    // What failed before is reported now, not by the checks below.
+    let _ = world.engine().wait_for_all().blocking_wait();
+    let start = Instant::now();
+    let extra = {
+        let dist = Distribution::new(world).expect("a distribution");
+        let a = dist.var("a", 0, 4, || vec![1u64; 4]).unwrap();
+        let b = dist.var("b", 1, 4, || vec![0u64; 4]).unwrap();
+        if rank == 1 {
+            dist.op("extra").read(&a).write(&b).run(|(a,), (mut b,)| Ok(b.copy_from_slice(&a))).unwrap()
+        } else {
+            None
+        }
+        // Dropped here, without a wait.
+    };
+    let err = world.engine().wait_for_all().blocking_wait().expect_err("the programs differ");
+    assert!(chain(&err).contains("different programs"), "rank {rank}: {}", chain(&err));
+    if let Some(extra) = extra {
+        let err = extra.blocking_wait().expect_err("its receive was given up");
+        assert!(chain(&err).contains("given up"), "{}", chain(&err));
+    }
+    assert!(start.elapsed() < Duration::from_secs(60), "ended in {:?}", start.elapsed());
+    let last = world.size() - 1;
+    let dist = Distribution::new(world).expect("a distribution on the slot again");
+    let a = dist.var("a", 0, 2, || vec![5u64, 6]).unwrap();
+    let b = dist.var("b", last, 2, || vec![0u64; 2]).unwrap();
+    dist.op("copy").read(&a).write(&b).run(|(a,), (mut b,)| Ok(b.copy_from_slice(&a))).unwrap();
+    dist.wait().blocking_wait().expect("the later distribution");
+    if rank == last {
+        assert_eq!(value_of(&b), [5, 6]);
+    }
+}
+
+/// On a Tokio runtime's thread, a distribution's wait is awaited (its
+/// blocking form refuses at once), a var is read with `.await`, and a
+/// distribution dropped with a transfer still to come returns at once: the
+/// comm thread starts the slot's next distribution's transfers after it.
+fn a_wait_is_a_future_and_a_drop_blocks_no_runtime_thread(world: &Collectives) {
+    let (rank, last) = (world.rank(), world.size() - 1);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    runtime.block_on(async {
+        let dist = Distribution::new(world).expect("a distribution");
+        let a = dist.var("a", 0, 3, || vec![1.5f64, 2.5, 3.5]).unwrap();
+        let n = dist.var("n", 0, 1, || vec![7u32]).unwrap();
+        let b = dist.var("b", last, 3, || vec![0.0f64; 3]).unwrap();
+        dist.op("scale")
+            .read(&a)
+            .read(&n)
+            .write(&b)
+            .run(|(a, n), (mut b,)| {
+                b.iter_mut().zip(a.iter()).for_each(|(b, a)| *b = a * f64::from(n[0]));
+                Ok(())
+            })
+            .unwrap();
+        let refused = dist.wait().blocking_wait().expect_err("a blocking wait on a runtime's thread");
+        assert!(refused.is_blocking_in_runtime(), "{refused}");
+        dist.wait().await.expect("the wait, awaited");
+        if rank == last {
+            assert_eq!(&b.read().await.expect("b")[..], [10.5, 17.5, 24.5]);
+        }
+        // Rank 0 writes `a` slowly, so its send is still to come when
+        // every rank drops the distribution.
+        dist.op("slow")
+            .write(&a)
+            .run(|(), (mut a,)| {
+                std::thread::sleep(Duration::from_millis(200));
+                a[0] = 9.0;
+                Ok(())
+            })
+            .unwrap();
+        dist.op("again").read(&a).write(&b).run(|(a,), (mut b,)| Ok(b.copy_from_slice(&a))).unwrap();
+        let start = Instant::now();
+        drop(dist);
+        assert!(start.elapsed() < Duration::from_millis(100), "the drop took {:?}", start.elapsed());
+        // The next distribution takes the same slot; its transfer goes
+        // after the first one's.
+        let dist = Distribution::new(world).expect("a distribution");
+        let c = dist.var("c", 0, 1, || vec![3u16]).unwrap();
+        let d = dist.var("d", last, 1, || vec![0u16]).unwrap();
+        dist.op("copy").read(&c).write(&d).run(|(c,), (mut d,)| Ok(d[0] = c[0])).unwrap();
+        dist.wait().await.expect("the second distribution");
+        if rank == last {
+            assert_eq!(&d.read().await.expect("d")[..], [3]);
+        }
+    });
+    world.engine().wait_for_all().blocking_wait().expect("the first distribution's ops, done");
 }

@@ -49,8 +49,9 @@ pub(super) enum Msg {
     Abandon { slot: u32, dist: u32, why: String },
     /// Distribution `dist` (in `slot`) was dropped and the ranks compared
     /// their programs: it handed over `transfers` on this rank, and the
-    /// programs differed (why) or not (`turns.rs`).
-    Close { slot: u32, dist: u32, transfers: u64, diverged: Option<String> },
+    /// programs differed (why, and the most transfers a rank had) or not
+    /// (`turns.rs`).
+    Close { slot: u32, dist: u32, transfers: u64, diverged: Option<(String, u64)> },
     /// Collective `seq` will never run on this rank, and why.
     Gone(u64, RankFailure),
     /// No collective after number `pushed - 1` will come: stop once those

@@ -75,8 +75,9 @@ pub(super) trait Transfer: Send {
         None
     }
 
-    /// Starts its requests on `comm`.
-    fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code>;
+    /// Starts its requests on `comm`, its number moved on by `shift` in
+    /// its tag (see `turns.rs`).
+    fn start(&mut self, comm: &SimpleCommunicator, shift: u64) -> Result<(), Code>;
 
     /// Whether every request it started is done.
     fn test(&mut self) -> Result<bool, Code>;

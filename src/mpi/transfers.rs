@@ -73,8 +73,8 @@ impl Transfers {
     }
 
     /// Distribution `dist`'s drop has compared the programs.
-    pub(super) fn close(&mut self, slot: u32, dist: u32, transfers: u64, diverged: Option<String>) {
-        if let Some(why) = &diverged {
+    pub(super) fn close(&mut self, slot: u32, dist: u32, transfers: u64, diverged: Option<(String, u64)>) {
+        if let Some((why, _)) = &diverged {
             self.give_up(slot, dist, why, Vec::new());
         }
         let released = self.turns.close(slot, dist, transfers, diverged);
@@ -214,7 +214,7 @@ impl Transfers {
 
     fn start(&mut self, mut transfer: Box<dyn Transfer>, comm: &SimpleCommunicator) {
         let (slot, dist) = transfer.turn();
-        match transfer.start(comm) {
+        match transfer.start(comm, self.turns.shift(slot)) {
             Ok(()) => {
                 self.eager += usize::from(transfer.eager());
                 self.posted_ahead += usize::from(transfer.ahead().is_some());

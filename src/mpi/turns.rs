@@ -31,8 +31,9 @@ struct Slot {
     /// Its distributions, in the order they were made: the first one's
     /// transfers start as they come.
     gens: VecDeque<Gen>,
-    /// Why every later transfer on the slot is given up.
-    poisoned: Option<String>,
+    /// How far the numbers of the slot's transfers that start now are moved
+    /// on in their tags.
+    shift: u64,
 }
 
 struct Gen {
@@ -46,6 +47,8 @@ struct Gen {
     expected: Option<u64>,
     /// Why its transfers are given up: the ranks' programs differ.
     diverged: Option<String>,
+    /// The most transfers a rank had in it, if the programs differed.
+    span: u64,
     parked: Vec<Box<dyn Transfer>>,
 }
 
@@ -64,8 +67,15 @@ impl Slot {
         let at = match self.gens.iter().position(|g| g.dist == dist) {
             Some(at) => at,
             None => {
-                let turn =
-                    Gen { dist, handed: 0, left: 0, expected: None, diverged: None, parked: Vec::new() };
+                let turn = Gen {
+                    dist,
+                    handed: 0,
+                    left: 0,
+                    expected: None,
+                    diverged: None,
+                    span: 0,
+                    parked: Vec::new(),
+                };
                 self.gens.push_back(turn);
                 self.gens.len() - 1
             }
@@ -89,10 +99,9 @@ impl Turns {
         let (slot, dist) = transfer.turn();
         let slot = self.slot(slot);
         let first = slot.gens.front().is_none_or(|g| g.dist == dist);
-        let poisoned = slot.poisoned.clone();
         let turn = slot.turn_of(dist);
         turn.handed += 1;
-        if let Some(why) = turn.diverged.clone().or(poisoned.filter(|_| first)) {
+        if let Some(why) = turn.diverged.clone() {
             return Verdict::GiveUp(transfer, why);
         }
         if first {
@@ -118,18 +127,27 @@ impl Turns {
         self.advance(slot)
     }
 
+    /// How far the numbers of `slot`'s transfers that start now are moved
+    /// on in their tags.
+    pub(super) fn shift(&mut self, slot: u32) -> u64 {
+        self.slot(slot).shift
+    }
+
     /// Distribution `dist`'s drop has compared the programs: it handed
-    /// over `transfers` on this rank. Returns as [`left`](Self::left) does.
+    /// over `transfers` on this rank, and the programs differed (why, and
+    /// the most transfers a rank had) or not. Returns as
+    /// [`left`](Self::left) does.
     pub(super) fn close(
         &mut self,
         slot: u32,
         dist: u32,
         transfers: u64,
-        diverged: Option<String>,
+        diverged: Option<(String, u64)>,
     ) -> Vec<(Box<dyn Transfer>, Option<String>)> {
         let mut out = Vec::new();
-        if let Some(why) = &diverged {
+        if let Some((why, span)) = &diverged {
             out.extend(self.diverge(slot, dist, why).into_iter().map(|t| (t, Some(why.clone()))));
+            self.slot(slot).turn_of(dist).span = *span;
         }
         self.slot(slot).turn_of(dist).expected = Some(transfers);
         out.extend(self.advance(slot));
@@ -145,16 +163,13 @@ impl Turns {
             && front.expected.is_some_and(|n| front.left >= n)
         {
             let done = entry.gens.pop_front().expect("the front");
-            if let Some(why) = done.diverged {
-                entry.poisoned.get_or_insert(format!(
-                    "an earlier distribution (#{}) with the same tags was given up, its ranks' programs \
-                     differing ({why}): its messages may still be unmatched, so none of this slot's later \
-                     transfers is started",
-                    done.dist
-                ));
+            if done.diverged.is_some() {
+                // Its sends may never be received: no later number on the
+                // slot meets theirs.
+                entry.shift = entry.shift.wrapping_add(done.span);
             }
             let Some(next) = entry.gens.front_mut() else { break };
-            let why = next.diverged.clone().or_else(|| entry.poisoned.clone());
+            let why = next.diverged.clone();
             out.extend(std::mem::take(&mut next.parked).into_iter().map(|t| (t, why.clone())));
         }
         out

@@ -133,8 +133,8 @@ impl Transfer for Copied {
         self.elements.is_none() && self.head.len() <= EAGER
     }
 
-    fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
-        let (to, tag) = (self.to as c_int, tag(self.header.slot, self.header.seq));
+    fn start(&mut self, comm: &SimpleCommunicator, shift: u64) -> Result<(), Code> {
+        let (to, tag) = (self.to as c_int, tag(self.header.slot, self.header.seq.wrapping_add(shift)));
         let u8s = u8::equivalent_datatype().as_raw();
         for part in std::iter::once(&self.head).chain(&self.elements) {
             let count = c_int::try_from(part.len()).map_err(|_| Code(-1))?;

@@ -160,12 +160,12 @@ impl<T: Plain> Transfer for Staged<T> {
         Some(HEADER_MAX + self.expect.count as usize * std::mem::size_of::<T>())
     }
 
-    fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
+    fn start(&mut self, comm: &SimpleCommunicator, shift: u64) -> Result<(), Code> {
         let bytes = self.expect.count as usize * std::mem::size_of::<T>();
         debug_assert!(one_message(bytes), "a staged receive is of one part");
         self.packed = buffers::take(HEADER_MAX + bytes);
         let count = c_int::try_from(self.packed.len()).map_err(|_| Code(-1))?;
-        let (from, tag) = (self.from as c_int, tag(self.expect.slot, self.expect.seq));
+        let (from, tag) = (self.from as c_int, tag(self.expect.slot, self.expect.seq.wrapping_add(shift)));
         let u8s = u8::equivalent_datatype().as_raw();
         // SAFETY: the buffer is owned here (moved with it, its heap memory
         // unmoved), untouched until `test` says the request is done (a

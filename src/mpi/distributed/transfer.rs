@@ -59,7 +59,7 @@ impl<T: Plain> Transfer for Outgoing<T> {
         (self.header.slot, self.header.dist)
     }
 
-    fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
+    fn start(&mut self, comm: &SimpleCommunicator, shift: u64) -> Result<(), Code> {
         let failure = self.failure.take().or_else(|| sending_failure(&self.header, &self.data));
         // A copy that carries an error sends no elements: the header says
         // why, and the receiver fails its op with it.
@@ -69,7 +69,7 @@ impl<T: Plain> Transfer for Outgoing<T> {
         };
         let header = self.header.encode(failure.as_deref(), 0);
         let len = c_int::try_from(header.len()).map_err(|_| Code(-1))?;
-        let (to, tag) = (self.to as c_int, tag(self.header.slot, self.header.seq));
+        let (to, tag) = (self.to as c_int, tag(self.header.slot, self.header.seq.wrapping_add(shift)));
         let u8s = u8::equivalent_datatype().as_raw();
         // SAFETY: the header is a vector this transfer keeps, its buffer
         // unmoved and unwritten, until `test` says both requests are done.
@@ -174,8 +174,8 @@ impl<T: Plain> Transfer for Incoming<T> {
         (self.expect.slot, self.expect.dist)
     }
 
-    fn start(&mut self, comm: &SimpleCommunicator) -> Result<(), Code> {
-        let (from, tag) = (self.from as c_int, tag(self.expect.slot, self.expect.seq));
+    fn start(&mut self, comm: &SimpleCommunicator, shift: u64) -> Result<(), Code> {
+        let (from, tag) = (self.from as c_int, tag(self.expect.slot, self.expect.seq.wrapping_add(shift)));
         let u8s = u8::equivalent_datatype().as_raw();
         // SAFETY: the header buffer is a boxed array this transfer keeps,
         // unmoved and untouched, until `test` says the request is done.

@@ -27,7 +27,7 @@ impl DistWait<'_> {
     /// # Errors
     ///
     /// As for [`Distribution::wait`]; on a Tokio runtime's worker it
-    /// refuses at once ([`Error::is_would_block`](crate::Error::is_would_block)):
+    /// refuses at once ([`Error::is_blocking_in_runtime`](crate::Error::is_blocking_in_runtime)):
     /// `.await` it there.
     pub fn blocking_wait(self) -> Result<(), Error> {
         refuse_blocking("Distribution::wait", Instead::Await)?;
@@ -114,6 +114,7 @@ impl Distribution<'_> {
         let op = world.op(format!("distribution #{}: compare the ranks' programs", self.id));
         op.read(&all).run(move |(all,), ()| {
             let mine = [program, transfers];
+            let span = all.chunks(2).map(|p| p[1]).max().unwrap_or(transfers);
             let verdict = match all.chunks(2).enumerate().find(|(_, theirs)| *theirs != mine) {
                 Some((rank, theirs)) => Err(TransferError::ProgramsDiffer {
                     mine: describe(&mine),
@@ -125,7 +126,7 @@ impl Distribution<'_> {
             match closing {
                 Some(closing) => {
                     let known = closing.known;
-                    closing.close(verdict.as_ref().err().map(|err| err.to_string()));
+                    closing.close(verdict.as_ref().err().map(|err| (err.to_string(), span)));
                     // A difference a wait reported already is not reported
                     // again.
                     if known {
@@ -155,7 +156,7 @@ struct Closing {
 }
 
 impl Closing {
-    fn close(mut self, diverged: Option<String>) {
+    fn close(mut self, diverged: Option<(String, u64)>) {
         self.sent = true;
         let _ = self.tx.send(Msg::Close {
             slot: self.slot,
@@ -170,11 +171,16 @@ impl Drop for Closing {
     fn drop(&mut self) {
         if !self.sent {
             let why = "the ranks' programs could not be compared at the distribution's drop".to_owned();
+            // The comparison did not run here (the world's engine refused
+            // or dropped it), so the others' counts are unknown: this
+            // rank's own is the best guess (a world whose engine fails its
+            // ops fails its collectives too).
+            let span = self.transfers;
             let _ = self.tx.send(Msg::Close {
                 slot: self.slot,
                 dist: self.dist,
                 transfers: self.transfers,
-                diverged: Some(why),
+                diverged: Some((why, span)),
             });
         }
     }

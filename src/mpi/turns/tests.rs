@@ -20,7 +20,7 @@ impl Transfer for Fake {
     fn turn(&self) -> (u32, u32) {
         self.turn
     }
-    fn start(&mut self, _: &SimpleCommunicator) -> Result<(), Code> {
+    fn start(&mut self, _: &SimpleCommunicator, _: u64) -> Result<(), Code> {
         unreachable!("not started here")
     }
     fn test(&mut self) -> Result<bool, Code> {
@@ -79,18 +79,25 @@ fn parked_transfers_start_when_the_earlier_distribution_is_done() {
 }
 
 #[test]
-fn a_distribution_whose_programs_differed_poisons_its_slot() {
+fn the_numbers_after_a_distribution_whose_programs_differed_move_past_its() {
     let log = Arc::default();
     let mut turns = Turns::default();
     assert!(matches!(turns.arrive(fake(7, 1, 1, &log)), Verdict::Start(_)));
     assert!(matches!(turns.arrive(fake(7, 2, 2, &log)), Verdict::Parked));
-    let released = turns.close(7, 1, 1, Some("programs differ".into()));
-    assert_eq!(released.len(), 1);
-    let why = released[0].1.clone().expect("given up");
-    assert!(why.contains("programs differ") && why.contains("#1"), "{why}");
-    // Every later transfer on the slot is given up too.
-    assert!(matches!(turns.arrive(fake(7, 2, 3, &log)), Verdict::GiveUp(..)));
+    assert_eq!(turns.shift(7), 0);
+    // Distribution 1's programs differed; a rank had 5 transfers in it.
+    let released = turns.close(7, 1, 1, Some(("programs differ".into(), 5)));
+    assert_eq!(
+        released.iter().map(|(t, why)| (number(t.as_ref()), why.clone())).collect::<Vec<_>>(),
+        [((7, 2), None)]
+    );
+    assert_eq!(turns.shift(7), 5, "distribution 2's numbers start past the 5 of distribution 1");
+    assert!(matches!(turns.arrive(fake(7, 2, 3, &log)), Verdict::Start(_)));
     assert!(turns.close(7, 2, 2, None).is_empty());
+    assert_eq!(turns.shift(7), 5, "a distribution whose programs agreed moves nothing on");
+    assert_eq!(turns.shift(8), 0, "other slots are not moved");
+    // Transfers of a distribution whose programs differ are given up.
+    assert!(turns.diverge(7, 9, "differ").is_empty());
     assert!(matches!(turns.arrive(fake(7, 9, 4, &log)), Verdict::GiveUp(..)));
 }
 
