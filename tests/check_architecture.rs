@@ -72,6 +72,8 @@ const UNSAFE_FILES: &[(&str, Class)] = &[
     ("mpi/flight.rs", Class::Ffi),               // a collective's buffers, kept until MPI is done
     ("mpi/comm_thread.rs", Class::Ffi),          // the signatures' buffers, likewise
     ("mpi/distributed/transfer.rs", Class::Ffi), // a transfer's header and the var's elements, likewise
+    ("mpi/distributed/send.rs", Class::Ffi),     // a send's copies, kept until MPI is done
+    ("mpi/distributed/staged.rs", Class::Ffi),   // a receive's buffer posted ahead, likewise
     ("mpi/nccl.rs", Class::Ffi),                 // NCCL calls on device pointers and a raw communicator
     ("scope/view.rs", Class::Borrowed),          // views of borrowed memory as var data
     ("scope/mod.rs", Class::Borrowed),           // the views made, kept valid by the scope's end

@@ -21,6 +21,12 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 # slots): they need the feature, and so MPI's headers to build.
 cargo test --release --features mpi --lib mpi::
 
+# The MPI module's doc tests: among them the compile_fail proofs that a
+# distributed op's body touches only what it declares, with each var's
+# element type, and that no handle to a distributed var's engine var is
+# given out.
+cargo test --release --features mpi --doc mpi::
+
 # Built with feature `nccl` (which brings `mpi` and `cuda`): its GPU
 # collectives' checks run on a machine with a GPU per rank and skip,
 # saying so, elsewhere.

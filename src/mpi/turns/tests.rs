@@ -44,46 +44,60 @@ fn number(t: &dyn Transfer) -> (u32, u32) {
     t.turn()
 }
 
+/// Hands `transfer` over and, if it may start, starts it (it leaves the
+/// queues); what it released, with the verdict.
+fn hand(turns: &mut Turns, transfer: Box<dyn Transfer>) -> (&'static str, Vec<(u32, u32)>) {
+    match turns.arrive(transfer) {
+        Verdict::Start(t) => {
+            let (slot, dist) = t.turn();
+            ("started", turns.left(slot, dist).iter().map(|(t, _)| number(t.as_ref())).collect())
+        }
+        Verdict::GiveUp(t, _) => {
+            let (slot, dist) = t.turn();
+            ("given up", turns.left(slot, dist).iter().map(|(t, _)| number(t.as_ref())).collect())
+        }
+        Verdict::Parked => ("parked", Vec::new()),
+    }
+}
+
 #[test]
 fn a_later_distribution_on_a_slot_waits_for_the_earlier_ones_transfers() {
     let log = Arc::default();
     let mut turns = Turns::default();
-    assert!(matches!(turns.arrive(fake(3, 0, 1, &log)), Verdict::Start(_)));
+    assert_eq!(hand(&mut turns, fake(3, 0, 1, &log)).0, "started");
     // Distribution 0 is dropped having handed over 2: one is still to come.
     assert!(turns.close(3, 0, 2, None).is_empty());
     assert!(turns.owed());
     // Distribution 5 took the slot again: its transfers wait.
-    assert!(matches!(turns.arrive(fake(3, 5, 2, &log)), Verdict::Parked));
+    assert_eq!(hand(&mut turns, fake(3, 5, 2, &log)).0, "parked");
     // Another slot is not held up.
-    assert!(matches!(turns.arrive(fake(4, 6, 3, &log)), Verdict::Start(_)));
-    // The earlier one's last transfer starts, and then the later one's.
-    assert!(matches!(turns.arrive(fake(3, 0, 4, &log)), Verdict::Start(_)));
+    assert_eq!(hand(&mut turns, fake(4, 6, 3, &log)).0, "started");
+    // The earlier one's last transfer starts, and lets the later one's go.
+    assert_eq!(hand(&mut turns, fake(3, 0, 4, &log)), ("started", vec![(3, 5)]));
     assert!(!turns.owed());
-    let released = turns.close(3, 5, 1, None);
-    assert_eq!(released.len(), 0, "distribution 5 is now the first: nothing was parked behind it");
 }
 
 #[test]
-fn parked_transfers_start_when_the_earlier_distribution_is_done() {
+fn a_transfer_handed_over_but_not_started_holds_the_next_distribution() {
     let log = Arc::default();
     let mut turns = Turns::default();
+    // Queued, not started yet (its op ran, MPI has not seen it).
     assert!(matches!(turns.arrive(fake(0, 1, 1, &log)), Verdict::Start(_)));
-    assert!(matches!(turns.arrive(fake(0, 2, 2, &log)), Verdict::Parked));
-    let released = turns.close(0, 1, 1, None);
-    assert_eq!(
-        released.iter().map(|(t, why)| (number(t.as_ref()), why.clone())).collect::<Vec<_>>(),
-        [((0, 2), None)]
-    );
+    assert!(turns.close(0, 1, 1, None).is_empty(), "all handed over, but one has not left the queue");
+    assert_eq!(hand(&mut turns, fake(0, 2, 2, &log)).0, "parked");
+    let released: Vec<_> =
+        turns.left(0, 1).iter().map(|(t, why)| (number(t.as_ref()), why.clone())).collect();
+    assert_eq!(released, [((0, 2), None)]);
     // Now the first: its transfers start as they come.
-    assert!(matches!(turns.arrive(fake(0, 2, 3, &log)), Verdict::Start(_)));
+    assert_eq!(hand(&mut turns, fake(0, 2, 3, &log)).0, "started");
 }
 
 #[test]
 fn the_numbers_after_a_distribution_whose_programs_differed_move_past_its() {
     let log = Arc::default();
     let mut turns = Turns::default();
-    assert!(matches!(turns.arrive(fake(7, 1, 1, &log)), Verdict::Start(_)));
-    assert!(matches!(turns.arrive(fake(7, 2, 2, &log)), Verdict::Parked));
+    assert_eq!(hand(&mut turns, fake(7, 1, 1, &log)).0, "started");
+    assert_eq!(hand(&mut turns, fake(7, 2, 2, &log)).0, "parked");
     assert_eq!(turns.shift(7), 0);
     // Distribution 1's programs differed; a rank had 5 transfers in it.
     let released = turns.close(7, 1, 1, Some(("programs differ".into(), 5)));
@@ -92,21 +106,21 @@ fn the_numbers_after_a_distribution_whose_programs_differed_move_past_its() {
         [((7, 2), None)]
     );
     assert_eq!(turns.shift(7), 5, "distribution 2's numbers start past the 5 of distribution 1");
-    assert!(matches!(turns.arrive(fake(7, 2, 3, &log)), Verdict::Start(_)));
+    assert_eq!(hand(&mut turns, fake(7, 2, 3, &log)).0, "started");
     assert!(turns.close(7, 2, 2, None).is_empty());
     assert_eq!(turns.shift(7), 5, "a distribution whose programs agreed moves nothing on");
     assert_eq!(turns.shift(8), 0, "other slots are not moved");
     // Transfers of a distribution whose programs differ are given up.
     assert!(turns.diverge(7, 9, "differ").is_empty());
-    assert!(matches!(turns.arrive(fake(7, 9, 4, &log)), Verdict::GiveUp(..)));
+    assert_eq!(hand(&mut turns, fake(7, 9, 4, &log)).0, "given up");
 }
 
 #[test]
 fn a_forgotten_distributions_parked_transfers_are_left_over() {
     let log = Arc::default();
     let mut turns = Turns::default();
-    assert!(matches!(turns.arrive(fake(1, 1, 1, &log)), Verdict::Start(_)));
-    assert!(matches!(turns.arrive(fake(1, 2, 2, &log)), Verdict::Parked));
+    assert_eq!(hand(&mut turns, fake(1, 1, 1, &log)).0, "started");
+    assert_eq!(hand(&mut turns, fake(1, 2, 2, &log)).0, "parked");
     assert!(!turns.owed(), "no drop has said what it owes");
     assert_eq!(turns.leftovers().len(), 1);
 }

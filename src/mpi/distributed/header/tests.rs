@@ -72,13 +72,13 @@ fn a_failure_rides_in_the_header_cut_to_fit() {
         count: 1,
         elem: 5,
         program: 6,
-        name: "é".repeat(40),
+        name: "é".repeat(40).into(),
     };
     let why = "disk full ".repeat(40);
     let wire = header.encode(Some(&why), 0);
     assert!(wire.len() <= HEADER_MAX);
     let back = Header::decode(&wire).unwrap();
-    assert!(header.name.starts_with(&back.header.name) && back.header.name.len() <= NAME_MAX);
+    assert!(header.name.starts_with(&*back.header.name) && back.header.name.len() <= NAME_MAX);
     assert!(why.starts_with(back.failure.as_deref().unwrap()));
     assert_eq!(back.len, wire.len());
     assert!(Header::decode(&wire[..wire.len() - 1]).is_none(), "a header cut short is not one");
