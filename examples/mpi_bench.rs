@@ -166,8 +166,21 @@ fn transfer_mode() {
             world.barrier().blocking_wait().expect("barrier");
             let start = Instant::now();
             for _ in 0..n {
-                dist.op("write x").write(&x).run(|(), (mut x,)| Ok(x[0] += 1.0)).expect("push");
-                dist.op("read x").read(&x).write(&y).run(|(x,), (mut y,)| Ok(y[0] = x[0])).expect("push");
+                dist.op("write x")
+                    .write(&x)
+                    .run(|(), (mut x,)| {
+                        x[0] += 1.0;
+                        Ok(())
+                    })
+                    .expect("push");
+                dist.op("read x")
+                    .read(&x)
+                    .write(&y)
+                    .run(|(x,), (mut y,)| {
+                        y[0] = x[0];
+                        Ok(())
+                    })
+                    .expect("push");
             }
             dist.wait().blocking_wait().expect("the batch");
             start.elapsed().as_secs_f64() / n as f64

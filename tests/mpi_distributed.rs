@@ -96,16 +96,16 @@ fn random_programs_match_a_sequential_model(world: &Collectives, seed: u64) {
     let len = if seed % 3 == 2 { 9000 } else { 1 + rng.below(5) };
     let owners: Vec<usize> = (0..nvars).map(|_| rng.below(size)).collect();
     // Odd vars hold u32: the model keeps their values below 2^32.
-    let wide = |v: usize| v % 2 == 0;
+    let wide = |v: usize| v.is_multiple_of(2);
     let mut model: Vec<Vec<u64>> = (0..nvars).map(|v| vec![v as u64; len]).collect();
     let mut v64 = std::collections::BTreeMap::new();
     let mut v32 = std::collections::BTreeMap::new();
-    for v in 0..nvars {
+    for (v, &owner) in owners.iter().enumerate() {
         let name = format!("v{v}");
         if wide(v) {
-            v64.insert(v, dist.var(&name, owners[v], len, || vec![v as u64; len]).expect("var"));
+            v64.insert(v, dist.var(&name, owner, len, || vec![v as u64; len]).expect("var"));
         } else {
-            v32.insert(v, dist.var(&name, owners[v], len, || vec![v as u32; len]).expect("var"));
+            v32.insert(v, dist.var(&name, owner, len, || vec![v as u32; len]).expect("var"));
         }
     }
     for k in 0..150u64 {

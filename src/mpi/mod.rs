@@ -31,7 +31,7 @@
 //! exits makes `mpirun` end the others. Dropping the [`Collectives`]
 //! waits for the collectives in flight.
 //!
-//! **Tiles across ranks.** [`dist`] runs one tiled program on every rank,
+//! **Tiles across ranks.** [`distributed`] runs one tiled program on every rank,
 //! each op on the owner of what it writes, the vars it reads moved by the
 //! engine; its transfers go through the same comm thread.
 
@@ -201,7 +201,7 @@ pub struct Collectives {
     order: Mutex<(u64, Sender<Msg>)>,
     rank: usize,
     size: usize,
-    /// The distributions (`dist`): how many were made, and which tag
+    /// The distributions (`distributed`): how many were made, and which tag
     /// slots the live ones hold.
     distributions: Mutex<distributed::Slots>,
     thread: Option<std::thread::JoinHandle<()>>,

@@ -116,13 +116,12 @@ impl Transfers {
     /// Gives up distribution `dist`'s transfers queued and in flight, and
     /// `more` of them.
     fn give_up(&mut self, slot: u32, dist: u32, why: &str, more: Vec<Box<dyn Transfer>>) {
-        let mine = |t: &Box<dyn Transfer>| t.turn() == (slot, dist);
-        let (queued, handed): (VecDeque<_>, VecDeque<_>) =
-            std::mem::take(&mut self.handed).into_iter().partition(mine);
-        let (early, ahead): (VecDeque<_>, VecDeque<_>) =
-            std::mem::take(&mut self.ahead).into_iter().partition(mine);
-        let (flying, others): (VecDeque<_>, VecDeque<_>) =
-            std::mem::take(&mut self.flying).into_iter().partition(mine);
+        let split = |queue: &mut VecDeque<Box<dyn Transfer>>| -> (VecDeque<_>, VecDeque<_>) {
+            std::mem::take(queue).into_iter().partition(|t| t.turn() == (slot, dist))
+        };
+        let (queued, handed) = split(&mut self.handed);
+        let (early, ahead) = split(&mut self.ahead);
+        let (flying, others) = split(&mut self.flying);
         (self.handed, self.ahead, self.flying) = (handed, ahead, others);
         // Those queued or parked leave the queues now.
         let left = queued.len() + early.len() + more.len();

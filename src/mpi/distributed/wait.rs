@@ -123,17 +123,14 @@ impl Distribution<'_> {
                 }),
                 None => Ok(()),
             };
-            match closing {
-                Some(closing) => {
-                    let known = closing.known;
-                    closing.close(verdict.as_ref().err().map(|err| (err.to_string(), span)));
-                    // A difference a wait reported already is not reported
-                    // again.
-                    if known {
-                        return Ok(());
-                    }
+            if let Some(closing) = closing {
+                let known = closing.known;
+                closing.close(verdict.as_ref().err().map(|err| (err.to_string(), span)));
+                // A difference a wait reported already is not reported
+                // again.
+                if known {
+                    return Ok(());
                 }
-                None => {}
             }
             Ok(verdict?)
         })
