@@ -56,8 +56,8 @@ mod header;
 mod moves;
 mod op;
 mod send;
+mod slice;
 mod staged;
-mod tile;
 mod transfer;
 mod var;
 mod wait;
@@ -78,7 +78,7 @@ use moves::{Moved, Mover};
 pub use error::TransferError;
 pub use grid::{block_cyclic, grid};
 pub use op::DistOp;
-pub use tile::Tile;
+pub use slice::DistSlice;
 pub use var::DistVar;
 pub use wait::DistWait;
 
@@ -278,7 +278,7 @@ impl<'c> Distribution<'c> {
         copies[owner] = Some(0);
         books.vars.push(Book { owner, name: name.into(), refused: None, version: 0, copies });
         books.program = mix(books.program, &("var", id, owner, len, elem_mark::<T>(), name));
-        let local = self.engine.var_named(format!("{name}@{owner}"), tile::Tile(data));
+        let local = self.engine.var_named(format!("{name}@{owner}"), slice::DistSlice(data));
         if let Some(wrong) = wrong {
             let init = self.engine.op(format!("init {name}")).write(&local);
             let _ = init.run_detached(move |(), _| Err(wrong.into()));

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::moves::Moved;
-use super::tile::Tile;
+use super::slice::DistSlice;
 use super::{DistVar, Distribution, Plain, mix};
 use crate::engine::OpBuilder;
 use crate::error::{BoxError, Error};
@@ -36,9 +36,9 @@ impl<'c> Distribution<'c> {
 ///
 /// As with a local op ([`OpBuilder`]), each declaration adds one guard to
 /// the tuple its body receives, in call order: a [`ReadGuard`](crate::ReadGuard)
-/// of a [`Tile`] for a read, a [`WriteGuard`](crate::WriteGuard) for a write;
+/// of a [`DistSlice`] for a read, a [`WriteGuard`](crate::WriteGuard) for a write;
 /// [`read_all`](Self::read_all) and [`write_all`](Self::write_all) add a `Vec`
-/// of them. Vars of different element types mix in one op. A tile derefs
+/// of them. Vars of different element types mix in one op. A `DistSlice` derefs
 /// to a slice: its elements can change, its length cannot.
 ///
 /// ```no_run
@@ -83,7 +83,7 @@ impl<'c> Distribution<'c> {
 ///
 /// ```compile_fail
 /// # fn f(dist: &depengine::mpi::distributed::Distribution<'_>, b: &depengine::mpi::distributed::DistVar<f64>) {
-/// // A tile's length is the var's: it cannot grow.
+/// // A slice's length is the var's: it cannot grow.
 /// dist.op("x").write(b).run(|(), (mut b,)| { b.push(1.0); Ok(()) });
 /// # }
 /// ```
@@ -111,10 +111,10 @@ impl<Rd, Wr> fmt::Debug for DistOp<'_, '_, Rd, Wr> {
 
 impl<'d, 'c, Rd, Wr> DistOp<'d, 'c, Rd, Wr> {
     /// Declares a read of `var`: the body receives a
-    /// [`ReadGuard`](crate::ReadGuard) of its tile.
+    /// [`ReadGuard`](crate::ReadGuard) of its [`DistSlice`].
     pub fn read<T: Plain>(self, var: &'d DistVar<T>) -> DistOp<'d, 'c, Rd::Output, Wr>
     where
-        Rd: Append<Reading<Var<Tile<T>>>>,
+        Rd: Append<Reading<Var<DistSlice<T>>>>,
     {
         let Self { dist, name, mut reads, writes, repair, op } = self;
         reads.push(var);
@@ -127,7 +127,7 @@ impl<'d, 'c, Rd, Wr> DistOp<'d, 'c, Rd, Wr> {
         vars: impl IntoIterator<Item = &'d DistVar<T>>,
     ) -> DistOp<'d, 'c, Rd::Output, Wr>
     where
-        Rd: Append<Reading<Vec<Var<Tile<T>>>>>,
+        Rd: Append<Reading<Vec<Var<DistSlice<T>>>>>,
     {
         let Self { dist, name, mut reads, writes, repair, op } = self;
         let vars: Vec<&'d DistVar<T>> = vars.into_iter().collect();
@@ -136,10 +136,10 @@ impl<'d, 'c, Rd, Wr> DistOp<'d, 'c, Rd, Wr> {
     }
 
     /// Declares a write of `var`: the body receives a
-    /// [`WriteGuard`](crate::WriteGuard) of its tile.
+    /// [`WriteGuard`](crate::WriteGuard) of its [`DistSlice`].
     pub fn write<T: Plain>(self, var: &'d DistVar<T>) -> DistOp<'d, 'c, Rd, Wr::Output>
     where
-        Wr: Append<Writing<Var<Tile<T>>>>,
+        Wr: Append<Writing<Var<DistSlice<T>>>>,
     {
         let Self { dist, name, reads, mut writes, repair, op } = self;
         writes.push(var);
@@ -152,7 +152,7 @@ impl<'d, 'c, Rd, Wr> DistOp<'d, 'c, Rd, Wr> {
         vars: impl IntoIterator<Item = &'d DistVar<T>>,
     ) -> DistOp<'d, 'c, Rd, Wr::Output>
     where
-        Wr: Append<Writing<Vec<Var<Tile<T>>>>>,
+        Wr: Append<Writing<Vec<Var<DistSlice<T>>>>>,
     {
         let Self { dist, name, reads, mut writes, repair, op } = self;
         let vars: Vec<&'d DistVar<T>> = vars.into_iter().collect();

@@ -18,7 +18,7 @@ use super::super::flight::Transfer;
 use super::super::raw::{self, Code, Request};
 use super::error::TransferError;
 use super::header::{Header, one_message, tag};
-use super::tile::Tile;
+use super::slice::DistSlice;
 use super::{Plain, buffers};
 use crate::op::op_handle::Completion;
 use crate::var::ReadGuard;
@@ -38,7 +38,7 @@ const EARLY_BYTES: usize = 1 << 20;
 
 /// Why the owner cannot send `data` as `header` says: the error it
 /// carries, or a length other than the var's.
-pub(super) fn sending_failure<T: Plain>(header: &Header, data: &ReadGuard<Tile<T>>) -> Option<String> {
+pub(super) fn sending_failure<T: Plain>(header: &Header, data: &ReadGuard<DistSlice<T>>) -> Option<String> {
     let seen = data.op_seen_error().map(|err| format!("{err:#}"));
     seen.or_else(|| {
         (data.len() as u64 != header.count)
@@ -52,7 +52,7 @@ pub(super) fn sending_failure<T: Plain>(header: &Header, data: &ReadGuard<Tile<T
 /// [`one_message`], else in a second one.
 pub(super) fn copy<T: Plain>(
     header: &Header,
-    data: Option<&ReadGuard<Tile<T>>>,
+    data: Option<&ReadGuard<DistSlice<T>>>,
     refused: Option<String>,
 ) -> (Vec<u8>, Option<Vec<u8>>) {
     let bytes = header.count as usize * std::mem::size_of::<T>();

@@ -28,7 +28,7 @@ use super::super::flight::Transfer;
 use super::super::raw::{self, Code, Request};
 use super::error::TransferError;
 use super::header::{HEADER_MAX, Header, one_message, tag};
-use super::tile::Tile;
+use super::slice::DistSlice;
 use super::{Plain, buffers};
 use crate::op::op_handle::Completion;
 use crate::var::WriteGuard;
@@ -45,7 +45,7 @@ enum Stage<T> {
     /// Posted; neither the message nor the op is in.
     Posted,
     /// The op ran first: the copy's guard and the op's completion.
-    Claimed(WriteGuard<Tile<T>>, Completion<()>),
+    Claimed(WriteGuard<DistSlice<T>>, Completion<()>),
     /// The message (or the transfer's failure) came first.
     Arrived(Result<Payload, TransferError>),
     Landed,
@@ -58,7 +58,7 @@ impl<T: Plain> Landing<T> {
 
     /// The receive op's body: lands the message if it is in, or leaves the
     /// copy to the comm thread.
-    pub(super) fn claim(&self, mut copy: WriteGuard<Tile<T>>, done: Completion<()>) {
+    pub(super) fn claim(&self, mut copy: WriteGuard<DistSlice<T>>, done: Completion<()>) {
         let mut stage = self.stage.lock().unwrap_or_else(PoisonError::into_inner);
         match std::mem::replace(&mut *stage, Stage::Landed) {
             Stage::Arrived(outcome) => {
@@ -85,7 +85,7 @@ impl<T: Plain> Landing<T> {
     /// completes the receive op, or fails it.
     fn land(
         &self,
-        copy: &mut WriteGuard<Tile<T>>,
+        copy: &mut WriteGuard<DistSlice<T>>,
         outcome: Result<Payload, TransferError>,
         done: Completion<()>,
     ) {

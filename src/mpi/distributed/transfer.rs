@@ -23,14 +23,14 @@ use super::Plain;
 use super::error::TransferError;
 use super::header::{HEADER_MAX, Header, tag};
 use super::send::sending_failure;
-use super::tile::Tile;
+use super::slice::DistSlice;
 use crate::op::op_handle::Completion;
 use crate::var::{ReadGuard, WriteGuard};
 
 /// The owner's side: the var's elements, held by its read guard.
 pub(super) struct Outgoing<T: Plain> {
     header: Header,
-    data: ReadGuard<Tile<T>>,
+    data: ReadGuard<DistSlice<T>>,
     /// Why the elements cannot be sent, known before the start.
     failure: Option<String>,
     to: usize,
@@ -45,7 +45,7 @@ impl<T: Plain> Outgoing<T> {
     /// of the elements.
     pub(super) fn new(
         header: Header,
-        data: ReadGuard<Tile<T>>,
+        data: ReadGuard<DistSlice<T>>,
         failure: Option<String>,
         to: usize,
         done: Completion<()>,
@@ -134,7 +134,7 @@ impl<T: Plain> Transfer for Outgoing<T> {
 /// buffer dropped once the sender's message is in, so that the sender is
 /// not left waiting.
 enum Landing<T> {
-    Copy(WriteGuard<Tile<T>>),
+    Copy(WriteGuard<DistSlice<T>>),
     Drain(Vec<u8>),
 }
 
@@ -152,7 +152,12 @@ pub(super) struct Incoming<T: Plain> {
 
 impl<T: Plain> Incoming<T> {
     /// The receive from rank `from` into the cached copy `data`.
-    pub(super) fn new(expect: Header, data: WriteGuard<Tile<T>>, from: usize, done: Completion<()>) -> Self {
+    pub(super) fn new(
+        expect: Header,
+        data: WriteGuard<DistSlice<T>>,
+        from: usize,
+        done: Completion<()>,
+    ) -> Self {
         Self::landing(expect, Landing::Copy(data), from, Some(done))
     }
 

@@ -5,7 +5,7 @@
 use std::fmt;
 
 use super::Plain;
-use super::tile::Tile;
+use super::slice::DistSlice;
 use crate::var::{Acquire, ReadGuard, Var};
 
 /// A var of a [`Distribution`](super::Distribution): its data on its owner, a cached copy at
@@ -33,7 +33,7 @@ pub struct DistVar<T: Plain> {
     pub(super) id: u32,
     pub(super) owner: usize,
     pub(super) len: usize,
-    pub(super) local: Var<Tile<T>>,
+    pub(super) local: Var<DistSlice<T>>,
 }
 
 impl<T: Plain> DistVar<T> {
@@ -60,7 +60,7 @@ impl<T: Plain> DistVar<T> {
     /// # Errors
     ///
     /// The error the last op that wrote it here left on it.
-    pub fn read(&self) -> Acquire<ReadGuard<Tile<T>>> {
+    pub fn read(&self) -> Acquire<ReadGuard<DistSlice<T>>> {
         self.local.read()
     }
 }
