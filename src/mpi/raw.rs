@@ -66,6 +66,20 @@ impl Request {
     }
 }
 
+/// Tests `requests` in order, up to the first not done; whether all are.
+/// In order, so that a transfer's elements that fail (more was sent than
+/// posted: ranks whose programs differ) are seen only once its header is
+/// in, which then explains them, instead of MPI's code alone. Until the
+/// first is in, its test still makes MPI progress on all.
+pub(super) fn test_all(requests: &mut [Request]) -> Result<bool, Code> {
+    for request in requests {
+        if !request.test()? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Where a collective reads and writes: raw parts of buffers its caller
 /// owns. `count` elements of `datatype` each.
 pub(super) struct Buffers {

@@ -15,7 +15,7 @@ use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 
 use super::super::flight::Transfer;
-use super::super::raw::{self, Code, Request};
+use super::super::raw::{self, Code, Request, test_all};
 use super::error::TransferError;
 use super::header::{Header, one_message, tag};
 use super::slice::DistSlice;
@@ -149,7 +149,7 @@ impl Transfer for Copied {
     }
 
     fn test(&mut self) -> Result<bool, Code> {
-        super::transfer::test_all(&mut self.requests)
+        test_all(&mut self.requests)
     }
 
     fn finish(mut self: Box<Self>, result: Result<(), Code>) {

@@ -18,7 +18,7 @@ use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 
 use super::super::flight::Transfer;
-use super::super::raw::{self, Code, Request};
+use super::super::raw::{self, Code, Request, test_all};
 use super::Plain;
 use super::error::TransferError;
 use super::header::{HEADER_MAX, Header, tag};
@@ -291,19 +291,4 @@ impl<T: Plain> Transfer for Incoming<T> {
             }
         }
     }
-}
-
-/// Tests the requests in order, up to the first not done; whether all
-/// are. In order, so that a body's failure is seen only once its header
-/// is in: a body that fails because more was sent than posted (ranks whose
-/// programs differ) is then explained by the header, which MPI matched
-/// before it, instead of by MPI's code alone. Until the header is in, the
-/// header's test still makes MPI progress on both.
-pub(super) fn test_all(requests: &mut [Request]) -> Result<bool, Code> {
-    for request in requests {
-        if !request.test()? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
 }
