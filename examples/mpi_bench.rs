@@ -23,9 +23,11 @@
 //! a warm-up. `transfer` and `p2p` move the same sizes from rank 0 to rank
 //! 1, one message after the other (each send completes before the next
 //! starts), and rank 1 prints the time per message over a batch, the
-//! median of five batches. `tasks` runs the program of a tiled Cholesky
-//! of 32 × 32 one-element tiles with empty kernels, five times, and rank 0
-//! prints the median ops per second of the whole world.
+//! median of five batches (`tools/transfer_rounds.sh` runs the two in
+//! turn, round after round). `MPI_BENCH_BYTES=8,65536` (passed on with
+//! `mpirun -x`) keeps only those sizes. `tasks` runs the program of a
+//! tiled Cholesky of 32 × 32 one-element tiles with empty kernels, five
+//! times, and rank 0 prints the median ops per second of the whole world.
 
 use std::time::Instant;
 
