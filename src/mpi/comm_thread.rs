@@ -47,11 +47,13 @@ pub(super) enum Msg {
     /// The ranks' programs differ for distribution `dist` (in `slot`):
     /// give up its transfers, and why.
     Abandon { slot: u32, dist: u32, why: String },
-    /// Distribution `dist` (in `slot`) was dropped and the ranks compared
-    /// their programs: it handed over `transfers` on this rank, and the
-    /// programs differed (why, and the most transfers a rank had) or not
-    /// (`turns.rs`).
-    Close { slot: u32, dist: u32, transfers: u64, diverged: Option<(String, u64)> },
+    /// Distribution `dist` (in `slot`) was dropped, having handed over
+    /// `transfers` on this rank: sent by the drop itself, before any
+    /// message of a later distribution on the slot (`turns.rs`).
+    Close { slot: u32, dist: u32, transfers: u64 },
+    /// The ranks compared distribution `dist`'s programs at its drop: they
+    /// differed (why, and the most transfers a rank had) or not.
+    Verdict { slot: u32, dist: u32, diverged: Option<(String, u64)> },
     /// Collective `seq` will never run on this rank, and why.
     Gone(u64, RankFailure),
     /// No collective after number `pushed - 1` will come: stop once those
@@ -266,9 +268,8 @@ impl Loop {
             }
             Msg::Transfer(transfer) => self.transfers.take(transfer),
             Msg::Abandon { slot, dist, why } => self.transfers.abandon(slot, dist, &why),
-            Msg::Close { slot, dist, transfers, diverged } => {
-                self.transfers.close(slot, dist, transfers, diverged)
-            }
+            Msg::Close { slot, dist, transfers } => self.transfers.close(slot, dist, transfers),
+            Msg::Verdict { slot, dist, diverged } => self.transfers.verdict(slot, dist, diverged),
             Msg::Stop(pushed) => self.stop_at = Some(pushed),
             Msg::Abort => self.abort = true,
         }

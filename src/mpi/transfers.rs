@@ -72,12 +72,18 @@ impl Transfers {
         self.give_up(slot, dist, why, parked);
     }
 
-    /// Distribution `dist`'s drop has compared the programs.
-    pub(super) fn close(&mut self, slot: u32, dist: u32, transfers: u64, diverged: Option<(String, u64)>) {
+    /// Distribution `dist` was dropped, having handed over `transfers`.
+    pub(super) fn close(&mut self, slot: u32, dist: u32, transfers: u64) {
+        let released = self.turns.close(slot, dist, transfers);
+        self.route(released);
+    }
+
+    /// Distribution `dist`'s drop compared the programs.
+    pub(super) fn verdict(&mut self, slot: u32, dist: u32, diverged: Option<(String, u64)>) {
         if let Some((why, _)) = &diverged {
             self.give_up(slot, dist, why, Vec::new());
         }
-        let released = self.turns.close(slot, dist, transfers, diverged);
+        let released = self.turns.verdict(slot, dist, diverged);
         self.route(released);
     }
 

@@ -45,6 +45,8 @@ struct Gen {
     left: u64,
     /// Its drop's word: how many it handed over in all.
     expected: Option<u64>,
+    /// Whether the ranks have compared its programs (at its drop).
+    judged: bool,
     /// Why its transfers are given up: the ranks' programs differ.
     diverged: Option<String>,
     /// The most transfers a rank had in it, if the programs differed.
@@ -72,6 +74,7 @@ impl Slot {
                     handed: 0,
                     left: 0,
                     expected: None,
+                    judged: false,
                     diverged: None,
                     span: 0,
                     parked: Vec::new(),
@@ -133,15 +136,25 @@ impl Turns {
         self.slot(slot).shift
     }
 
-    /// Distribution `dist`'s drop has compared the programs: it handed
-    /// over `transfers` on this rank, and the programs differed (why, and
-    /// the most transfers a rank had) or not. Returns as
-    /// [`left`](Self::left) does.
+    /// Distribution `dist` was dropped, having handed over `transfers` on
+    /// this rank. Returns as [`left`](Self::left) does.
     pub(super) fn close(
         &mut self,
         slot: u32,
         dist: u32,
         transfers: u64,
+    ) -> Vec<(Box<dyn Transfer>, Option<String>)> {
+        self.slot(slot).turn_of(dist).expected = Some(transfers);
+        self.advance(slot)
+    }
+
+    /// The ranks compared distribution `dist`'s programs at its drop: they
+    /// differed (why, and the most transfers a rank had) or not. Returns as
+    /// [`left`](Self::left) does.
+    pub(super) fn verdict(
+        &mut self,
+        slot: u32,
+        dist: u32,
         diverged: Option<(String, u64)>,
     ) -> Vec<(Box<dyn Transfer>, Option<String>)> {
         let mut out = Vec::new();
@@ -149,7 +162,7 @@ impl Turns {
             out.extend(self.diverge(slot, dist, why).into_iter().map(|t| (t, Some(why.clone()))));
             self.slot(slot).turn_of(dist).span = *span;
         }
-        self.slot(slot).turn_of(dist).expected = Some(transfers);
+        self.slot(slot).turn_of(dist).judged = true;
         out.extend(self.advance(slot));
         out
     }
@@ -160,6 +173,7 @@ impl Turns {
         let mut out = Vec::new();
         let entry = self.slot(slot);
         while let Some(front) = entry.gens.front()
+            && front.judged
             && front.expected.is_some_and(|n| front.left >= n)
         {
             let done = entry.gens.pop_front().expect("the front");
@@ -176,9 +190,13 @@ impl Turns {
     }
 
     /// Whether a dropped distribution still has transfers to hand over
-    /// here: the comm thread waits for them before it stops.
+    /// here, or its verdict to come: the comm thread waits for them before
+    /// it stops.
     pub(super) fn owed(&self) -> bool {
-        self.slots.iter().flat_map(|s| &s.gens).any(|g| g.expected.is_some_and(|n| g.handed < n))
+        self.slots
+            .iter()
+            .flat_map(|s| &s.gens)
+            .any(|g| g.expected.is_some_and(|n| g.handed < n) || g.expected.is_some() && !g.judged)
     }
 
     /// The transfers parked for distributions never dropped (forgotten):

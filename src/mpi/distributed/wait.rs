@@ -137,15 +137,15 @@ impl Distribution<'_> {
     }
 }
 
-/// The drop's word to the comm thread, sent once the ranks have compared
-/// their programs: how many transfers this rank handed over for the
-/// distribution, and whether the programs differed. Dropped unsent (the
-/// comparison never ran), it says they could not be compared, which
-/// gives up the transfers as a difference would.
+/// The drop's verdict for the comm thread, sent once the ranks have
+/// compared their programs: whether they differed. Dropped unsent (the
+/// comparison never ran), it says they could not be compared, which gives
+/// up the transfers as a difference would.
 struct Closing {
     tx: Sender<Msg>,
     slot: u32,
     dist: u32,
+    /// This rank's transfers in the distribution.
     transfers: u64,
     /// A wait found the programs different already.
     known: bool,
@@ -155,12 +155,7 @@ struct Closing {
 impl Closing {
     fn close(mut self, diverged: Option<(String, u64)>) {
         self.sent = true;
-        let _ = self.tx.send(Msg::Close {
-            slot: self.slot,
-            dist: self.dist,
-            transfers: self.transfers,
-            diverged,
-        });
+        let _ = self.tx.send(Msg::Verdict { slot: self.slot, dist: self.dist, diverged });
     }
 }
 
@@ -172,13 +167,8 @@ impl Drop for Closing {
             // or dropped it), so the others' counts are unknown: this
             // rank's own is the best guess (a world whose engine fails its
             // ops fails its collectives too).
-            let span = self.transfers;
-            let _ = self.tx.send(Msg::Close {
-                slot: self.slot,
-                dist: self.dist,
-                transfers: self.transfers,
-                diverged: Some((why, span)),
-            });
+            let diverged = Some((why, self.transfers));
+            let _ = self.tx.send(Msg::Verdict { slot: self.slot, dist: self.dist, diverged });
         }
     }
 }
@@ -193,13 +183,17 @@ impl Drop for Distribution<'_> {
         // over and the programs compared (`turns.rs`).
         let close = |slots: &mut Slots| slots.close(self.slot, diverged);
         close(&mut self.world.distributions());
+        // Said now, before a later distribution on the slot can hand over
+        // anything (its transfers then wait for this one's).
+        let (tx, slot, dist) = (self.tx.clone(), self.slot, self.id);
+        let _ = tx.send(Msg::Close { slot, dist, transfers });
+        let closing = Closing { tx, slot, dist, transfers, known: diverged, sent: false };
         if std::thread::panicking() {
             // The comparison may wait for ranks that wait for this one:
-            // the world's drop ends the job instead (see `Collectives`).
+            // the world's drop ends the job instead (see `Collectives`);
+            // the slot is given up here as if the programs differed.
             return;
         }
-        let (tx, slot, dist) = (self.tx.clone(), self.slot, self.id);
-        let closing = Closing { tx, slot, dist, transfers, known: diverged, sent: false };
         // Its failure, if the programs differ, is the world engine's to
         // report (`wait_for_all`); the handle is not needed.
         drop(self.agree(Some(closing)));

@@ -44,6 +44,20 @@ fn number(t: &dyn Transfer) -> (u32, u32) {
     t.turn()
 }
 
+/// A drop's two words, its count and then the ranks' verdict: what they
+/// released.
+fn drop_dist(
+    turns: &mut Turns,
+    slot: u32,
+    dist: u32,
+    transfers: u64,
+    diverged: Option<(String, u64)>,
+) -> Vec<((u32, u32), Option<String>)> {
+    let mut out = turns.close(slot, dist, transfers);
+    out.extend(turns.verdict(slot, dist, diverged));
+    out.iter().map(|(t, why)| (number(t.as_ref()), why.clone())).collect()
+}
+
 /// Hands `transfer` over and, if it may start, starts it (it leaves the
 /// queues); what it released, with the verdict.
 fn hand(turns: &mut Turns, transfer: Box<dyn Transfer>) -> (&'static str, Vec<(u32, u32)>) {
@@ -66,7 +80,7 @@ fn a_later_distribution_on_a_slot_waits_for_the_earlier_ones_transfers() {
     let mut turns = Turns::default();
     assert_eq!(hand(&mut turns, fake(3, 0, 1, &log)).0, "started");
     // Distribution 0 is dropped having handed over 2: one is still to come.
-    assert!(turns.close(3, 0, 2, None).is_empty());
+    assert!(drop_dist(&mut turns, 3, 0, 2, None).is_empty());
     assert!(turns.owed());
     // Distribution 5 took the slot again: its transfers wait.
     assert_eq!(hand(&mut turns, fake(3, 5, 2, &log)).0, "parked");
@@ -83,7 +97,10 @@ fn a_transfer_handed_over_but_not_started_holds_the_next_distribution() {
     let mut turns = Turns::default();
     // Queued, not started yet (its op ran, MPI has not seen it).
     assert!(matches!(turns.arrive(fake(0, 1, 1, &log)), Verdict::Start(_)));
-    assert!(turns.close(0, 1, 1, None).is_empty(), "all handed over, but one has not left the queue");
+    assert!(
+        drop_dist(&mut turns, 0, 1, 1, None).is_empty(),
+        "all handed over, but one has not left the queue"
+    );
     assert_eq!(hand(&mut turns, fake(0, 2, 2, &log)).0, "parked");
     let released: Vec<_> =
         turns.left(0, 1).iter().map(|(t, why)| (number(t.as_ref()), why.clone())).collect();
@@ -100,14 +117,11 @@ fn the_numbers_after_a_distribution_whose_programs_differed_move_past_its() {
     assert_eq!(hand(&mut turns, fake(7, 2, 2, &log)).0, "parked");
     assert_eq!(turns.shift(7), 0);
     // Distribution 1's programs differed; a rank had 5 transfers in it.
-    let released = turns.close(7, 1, 1, Some(("programs differ".into(), 5)));
-    assert_eq!(
-        released.iter().map(|(t, why)| (number(t.as_ref()), why.clone())).collect::<Vec<_>>(),
-        [((7, 2), None)]
-    );
+    let released = drop_dist(&mut turns, 7, 1, 1, Some(("programs differ".into(), 5)));
+    assert_eq!(released, [((7, 2), None)]);
     assert_eq!(turns.shift(7), 5, "distribution 2's numbers start past the 5 of distribution 1");
     assert_eq!(hand(&mut turns, fake(7, 2, 3, &log)).0, "started");
-    assert!(turns.close(7, 2, 2, None).is_empty());
+    assert!(drop_dist(&mut turns, 7, 2, 2, None).is_empty());
     assert_eq!(turns.shift(7), 5, "a distribution whose programs agreed moves nothing on");
     assert_eq!(turns.shift(8), 0, "other slots are not moved");
     // Transfers of a distribution whose programs differ are given up.
@@ -123,4 +137,18 @@ fn a_forgotten_distributions_parked_transfers_are_left_over() {
     assert_eq!(hand(&mut turns, fake(1, 2, 2, &log)).0, "parked");
     assert!(!turns.owed(), "no drop has said what it owes");
     assert_eq!(turns.leftovers().len(), 1);
+}
+
+#[test]
+fn a_drop_holds_the_slot_until_the_ranks_have_compared_its_programs() {
+    let log = Arc::default();
+    let mut turns = Turns::default();
+    // Distribution 1 handed nothing over here; its drop says so at once,
+    // before distribution 2 (the slot's next) hands anything over.
+    assert!(turns.close(5, 1, 0).is_empty());
+    assert!(turns.owed(), "its verdict is still to come");
+    assert_eq!(hand(&mut turns, fake(5, 2, 1, &log)).0, "parked");
+    let released: Vec<_> = turns.verdict(5, 1, None).iter().map(|(t, _)| number(t.as_ref())).collect();
+    assert_eq!(released, [(5, 2)]);
+    assert!(!turns.owed());
 }
