@@ -29,6 +29,7 @@ use super::super::raw::{self, Code, Request};
 use super::error::TransferError;
 use super::header::{HEADER_MAX, Header, one_message, tag};
 use super::slice::DistSlice;
+use super::transfer::{Receive, abandon_receive};
 use super::{Plain, buffers};
 use crate::op::op_handle::Completion;
 use crate::var::WriteGuard;
@@ -194,30 +195,17 @@ impl<T: Plain> Transfer for Staged<T> {
         self.landing.arrive(Err(TransferError::Closed { what }));
     }
 
-    fn abandon(mut self: Box<Self>, why: &str) -> Option<Box<dyn Transfer>> {
-        let started = self.request.is_some();
-        match self.test() {
-            Ok(true) if started => {
-                self.finish(Ok(()));
-                None
-            }
-            Err(code) => {
-                self.finish(Err(code));
-                None
-            }
-            Ok(_) => {
-                self.abandoned = Some(why.to_owned());
-                if !started {
-                    self.finish(Ok(()));
-                    return None;
-                }
-                // A cancelled receive still completes, through `test`; its
-                // buffer stays here until then.
-                if let Some(request) = &mut self.request {
-                    let _ = request.cancel();
-                }
-                Some(self)
-            }
-        }
+    fn abandon(self: Box<Self>, why: &str) -> Option<Box<dyn Transfer>> {
+        abandon_receive(self, why)
+    }
+}
+
+impl<T: Plain> Receive for Staged<T> {
+    fn requests(&mut self) -> &mut [Request] {
+        self.request.as_mut_slice()
+    }
+
+    fn give_up(&mut self, why: &str) {
+        self.abandoned = Some(why.to_owned());
     }
 }

@@ -265,30 +265,49 @@ impl<T: Plain> Transfer for Incoming<T> {
         }
     }
 
-    fn abandon(mut self: Box<Self>, why: &str) -> Option<Box<dyn Transfer>> {
-        let started = !self.requests.is_empty();
-        match self.test() {
-            Ok(true) if started => {
-                self.finish(Ok(()));
-                None
+    fn abandon(self: Box<Self>, why: &str) -> Option<Box<dyn Transfer>> {
+        abandon_receive(self, why)
+    }
+}
+
+/// What [`abandon_receive`] needs of a receive.
+pub(super) trait Receive: Transfer + Sized + 'static {
+    /// Its requests started (none before it starts).
+    fn requests(&mut self) -> &mut [Request];
+    /// Marks it given up, and why: its op fails so once it finishes.
+    fn give_up(&mut self, why: &str);
+}
+
+/// A receive given up (the ranks' programs differ): finished if MPI is
+/// done with it; else cancelled and kept in flight, its memory with it,
+/// until `test` says the cancellation is done; one not started is
+/// finished at once.
+pub(super) fn abandon_receive<R: Receive>(mut receive: Box<R>, why: &str) -> Option<Box<dyn Transfer>> {
+    let started = !receive.requests().is_empty();
+    match receive.test() {
+        Ok(true) if started => receive.finish(Ok(())),
+        Err(code) => receive.finish(Err(code)),
+        Ok(_) => {
+            receive.give_up(why);
+            if !started {
+                receive.finish(Ok(()));
+                return None;
             }
-            Err(code) => {
-                self.finish(Err(code));
-                None
+            for request in receive.requests() {
+                let _ = request.cancel();
             }
-            Ok(_) => {
-                self.abandoned = Some(why.to_owned());
-                if !started {
-                    self.finish(Ok(()));
-                    return None;
-                }
-                // A cancelled receive still completes, through `test`; its
-                // memory stays here until then.
-                for request in &mut self.requests {
-                    let _ = request.cancel();
-                }
-                Some(self)
-            }
+            return Some(receive);
         }
+    }
+    None
+}
+
+impl<T: Plain> Receive for Incoming<T> {
+    fn requests(&mut self) -> &mut [Request] {
+        &mut self.requests
+    }
+
+    fn give_up(&mut self, why: &str) {
+        self.abandoned = Some(why.to_owned());
     }
 }
