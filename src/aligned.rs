@@ -50,5 +50,9 @@ pub fn from_slice<T: Clone>(data: &[T]) -> AlignedVec<T> {
     AlignedVec::from_slice(ALIGN, data)
 }
 
+/// The aligned-vector crate whose `AlignedVec` this module hands out, at
+/// the version the engine is built with.
+pub use aligned_vec;
+
 #[cfg(test)]
 mod tests;

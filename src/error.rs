@@ -39,7 +39,7 @@ pub(crate) enum Kind {
     /// The op's body returned an error.
     Failed { op: Cow<'static, str>, source: BoxError },
     /// The op's body panicked: its message, and its payload until
-    /// [`Error::into_panic`] takes it.
+    /// [`Error::try_into_panic`] takes it.
     Panicked {
         op: Cow<'static, str>,
         message: String,
@@ -180,7 +180,8 @@ impl Error {
     /// one): the first to ask takes the payload; it is `Err(self)` for the
     /// others, for any other kind of error, and for a panic reported
     /// without a payload (a write guard dropped while its thread panicked).
-    /// `Display` keeps the panic's message either way.
+    /// `Display` keeps the panic's message either way. Tokio's
+    /// `JoinError::try_into_panic`.
     ///
     /// # Examples
     ///
@@ -188,7 +189,7 @@ impl Error {
     /// let engine = depengine::Engine::new();
     /// let h = engine.op("boom").run(|(), ()| -> depengine::Result<(), depengine::BoxError> { std::panic::panic_any(42u32) });
     /// let err = h.blocking_wait().unwrap_err();
-    /// let payload = err.into_panic().unwrap();
+    /// let payload = err.try_into_panic().unwrap();
     /// assert_eq!(payload.downcast_ref::<u32>(), Some(&42));
     /// # let _ = engine.wait_for_all().blocking_wait();
     /// ```
@@ -196,7 +197,7 @@ impl Error {
     /// # Errors
     ///
     /// `self`, where there is no payload to take (see above).
-    pub fn into_panic(self) -> std::result::Result<Box<dyn std::any::Any + Send + 'static>, Error> {
+    pub fn try_into_panic(self) -> std::result::Result<Box<dyn std::any::Any + Send + 'static>, Error> {
         let taken = match self.detail() {
             Kind::Panicked { payload, .. } => {
                 payload.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
@@ -204,6 +205,34 @@ impl Error {
             _ => None,
         };
         taken.ok_or(self)
+    }
+
+    /// The payload of the panic this error reports, as
+    /// [`try_into_panic`](Self::try_into_panic) gives it, for an error known
+    /// to hold one: Tokio's `JoinError::into_panic`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let h = engine.op("boom").run(|(), ()| -> depengine::Result<(), depengine::BoxError> { panic!("no") });
+    /// let err = h.blocking_wait().unwrap_err();
+    /// if err.is_panic() {
+    ///     let payload = err.into_panic();
+    ///     assert_eq!(payload.downcast_ref::<&str>(), Some(&"no"));
+    /// }
+    /// # let _ = engine.wait_for_all().blocking_wait();
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// Where `try_into_panic` gives `Err`: the error is not a panic, or
+    /// its payload was taken (through a clone) or never kept.
+    #[track_caller]
+    pub fn into_panic(self) -> Box<dyn std::any::Any + Send + 'static> {
+        self.try_into_panic().unwrap_or_else(|err| {
+            panic!("`Error::into_panic` on an error that holds no panic payload: {err}")
+        })
     }
 
     /// An op's (or an acquire's) body panicked with `payload`.
@@ -271,13 +300,13 @@ impl Error {
         matches!(self.detail(), Kind::Panicked { .. })
     }
 
-    /// An async op's [`Completion`](crate::Completion) was dropped unsignalled.
+    /// An async op's [`Completion`](crate::engine::Completion) was dropped unsignalled.
     ///
     /// # Examples
     ///
     /// ```
     /// let engine = depengine::Engine::new();
-    /// let h = engine.op("forgot").run_async(|(), (), done: depengine::Completion<()>| drop(done));
+    /// let h = engine.op("forgot").run_async(|(), (), done: depengine::engine::Completion<()>| drop(done));
     /// assert!(h.blocking_wait().unwrap_err().is_completion_dropped());
     /// ```
     pub fn is_completion_dropped(&self) -> bool {

@@ -99,6 +99,7 @@
 //! | `mpi` | collectives across processes as engine ops, and tiles across ranks (`depengine::mpi`; needs an MPI installation and libclang to build). |
 //! | `nccl` | GPU buffers reduced across ranks with NCCL (`cuda` and `mpi` too). |
 //! | `prometheus-client` | the engine's metrics as a Prometheus collector (`depengine::prometheus`). |
+//! | `tokio-util` | an op group cancelled with a `CancellationToken` ([`OpGroup::tie`]). |
 //!
 //! # Examples
 //!
@@ -205,18 +206,8 @@ struct ReadmeDoctests;
 struct EscapesThatDoNotCompile;
 
 pub use device::{Device, Lane};
-pub use engine::{
-    Engine, EngineBuilder, GroupCounts, GroupWait, OpGroup, ShutdownMode, WeakEngine, is_cancelled,
-};
+pub use engine::{Engine, EngineBuilder, OpGroup, ShutdownMode};
 pub use error::{BoxError, Error, ErrorKind, Result};
-pub use op::op_handle::{Completion, OpHandle};
+pub use op::op_handle::OpHandle;
 pub use scope::scope;
 pub use var::{AnyVar, ReadGuard, Var, WriteGuard};
-
-// The foreign crates whose types and traits are in this crate's API, at the
-// versions it is built with: `AlignedVec` (`aligned`), `Pod` (what a GPU
-// buffer holds), cudarc's streams and slices (feature `cuda`).
-pub use aligned_vec;
-pub use bytemuck;
-#[cfg(feature = "cuda")]
-pub use cudarc;

@@ -386,6 +386,14 @@ pub struct Metrics {
     pub slots_used: usize,
     /// Pushes refused because the bound was reached ([`Error::is_full`](crate::Error::is_full)).
     pub refused_full: u64,
+    /// Times a pushing thread past the soft bound on ops in flight
+    /// ([`EngineBuilder::throttle_at`](crate::EngineBuilder::throttle_at))
+    /// waited for the workers to drain.
+    pub throttle_waits: u64,
+    /// Times a pushing thread past that bound went on, or stopped waiting,
+    /// because the workers had completed nothing meanwhile (they were held
+    /// by long ops, or by something outside the engine).
+    pub throttle_passes: u64,
     /// Whether queue waits and run times are measured.
     pub timing: bool,
     /// The pools started so far.

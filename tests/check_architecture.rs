@@ -633,3 +633,53 @@ fn every_example_is_listed_in_the_manifest() {
     }
     assert_eq!(listed.len(), files.len(), "listed {listed:?}, files {files:?}");
 }
+
+/// A small door: the crate's root holds at most 25 items with default
+/// features (public modules, and names re-exported there), as rayon-core
+/// and tokio keep theirs; the rest lives in the module it belongs to.
+#[test]
+fn the_crate_root_holds_at_most_25_items() {
+    let root = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+    let mut items = Vec::new();
+    let mut gated = false;
+    let mut statement = String::new();
+    for raw in root.lines() {
+        // Items of the root start at the margin; a module's body (indented)
+        // is its own.
+        let line = raw.trim();
+        if statement.is_empty() && raw.starts_with(char::is_whitespace) {
+            continue;
+        }
+        if line.starts_with("#[cfg(") {
+            gated = true;
+            continue;
+        }
+        if !statement.is_empty() || line.starts_with("pub mod ") || line.starts_with("pub use ") {
+            statement.push_str(line);
+            statement.push(' ');
+            // A module with a body (`pub mod access { ... }`) is one item.
+            let done = line.ends_with(';') || (statement.starts_with("pub mod ") && line.ends_with('{'));
+            if !done {
+                continue;
+            }
+            if !gated {
+                let names = statement.trim_end_matches([';', ' ', '{']);
+                if let Some(module) = names.strip_prefix("pub mod ") {
+                    items.push(module.trim().to_owned());
+                } else {
+                    let names = names.strip_prefix("pub use ").unwrap();
+                    let list = names.find('{').map_or(names.rsplit("::").next().unwrap_or(names), |at| {
+                        names[at + 1..].trim_end_matches('}')
+                    });
+                    items.extend(list.split(',').map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()));
+                }
+            }
+            statement.clear();
+        }
+        if !line.starts_with("#[") {
+            gated = false;
+        }
+    }
+    assert!(items.contains(&"Engine".to_owned()) && items.contains(&"engine".to_owned()), "{items:?}");
+    assert!(items.len() <= 25, "{} items at the crate root: {items:?}", items.len());
+}

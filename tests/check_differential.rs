@@ -18,8 +18,9 @@ use std::sync::Once;
 use std::time::Duration;
 
 use common::{Rng, mix};
+use depengine::engine::Completion;
 use depengine::engine::EngineKind;
-use depengine::{Completion, Engine, Error, Lane, OpHandle, Var};
+use depengine::{Engine, Error, Lane, OpHandle, Var};
 
 const PLANNED: &str = "planned panic";
 

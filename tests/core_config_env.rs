@@ -8,6 +8,27 @@ use std::process::Command;
 use depengine::Engine;
 use depengine::engine::EngineKind;
 
+/// Every variable the engine reads.
+const ENV_VARS: [&str; 17] = [
+    "DEPENGINE_TYPE",
+    "DEPENGINE_CPU_WORKERS",
+    "DEPENGINE_CPU_PRIORITY_WORKERS",
+    "DEPENGINE_BULK_SIZE",
+    "DEPENGINE_SPIN_US",
+    "DEPENGINE_GPU_SPIN_US",
+    "DEPENGINE_GPU_WORKERS",
+    "DEPENGINE_GPU_COPY_WORKERS",
+    "DEPENGINE_SIM_GPUS",
+    "DEPENGINE_MAX_IN_FLIGHT",
+    "DEPENGINE_METRICS_TIMING",
+    "DEPENGINE_WATCHDOG_MS",
+    "DEPENGINE_TRACK_HOLDERS",
+    "DEPENGINE_PROFILE_KEEP",
+    "DEPENGINE_PUSHER_RUNS_AT",
+    "DEPENGINE_THROTTLE_AT",
+    "DEPENGINE_PROFILE",
+];
+
 /// Runs the ignored test `child` in a child process with `env` set.
 fn child(test: &str, env: &[(&str, &str)]) -> String {
     let env: Vec<(&str, std::ffi::OsString)> = env.iter().map(|&(k, v)| (k, v.into())).collect();
@@ -18,25 +39,7 @@ fn child(test: &str, env: &[(&str, &str)]) -> String {
 fn child_os(test: &str, env: &[(&str, std::ffi::OsString)]) -> String {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", test, "--ignored", "--nocapture", "--test-threads=1"]);
-    for var in [
-        "DEPENGINE_TYPE",
-        "DEPENGINE_CPU_WORKERS",
-        "DEPENGINE_CPU_PRIORITY_WORKERS",
-        "DEPENGINE_BULK_SIZE",
-        "DEPENGINE_SPIN_US",
-        "DEPENGINE_GPU_SPIN_US",
-        "DEPENGINE_GPU_WORKERS",
-        "DEPENGINE_GPU_COPY_WORKERS",
-        "DEPENGINE_SIM_GPUS",
-        "DEPENGINE_MAX_IN_FLIGHT",
-        "DEPENGINE_METRICS_TIMING",
-        "DEPENGINE_WATCHDOG_MS",
-        "DEPENGINE_TRACK_HOLDERS",
-        "DEPENGINE_PROFILE_KEEP",
-        "DEPENGINE_PUSHER_RUNS_AT",
-        "DEPENGINE_THROTTLE_AT",
-        "DEPENGINE_PROFILE",
-    ] {
+    for var in ENV_VARS {
         cmd.env_remove(var);
     }
     cmd.envs(env.iter().map(|(k, v)| (k, v)));
@@ -115,6 +118,21 @@ fn invalid_environment_is_a_clear_error() {
     }
 }
 
+/// One rule for empty values: a variable set to nothing (or blanks) is as
+/// if it were not set, whatever it holds otherwise.
+#[test]
+fn an_empty_variable_is_as_if_unset() {
+    let config = |out: &str| out.lines().find(|l| l.contains("config")).map(str::to_owned);
+    let defaults = config(&child("child_with_defaults", &[]));
+    assert!(defaults.as_ref().is_some_and(|d| d.contains("config: kind=")), "{defaults:?}");
+    for var in ENV_VARS {
+        for empty in ["", "  "] {
+            let out = config(&child("child_with_defaults", &[(var, empty)]));
+            assert_eq!(out, defaults, "{var}={empty:?}");
+        }
+    }
+}
+
 #[test]
 fn environment_is_not_read_for_settings_the_code_gave() {
     let out = child("child_with_explicit_settings", &[("DEPENGINE_CPU_WORKERS", "many")]);
@@ -132,12 +150,12 @@ fn spin_budget_is_a_setting() {
     let out = child("child_with_defaults", &[("DEPENGINE_SPIN_US", "soon")]);
     assert!(out.contains("DEPENGINE_SPIN_US=\"soon\": expected a number of microseconds"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_SPIN_US", "2000000")]);
-    assert!(out.contains("past its bound"), "{out}");
+    assert!(out.contains("DEPENGINE_SPIN_US=\"2000000\": 2s is past the bound of 1s"), "{out}");
     // The GPU threads' budget, likewise.
     let out = child("child_with_defaults", &[("DEPENGINE_GPU_SPIN_US", "soon")]);
     assert!(out.contains("DEPENGINE_GPU_SPIN_US=\"soon\": expected a number of microseconds"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_GPU_SPIN_US", "2000000")]);
-    assert!(out.contains("past its bound"), "{out}");
+    assert!(out.contains("DEPENGINE_GPU_SPIN_US=\"2000000\": 2s is past the bound of 1s"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_GPU_SPIN_US", "0")]);
     assert!(out.contains("config: "), "{out}");
     let engine =
@@ -209,10 +227,17 @@ fn watchdog_is_a_setting() {
     let out = child("child_with_defaults", &[("DEPENGINE_WATCHDOG_MS", "soon")]);
     assert!(out.contains("DEPENGINE_WATCHDOG_MS=\"soon\": expected a number of milliseconds"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_WATCHDOG_MS", "0")]);
-    assert!(out.contains("the watchdog's threshold must be above zero"), "{out}");
+    assert!(
+        out.contains("DEPENGINE_WATCHDOG_MS=\"0\": the watchdog's threshold must be above zero"),
+        "{out}"
+    );
     let out = child("child_with_defaults", &[("DEPENGINE_WATCHDOG_MS", "250")]);
     assert!(out.contains("config: kind="), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_WATCHDOG_MS", "18446744073709551615")]);
+    assert!(
+        out.contains("DEPENGINE_WATCHDOG_MS=\"18446744073709551615\": the watchdog's threshold"),
+        "{out}"
+    );
     assert!(out.contains("is past its bound of 86400s"), "{out}");
     let out = child("child_with_defaults", &[("DEPENGINE_WATCHDOG_MS", "86400000")]);
     assert!(out.contains("config: kind="), "{out}");
@@ -318,7 +343,7 @@ fn engine_from_env_reports_an_invalid_variable_and_uses_the_default() {
     // The valid variable applies; the invalid ones take their defaults.
     assert!(out.contains(&format!("config: kind=Threaded workers={cores} bulk=16 spin=10µs")), "{out}");
     assert!(out.contains("DEPENGINE_CPU_WORKERS=\"many\": expected a positive integer"), "{out}");
-    assert!(out.contains("spin 5s is past its bound of 1s"), "{out}");
+    assert!(out.contains("DEPENGINE_SPIN_US=\"5000000\": 5s is past the bound of 1s"), "{out}");
     assert!(out.contains("ignored, the setting's default is used"), "{out}");
 }
 

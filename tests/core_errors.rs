@@ -133,13 +133,14 @@ fn no_skip_op_runs_and_passes_the_error_on() {
 fn dropped_completion_fails_the_op_instead_of_hanging() {
     for engine in engines() {
         let v = engine.var(0u32);
-        let h = engine.op("forgot").write(&v).run_async(|(), (_v,), done: depengine::Completion<u8>| {
-            drop(done);
-        });
+        let h =
+            engine.op("forgot").write(&v).run_async(|(), (_v,), done: depengine::engine::Completion<u8>| {
+                drop(done);
+            });
         let err = h.blocking_wait().unwrap_err();
         assert!(err.is_completion_dropped(), "{err}");
         // Dropped on another thread, later.
-        let h = engine.op("forgot-later").run_async(|(), (), done: depengine::Completion<()>| {
+        let h = engine.op("forgot-later").run_async(|(), (), done: depengine::engine::Completion<()>| {
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(5));
                 drop(done);
@@ -147,7 +148,9 @@ fn dropped_completion_fails_the_op_instead_of_hanging() {
         });
         assert!(h.blocking_wait().unwrap_err().is_completion_dropped());
         // A panicking async body fails with a panic error.
-        let h = engine.op("async-panic").run_async(|(), (), _done: depengine::Completion<()>| panic!("no"));
+        let h = engine
+            .op("async-panic")
+            .run_async(|(), (), _done: depengine::engine::Completion<()>| panic!("no"));
         assert!(h.blocking_wait().unwrap_err().is_panic());
         // The var is usable after wait_for_var clears the error.
         assert!(engine.blocking_wait_for_var(&v).is_err());

@@ -12,7 +12,8 @@ use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use common::{Rng, bounded, mix};
-use depengine::{Engine, GroupCounts, ShutdownMode};
+use depengine::engine::GroupCounts;
+use depengine::{Engine, ShutdownMode};
 
 fn engine() -> Engine {
     depengine::EngineBuilder::from_env().cpu_workers(2).build().unwrap()
@@ -48,14 +49,29 @@ fn a_group_waits_for_all_its_ops_and_only_its_ops() {
     assert_eq!(group.counts(), counts(3, 0, 0, 0, 0));
     let mut wait = tokio_test::task::spawn(group.wait());
     tokio_test::assert_pending!(wait.poll());
+    // Open, the group is waited for until it is closed, as a TaskTracker.
+    assert!(group.close());
+    tokio_test::assert_pending!(wait.poll());
     drop(held);
     bounded(10, "the group's wait", move || futures::executor::block_on(wait)).unwrap();
     assert_eq!(ran.load(Ordering::SeqCst), 3);
     assert_eq!(group.counts(), counts(0, 0, 3, 0, 0));
     other.blocking_wait().unwrap();
-    // An empty group, or one whose ops are done, resolves at once.
-    assert!(engine.group("empty").wait().blocking_wait().is_ok());
+    // A closed group whose ops are done, or an empty one, resolves at once.
     assert!(group.wait().blocking_wait().is_ok());
+    let empty = engine.group("empty");
+    let mut open = tokio_test::task::spawn(empty.wait());
+    tokio_test::assert_pending!(open.poll());
+    empty.close();
+    assert!(open.is_woken());
+    tokio_test::assert_ready_ok!(open.poll());
+    // Reopened, it waits for a close again.
+    assert!(empty.reopen() && !empty.is_closed());
+    let mut again = tokio_test::task::spawn(empty.wait());
+    tokio_test::assert_pending!(again.poll());
+    // Dropped, it is cancelled, and so done: nothing of it failed.
+    drop(empty);
+    tokio_test::assert_ready_ok!(again.poll());
 }
 
 #[test]
@@ -67,6 +83,7 @@ fn a_wait_resolves_with_the_first_error_and_counts_tell_the_rest() {
     engine.op("fails").group(&group).write(&v).run_detached(|(), _| Err("bad input".into())).unwrap();
     // Skipped for the error on `v`: a failure of its own.
     let skipped = engine.op("skipped").group(&group).read(&v).run(|_, ()| Ok(()));
+    group.close();
     let err = group.wait().blocking_wait().unwrap_err();
     assert_eq!(err.root().op_name(), Some("fails"), "{err}");
     assert!(skipped.blocking_wait().unwrap_err().is_skipped());
@@ -136,7 +153,7 @@ fn cancel_lets_running_bodies_see_it_and_aborts_future_ops() {
     let seen = saw_cancel.clone();
     let stuck = engine.op("stuck").group(&group).write(&v).spawn(move |(), (mut v,)| async move {
         *v = 1;
-        seen.store(depengine::is_cancelled(), Ordering::SeqCst);
+        seen.store(depengine::engine::is_cancelled(), Ordering::SeqCst);
         started_tx.send(()).unwrap();
         std::future::pending::<()>().await;
         Ok(())
@@ -148,7 +165,7 @@ fn cancel_lets_running_bodies_see_it_and_aborts_future_ops() {
     let (looping_tx, looping_rx) = mpsc::channel();
     let long = engine.op("long").group(&group).run(move |(), ()| {
         looping_tx.send(()).unwrap();
-        while !depengine::is_cancelled() {
+        while !depengine::engine::is_cancelled() {
             std::thread::yield_now();
         }
         Ok("stopped")
@@ -166,7 +183,7 @@ fn cancel_lets_running_bodies_see_it_and_aborts_future_ops() {
     let err = engine.wait_for_var(&v).blocking_wait().unwrap_err();
     assert!(err.is_cancelled(), "{err}");
     assert_eq!(*v.read().blocking_wait().unwrap(), 1);
-    assert!(!depengine::is_cancelled(), "outside a body");
+    assert!(!depengine::engine::is_cancelled(), "outside a body");
     drop(engine);
     drop(rt);
 }
@@ -218,6 +235,7 @@ fn misuse_is_refused_with_a_clear_error() {
     // Waiting for another group from inside an op is fine.
     let other = Arc::new(a.group("other"));
     a.op("other's op").group(&other).run_detached(|(), ()| Ok(())).unwrap();
+    other.close();
     let o = other.clone();
     let fine = a.op("waits for another").group(&inner).run(move |(), ()| Ok(o.wait().blocking_wait()));
     bounded(10, "a wait for another group", move || fine.blocking_wait().unwrap()).unwrap();
@@ -279,6 +297,7 @@ fn a_cancelling_shutdown_cancels_a_groups_queued_ops_and_a_drain_runs_them() {
         let group = engine.group("request");
         let queued: Vec<_> =
             (0..3).map(|_| engine.op("queued").group(&group).write(&v).run(|_, _| Ok(()))).collect();
+        group.close();
         let shutdown = engine.shutdown(mode);
         tx.send(()).unwrap();
         let shut = futures::executor::block_on(shutdown);
@@ -403,6 +422,7 @@ fn random_program(seed: u64) {
         }
     }
     for (g, group) in groups.iter().enumerate() {
+        group.close();
         let waited = group.wait().blocking_wait();
         let c = group.counts();
         assert_eq!((c.pending, c.running, c.failed), (0, 0, 0), "seed {seed}, group {g}");

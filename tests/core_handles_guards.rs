@@ -118,7 +118,7 @@ fn public_types_are_send_sync_static() {
     send_sync::<depengine::ReadGuard<u8>>();
     send_sync::<depengine::WriteGuard<u8>>();
     send::<depengine::OpHandle<String>>();
-    send::<depengine::Completion<String>>();
+    send::<depengine::engine::Completion<String>>();
     send::<depengine::var::Acquire<depengine::WriteGuard<u8>>>();
     send::<depengine::engine::WaitForAll>();
 }

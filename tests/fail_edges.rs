@@ -25,7 +25,7 @@ fn an_op_made_ready_by_unwinding_runs_elsewhere_and_its_dropped_token_is_not_a_p
         let saw_unwinding = Arc::new(AtomicBool::new(true));
         let saw = saw_unwinding.clone();
         let op = engine.op("drops").write(&v).lane(Lane::Inline).run_async(
-            move |(), (_v,), done: depengine::Completion<()>| {
+            move |(), (_v,), done: depengine::engine::Completion<()>| {
                 saw.store(std::thread::panicking(), Ordering::SeqCst);
                 drop(done);
             },
@@ -51,14 +51,14 @@ fn an_op_made_ready_by_unwinding_runs_elsewhere_and_its_dropped_token_is_not_a_p
 #[test]
 fn a_body_that_panics_after_dropping_its_token_is_a_panic() {
     let engine = depengine::EngineBuilder::from_env().cpu_workers(1).build().unwrap();
-    let op = engine.op("p").run_async(|(), (), done: depengine::Completion<()>| {
+    let op = engine.op("p").run_async(|(), (), done: depengine::engine::Completion<()>| {
         drop(done);
         panic!("after the token");
     });
     let err = op.blocking_wait().unwrap_err();
     assert!(err.is_panic(), "{err}");
     assert!(err.to_string().contains("after the token"), "{err}");
-    let op = engine.op("q").run_async(|(), (), done: depengine::Completion<()>| {
+    let op = engine.op("q").run_async(|(), (), done: depengine::engine::Completion<()>| {
         let _keep = done;
         panic!("with the token");
     });
@@ -348,10 +348,11 @@ fn cancel_does_not_wait_behind_an_unsignalled_token_for_queued_ops() {
         let engine = depengine::EngineBuilder::from_env().cpu_workers(1).build().unwrap();
         let v = engine.var(0u32);
         let (tx, rx) = std::sync::mpsc::channel();
-        let holder =
-            engine.op("holds").write(&v).run_async(move |(), (_v,), done: depengine::Completion<()>| {
+        let holder = engine.op("holds").write(&v).run_async(
+            move |(), (_v,), done: depengine::engine::Completion<()>| {
                 tx.send(done).unwrap();
-            });
+            },
+        );
         let token = rx.recv().unwrap();
         let queued = engine.op("queued").read(&v).run(|(v,), ()| Ok(*v));
         let shutdown = {

@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use common::Rng;
 use depengine::EngineBuilder;
+use depengine::engine::Completion;
 use depengine::engine::EngineKind;
-use depengine::{Completion, Engine, Lane, ShutdownMode};
+use depengine::{Engine, Lane, ShutdownMode};
 
 /// Threads push every kind of op under a bound of 8, reserve, abort and
 /// drop handles at random; once everything is done, every slot is back.

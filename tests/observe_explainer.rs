@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::timed;
-use depengine::{Completion, Engine};
+use depengine::Engine;
+use depengine::engine::Completion;
 
 fn engine() -> Engine {
     depengine::EngineBuilder::from_env().cpu_workers(2).bulk_size(1).build().unwrap()

@@ -453,7 +453,7 @@ fn an_op_completed_elsewhere_is_drawn_in_flight_on_that_thread() {
     let completer = std::thread::Builder::new()
         .name("completer".into())
         .spawn(move || {
-            let (mut guard, done): (depengine::WriteGuard<u64>, depengine::Completion<()>) =
+            let (mut guard, done): (depengine::WriteGuard<u64>, depengine::engine::Completion<()>) =
                 rx.recv().unwrap();
             std::thread::sleep(std::time::Duration::from_millis(2));
             *guard += 1;

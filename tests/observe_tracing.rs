@@ -21,6 +21,8 @@ mod spans {
         spans: Arc<Mutex<Vec<String>>>,
         events: Arc<Mutex<Vec<(u64, String)>>>,
         current: Arc<Mutex<Vec<u64>>>,
+        /// The most verbose level it records (`None`: every level).
+        max: Option<tracing::Level>,
     }
 
     struct Fields(String);
@@ -32,8 +34,8 @@ mod spans {
     }
 
     impl Subscriber for Recorder {
-        fn enabled(&self, _: &Metadata<'_>) -> bool {
-            true
+        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+            self.max.is_none_or(|max| *metadata.level() <= max)
         }
         fn new_span(&self, span: &Attributes<'_>) -> Id {
             let mut f = Fields(format!("{} ", span.metadata().name()));
@@ -95,6 +97,68 @@ mod spans {
             .collect();
         assert_eq!(kinds, ["pushed", "started", "finished"], "{events:?}");
         assert!(events.iter().any(|e| e.contains("ok=true")), "{events:?}");
+    }
+}
+
+/// Per-op spans and events are at TRACE: a subscriber at DEBUG sees none
+/// of them (an engine's pools and shutdown, once each, are at DEBUG).
+mod levels {
+    use std::sync::{Arc, Mutex};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    #[derive(Clone, Default)]
+    struct AtDebug {
+        events: Arc<Mutex<Vec<String>>>,
+        spans: Arc<Mutex<usize>>,
+    }
+
+    struct Message(String);
+
+    impl Visit for Message {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            self.0.push_str(&format!("{}={:?} ", field.name(), value));
+        }
+    }
+
+    impl Subscriber for AtDebug {
+        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+            *metadata.level() <= Level::DEBUG
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            let mut spans = self.spans.lock().unwrap();
+            *spans += 1;
+            Id::from_u64(*spans as u64)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut m = Message(String::new());
+            event.record(&mut m);
+            self.events.lock().unwrap().push(m.0);
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    #[test]
+    fn a_debug_subscriber_sees_the_engine_and_not_each_op() {
+        let recorder = AtDebug::default();
+        let _default = tracing::subscriber::set_default(recorder.clone());
+        let engine =
+            depengine::EngineBuilder::from_env().kind(depengine::engine::EngineKind::Naive).build().unwrap();
+        for _ in 0..44 {
+            engine.op("quiet").lane(depengine::Lane::Inline).run(|(), ()| Ok(())).blocking_wait().unwrap();
+        }
+        engine.blocking_shutdown(depengine::ShutdownMode::Drain).unwrap();
+        let events = recorder.events.lock().unwrap().clone();
+        assert_eq!(*recorder.spans.lock().unwrap(), 0, "no op span at DEBUG");
+        assert!(!events.iter().any(|e| e.contains("pushed") || e.contains("finished")), "{events:?}");
+        assert!(events.iter().any(|e| e.contains("shutdown begun")), "{events:?}");
+        assert!(events.iter().any(|e| e.contains("shutdown ended")), "{events:?}");
+        assert!(events.len() <= 4, "{events:?}");
     }
 }
 

@@ -12,18 +12,24 @@ use std::task::{Context, Poll};
 use super::api::Engine;
 use crate::error::Error;
 use crate::may_block::{Instead, refuse_blocking};
-use crate::op::body::{in_cancelled_group, inside_group};
+use crate::op::body::{in_cancelled_group, in_user_body, inside_group, waits_for_current_body};
+use crate::op::op_handle::block_helping;
 use crate::op::record::GroupCore;
+use crate::sync::atomic::{AtomicBool, Ordering};
 
 /// A group of ops: waited for, cancelled and counted as one, as Tokio's
-/// `JoinSet` does for tasks and OpenMP's `taskgroup` for tasks.
+/// `TaskTracker` and `JoinSet` do for tasks and OpenMP's `taskgroup` for
+/// tasks.
 ///
 /// Made by [`Engine::group`]; an op joins it at its push
 /// ([`OpBuilder::group`](crate::engine::OpBuilder::group)), detached ops
-/// too. An op in no group pays nothing for groups.
+/// too. An op in no group pays nothing for groups. A clone is another
+/// handle to the same group, as a `TaskTracker`'s is.
 ///
-/// * [`wait`](Self::wait) resolves once every op of the group has completed,
-///   with the first error any of them ended with;
+/// * [`close`](Self::close) and [`wait`](Self::wait) have `TaskTracker`'s
+///   meaning: the wait resolves once the group is closed (or cancelled)
+///   and every op of it has completed, with the first error any of them
+///   ended with;
 /// * [`cancel`](Self::cancel) refuses the group's later pushes, resolves
 ///   its ops that have not started as cancelled without running them
 ///   (their vars are left as if they had never been pushed, as
@@ -31,11 +37,14 @@ use crate::op::record::GroupCore;
 ///   tasks of its running future ops ([`spawn`](crate::engine::OpBuilder::spawn))
 ///   at their next `.await`, and lets running sync and async bodies see it:
 ///   [`is_cancelled`] inside them;
-/// * **dropping the group cancels it**, as dropping a `JoinSet` aborts its
-///   tasks: a request's group dropped with its handler (the client hung
-///   up, a timeout fired) takes the request's unstarted work with it, and
-///   a forgotten group leaves nothing queued behind it.
-///   [`detach`](Self::detach) lets the ops run on instead.
+/// * **dropping the group's last clone cancels it**, as dropping a
+///   `JoinSet` aborts its tasks: a request's group dropped with its
+///   handler (the client hung up, a timeout fired) takes the request's
+///   unstarted work with it, and a forgotten group leaves nothing queued
+///   behind it. [`detach`](Self::detach) lets the ops run on instead;
+/// * [`cancelled`](Self::cancelled) is a future of the cancel, and
+///   [`tie`](Self::tie) (feature `tokio-util`) cancels the group with a
+///   `CancellationToken`.
 ///
 /// Ops of a group never join a bulk segment
 /// ([`EngineBuilder::bulk_size`](crate::EngineBuilder::bulk_size)): each
@@ -57,15 +66,32 @@ use crate::op::record::GroupCore;
 ///     *s = v.iter().sum();
 ///     Ok(())
 /// })?;
+/// request.close();
 /// request.wait().await?;
 /// assert_eq!(request.counts().done, 2);
 /// assert_eq!(*output.read().await?, 10);
 /// # Ok(()) }
 /// ```
+#[derive(Clone)]
 pub struct OpGroup {
+    owner: Arc<Owner>,
+}
+
+/// What the clones of one group share: the books, and whether the last
+/// clone's drop cancels them.
+struct Owner {
     core: Arc<GroupCore>,
     /// Cleared by `detach`.
-    cancel_on_drop: bool,
+    cancel_on_drop: AtomicBool,
+}
+
+/// Dropping a group's last clone cancels it (see [`OpGroup`]).
+impl Drop for Owner {
+    fn drop(&mut self) {
+        if self.cancel_on_drop.load(Ordering::Acquire) {
+            self.core.cancel();
+        }
+    }
 }
 
 impl Engine {
@@ -78,11 +104,12 @@ impl Engine {
     /// let engine = depengine::Engine::new();
     /// let batch = engine.group("nightly batch");
     /// assert_eq!(batch.name(), "nightly batch");
-    /// assert_eq!(batch.counts(), depengine::GroupCounts::default());
+    /// assert_eq!(batch.counts(), depengine::engine::GroupCounts::default());
     /// ```
     pub fn group(&self, name: impl Into<Cow<'static, str>>) -> OpGroup {
         let host: Arc<dyn std::any::Any + Send + Sync> = self.shared().clone();
-        OpGroup { core: GroupCore::new(name.into(), Arc::downgrade(&host)), cancel_on_drop: true }
+        let core = GroupCore::new(name.into(), Arc::downgrade(&host));
+        OpGroup { owner: Arc::new(Owner { core, cancel_on_drop: AtomicBool::new(true) }) }
     }
 }
 
@@ -108,7 +135,7 @@ pub struct GroupCounts {
 impl OpGroup {
     /// The group's name.
     pub fn name(&self) -> &str {
-        &self.core.name
+        &self.core().name
     }
 
     /// Cancels the group (see [`OpGroup`]): later pushes into it are
@@ -136,12 +163,12 @@ impl OpGroup {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn cancel(&self) -> bool {
-        self.core.cancel()
+        self.core().cancel()
     }
 
     /// Whether the group was cancelled (or dropped).
     pub fn is_cancelled(&self) -> bool {
-        self.core.is_cancelled()
+        self.core().is_cancelled()
     }
 
     /// How many of the group's ops are in each state now.
@@ -154,6 +181,7 @@ impl OpGroup {
     /// for i in 0..3 {
     ///     engine.op("step").group(&group).run_detached(move |(), ()| if i < 2 { Ok(()) } else { Err("bad".into()) })?;
     /// }
+    /// group.close();
     /// let _ = group.wait().blocking_wait();
     /// let counts = group.counts();
     /// assert_eq!((counts.done, counts.failed, counts.pending, counts.running), (2, 1, 0, 0));
@@ -161,7 +189,7 @@ impl OpGroup {
     /// # Ok::<(), depengine::Error>(())
     /// ```
     pub fn counts(&self) -> GroupCounts {
-        let c = self.core.counts();
+        let c = self.core().counts();
         GroupCounts {
             pending: c.pending,
             running: c.running,
@@ -171,29 +199,176 @@ impl OpGroup {
         }
     }
 
-    /// Waits until no op of the group is unfinished: resolves with `Ok` if
-    /// every op that completed so far succeeded, else with the first error
-    /// one of them ended with (a cancellation included). Ops pushed into
-    /// the group while it waits are waited for too.
+    /// Closes the group, as Tokio's `TaskTracker::close`: its
+    /// [`wait`](Self::wait)s resolve once it is closed and none of its ops
+    /// is unfinished. Ops may still join a closed group (the waits then
+    /// wait for them too). Returns whether this call closed it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let batch = engine.group("batch");
+    /// assert!(batch.close());
+    /// assert!(!batch.close());
+    /// assert!(batch.is_closed());
+    /// batch.wait().blocking_wait()?; // closed and empty
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
+    pub fn close(&self) -> bool {
+        self.core().set_closed(true)
+    }
+
+    /// Reopens a closed group: its waits wait for a `close` again.
+    /// Returns whether this call reopened it.
+    pub fn reopen(&self) -> bool {
+        self.core().set_closed(false)
+    }
+
+    /// Whether the group is closed.
+    pub fn is_closed(&self) -> bool {
+        self.core().is_closed()
+    }
+
+    /// Waits until the group is closed (or cancelled) and none of its ops
+    /// is unfinished, as Tokio's `TaskTracker::wait`: a wait on a group
+    /// that is still open waits for its [`close`](Self::close), so that
+    /// clones pushing into the group from several tasks cannot end it
+    /// early between two pushes. Resolves with `Ok` if every op that
+    /// completed succeeded, else with the first error one of them ended
+    /// with (a cancellation included).
+    ///
+    /// Blocking ([`GroupWait::blocking_wait`]) inside an op's body, the
+    /// thread runs queued ops while it waits, as
+    /// [`OpHandle::blocking_wait`](crate::OpHandle::blocking_wait) does, so
+    /// a body that fans ops out into a group and joins them never hangs,
+    /// on one worker or many.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> depengine::Result<()> {
+    /// let engine = depengine::Engine::new();
+    /// let parts = engine.group("parts");
+    /// // A clone is a shared handle, as a TaskTracker's: this wait waits
+    /// // for the close, however the pushes below interleave with the ops.
+    /// let waiter = tokio::spawn({
+    ///     let parts = parts.clone();
+    ///     async move { parts.wait().await }
+    /// });
+    /// for _ in 0..4 {
+    ///     engine.op("part").group(&parts).run_detached(|(), ()| Ok(()))?;
+    /// }
+    /// parts.close();
+    /// waiter.await.unwrap()?;
+    /// assert_eq!(parts.counts().done, 4);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
-    /// The first error of the group's ops, and [`Error::is_would_deadlock`]
+    /// The first error of the group's ops; [`Error::is_would_deadlock`]
     /// inside a body of one of the group's own ops (it would wait for
-    /// itself).
+    /// itself), or inside a body whose op holds a var that one of the
+    /// group's unfinished ops needs (with a write on either side: that op
+    /// could only run once the body's op has completed).
     pub fn wait(&self) -> GroupWait {
-        let refused = inside_group(&self.core).then(|| {
-            Error::would_deadlock(
-                "OpGroup::wait",
-                "it is called inside an op of this group, and would wait for it",
-            )
-        });
-        GroupWait { core: self.core.clone(), refused }
+        let refused = self.refusal();
+        GroupWait {
+            core: self.core().clone(),
+            key: None,
+            refused,
+            #[cfg(feature = "tokio-util")]
+            token: None,
+        }
     }
 
-    /// Drops the group without cancelling it: its ops run on, and their
-    /// outcome is left to their handles and to
-    /// [`Engine::wait_for_all`](crate::Engine::wait_for_all).
+    /// Why a wait for the group, here, would wait for ever, if it would.
+    fn refusal(&self) -> Option<Error> {
+        let core = self.core();
+        if inside_group(core) {
+            return Some(Error::would_deadlock(
+                "OpGroup::wait",
+                "it is called inside an op of this group, and would wait for it",
+            ));
+        }
+        if in_user_body() && core.any_unfinished(waits_for_current_body) {
+            return Some(Error::would_deadlock(
+                "OpGroup::wait",
+                "an op of the group needs a var that the op running this body holds",
+            ));
+        }
+        None
+    }
+
+    /// Resolves once the group is cancelled ([`cancel`](Self::cancel),
+    /// the drop of its last clone, or its tied token), as
+    /// `CancellationToken::cancelled` does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let engine = depengine::Engine::new();
+    /// let request = engine.group("request");
+    /// let watcher = tokio::spawn({
+    ///     let request = request.clone();
+    ///     async move { request.cancelled().await }
+    /// });
+    /// request.cancel();
+    /// watcher.await.unwrap();
+    /// # }
+    /// ```
+    pub fn cancelled(&self) -> GroupCancelled {
+        GroupCancelled {
+            core: self.core().clone(),
+            key: None,
+            #[cfg(feature = "tokio-util")]
+            token: None,
+        }
+    }
+
+    /// Ties the group to `token`: once the token is cancelled, the group
+    /// is as if [`cancel`](Self::cancel)ed (the group's cancel does not
+    /// cancel the token). No task watches the token: the group looks at it
+    /// whenever it is looked at itself (a push into it, an op of it about
+    /// to start, a wait for it polled), so no op of it starts after the
+    /// token's cancel, and a wait for it wakes on the token.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let shutdown = tokio_util::sync::CancellationToken::new();
+    /// let request = engine.group("request");
+    /// request.tie(&shutdown)?;
+    /// shutdown.cancel();
+    /// assert!(request.is_cancelled());
+    /// let refused = engine.op("late").group(&request).run(|(), ()| Ok(()));
+    /// assert!(refused.blocking_wait().unwrap_err().is_cancelled());
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_argument`] if the group is tied to a token
+    /// already.
+    #[cfg(feature = "tokio-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio-util")))]
+    pub fn tie(&self, token: &tokio_util::sync::CancellationToken) -> Result<(), Error> {
+        if self.core().tie(token.clone()) {
+            return Ok(());
+        }
+        Err(Error::invalid(format!("group `{}` is tied to a cancellation token already", self.name())))
+    }
+
+    /// Drops this handle to the group without cancelling it: the group's
+    /// ops run on when its last clone is dropped, and their outcome is
+    /// left to their handles and to
+    /// [`Engine::wait_for_all`](crate::Engine::wait_for_all). It holds for
+    /// every clone of the group.
     ///
     /// # Examples
     ///
@@ -209,27 +384,25 @@ impl OpGroup {
     /// assert_eq!(*v.read().blocking_wait()?, 7);
     /// # Ok::<(), depengine::Error>(())
     /// ```
-    pub fn detach(mut self) {
-        self.cancel_on_drop = false;
+    pub fn detach(self) {
+        self.owner.cancel_on_drop.store(false, Ordering::Release);
+    }
+
+    /// Wakers kept for this group's waits (to check that dropped waits
+    /// leave none behind).
+    #[doc(hidden)]
+    pub fn waiters_kept(&self) -> usize {
+        self.core().waiters()
     }
 
     pub(crate) fn core(&self) -> &Arc<GroupCore> {
-        &self.core
-    }
-}
-
-/// Dropping a group cancels it (see [`OpGroup`]).
-impl Drop for OpGroup {
-    fn drop(&mut self) {
-        if self.cancel_on_drop {
-            self.core.cancel();
-        }
+        &self.owner.core
     }
 }
 
 impl fmt::Debug for OpGroup {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.core.fmt(f)
+        self.core().fmt(f)
     }
 }
 
@@ -246,7 +419,7 @@ impl fmt::Debug for OpGroup {
 /// let (started_tx, started_rx) = std::sync::mpsc::channel();
 /// let long = engine.op("long").group(&group).run(move |(), ()| {
 ///     started_tx.send(()).unwrap();
-///     while !depengine::is_cancelled() {
+///     while !depengine::engine::is_cancelled() {
 ///         std::thread::yield_now(); // a step of long work
 ///     }
 ///     Ok("stopped early")
@@ -254,31 +427,49 @@ impl fmt::Debug for OpGroup {
 /// started_rx.recv().unwrap();
 /// group.cancel();
 /// assert_eq!(long.blocking_wait()?, "stopped early"); // it saw the cancel
-/// assert!(!depengine::is_cancelled());
+/// assert!(!depengine::engine::is_cancelled());
 /// # Ok::<(), depengine::Error>(())
 /// ```
 pub fn is_cancelled() -> bool {
     in_cancelled_group()
 }
 
+/// The wait of a tied token, boxed: made only for a tied group's waits.
+#[cfg(feature = "tokio-util")]
+type TokenWait = Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>;
+
+/// Polls the tied token's cancel (kept in `wait` once made): ready once
+/// it is cancelled.
+#[cfg(feature = "tokio-util")]
+fn poll_token(core: &GroupCore, wait: &mut Option<TokenWait>, cx: &mut Context<'_>) -> bool {
+    let Some(token) = core.tied_token() else { return false };
+    let wait = wait.get_or_insert_with(|| Box::pin(token.clone().cancelled_owned()));
+    wait.as_mut().poll(cx).is_ready()
+}
+
 /// The future of [`OpGroup::wait`].
 #[must_use = "futures do nothing unless awaited"]
 pub struct GroupWait {
     core: Arc<GroupCore>,
+    /// Its waker's key in the group's books, once polled.
+    key: Option<u64>,
     refused: Option<Error>,
+    #[cfg(feature = "tokio-util")]
+    token: Option<TokenWait>,
 }
 
 impl GroupWait {
     /// Blocks the current thread until the wait resolves, for non-async
-    /// callers.
+    /// callers. Inside an op's body, it runs queued ops meanwhile (see
+    /// [`OpGroup::wait`]).
     ///
     /// # Errors
     ///
     /// As for the future, and [`Error::is_blocking_in_runtime`] in an async
     /// task (`.await` it there).
-    pub fn blocking_wait(self) -> Result<(), Error> {
+    pub fn blocking_wait(mut self) -> Result<(), Error> {
         refuse_blocking("GroupWait::blocking_wait", Instead::Await)?;
-        futures::executor::block_on(self)
+        block_helping(|cx| Pin::new(&mut self).poll(cx), crate::exec::help)
     }
 }
 
@@ -286,15 +477,76 @@ impl Future for GroupWait {
     type Output = Result<(), Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if let Some(err) = self.refused.take() {
+        let this = &mut *self;
+        if let Some(err) = this.refused.take() {
             return Poll::Ready(Err(err));
         }
-        self.core.poll_idle(cx.waker()).map_or(Poll::Pending, Poll::Ready)
+        if let Some(done) = this.core.poll_done(&mut this.key, cx.waker()) {
+            return Poll::Ready(done);
+        }
+        #[cfg(feature = "tokio-util")]
+        if poll_token(&this.core, &mut this.token, cx) {
+            // The token's cancel is the group's now: looked at again.
+            if let Some(done) = this.core.poll_done(&mut this.key, cx.waker()) {
+                return Poll::Ready(done);
+            }
+        }
+        Poll::Pending
+    }
+}
+
+/// A wait dropped before it resolved leaves no waker behind.
+impl Drop for GroupWait {
+    fn drop(&mut self) {
+        if self.key.is_some() {
+            self.core.forget_done(self.key.take());
+        }
     }
 }
 
 impl fmt::Debug for GroupWait {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GroupWait").field("group", &self.core.name).finish_non_exhaustive()
+    }
+}
+
+/// The future of [`OpGroup::cancelled`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct GroupCancelled {
+    core: Arc<GroupCore>,
+    key: Option<u64>,
+    #[cfg(feature = "tokio-util")]
+    token: Option<TokenWait>,
+}
+
+impl Future for GroupCancelled {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        if this.core.poll_cancelled(&mut this.key, cx.waker()) {
+            return Poll::Ready(());
+        }
+        #[cfg(feature = "tokio-util")]
+        if poll_token(&this.core, &mut this.token, cx) && this.core.poll_cancelled(&mut this.key, cx.waker())
+        {
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+}
+
+/// A wait dropped before it resolved leaves no waker behind.
+impl Drop for GroupCancelled {
+    fn drop(&mut self) {
+        if self.key.is_some() {
+            self.core.forget_cancelled(self.key.take());
+        }
+    }
+}
+
+impl fmt::Debug for GroupCancelled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GroupCancelled").field("group", &self.core.name).finish_non_exhaustive()
     }
 }

@@ -138,6 +138,7 @@ fn watchdog(env: &Env, given: Option<Duration>) -> Result<Option<Duration>, Erro
                 .parse::<u64>()
                 .map_err(|_| format!("{ENV_WATCHDOG_MS}={raw:?}: expected a number of milliseconds"))?;
             watchdog_bounded(Duration::from_millis(ms))
+                .map_err(|wrong| format!("{ENV_WATCHDOG_MS}={raw:?}: {wrong}"))
         }),
     }
 }
@@ -172,6 +173,11 @@ impl Env {
             return Ok(None);
         }
         let Some(raw) = std::env::var_os(name) else { return Ok(None) };
+        // The one rule for empty values: an empty (or all-blank) variable
+        // is as if it were not set, for every variable.
+        if raw.to_str().is_some_and(|raw| raw.trim().is_empty()) {
+            return Ok(None);
+        }
         let parsed = match raw.to_str() {
             Some(raw) => parse(raw),
             None => Err(format!("{name}={raw:?}: not UTF-8 text")),
@@ -278,22 +284,22 @@ fn env_kind(env: &Env) -> Result<Option<EngineKind>, Error> {
 /// A spin budget: the builder's, else environment variable `name` (in
 /// microseconds), else `default`; at most `MAX_SPIN`.
 fn spin(env: &Env, given: Option<Duration>, name: &str, default: Duration) -> Result<Duration, Error> {
-    let bounded = |spin: Duration| {
-        if spin > MAX_SPIN {
-            Err(format!("spin {spin:?} is past its bound of {MAX_SPIN:?}"))
-        } else {
-            Ok(spin)
-        }
-    };
     if let Some(spin) = given {
-        return bounded(spin).map_err(Error::invalid);
+        if spin > MAX_SPIN {
+            return Err(Error::invalid(format!("spin {spin:?} is past its bound of {MAX_SPIN:?}")));
+        }
+        return Ok(spin);
     }
     let from_env = env.get(name, |raw| {
         let us = raw
             .trim()
             .parse::<u64>()
             .map_err(|_| format!("{name}={raw:?}: expected a number of microseconds"))?;
-        bounded(Duration::from_micros(us))
+        let spin = Duration::from_micros(us);
+        if spin > MAX_SPIN {
+            return Err(format!("{name}={raw:?}: {spin:?} is past the bound of {MAX_SPIN:?}"));
+        }
+        Ok(spin)
     })?;
     Ok(from_env.unwrap_or(default))
 }
@@ -306,7 +312,7 @@ fn flag(env: &Env, given: Option<bool>, name: &str, default: bool) -> Result<boo
     }
     let from_env = env.get(name, |raw| match raw.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "on" | "yes" => Ok(true),
-        "0" | "false" | "off" | "no" | "" => Ok(false),
+        "0" | "false" | "off" | "no" => Ok(false),
         _ => Err(format!("{name}={raw:?}: expected 1 or 0")),
     })?;
     Ok(from_env.unwrap_or(default))

@@ -68,6 +68,10 @@ pub(crate) struct Shared {
     pub(super) queues: Queues,
     /// Ops' outcomes, for metrics.
     pub(super) counts: Counts,
+    /// Pushing threads waiting at the soft bound on ops in flight.
+    throttled: throttle::Waiters,
+    /// What their looks past the bound decided, for metrics.
+    pub(super) throttle_looks: throttle::Tallies,
     /// The profiler.
     pub(super) recorder: Recorder,
     /// The bound on user ops in flight, if there is one.
@@ -97,6 +101,7 @@ impl Host for Shared {
         match note {
             Note::Done { counted } => {
                 self.counts.completed.add_one();
+                self.throttled.completed_one();
                 if counted {
                     self.slot_freed();
                 }
@@ -185,6 +190,8 @@ impl Shared {
                 bulk,
                 queues: Queues::default(),
                 counts: Counts::default(),
+                throttled: throttle::Waiters::default(),
+                throttle_looks: throttle::Tallies::default(),
                 recorder,
                 limit,
                 lingering: CountLatch::default(),
@@ -495,7 +502,20 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Ops pushed and not yet completed.
+    pub(super) fn in_flight(&self) -> u64 {
+        // Completions first: an op is pushed before it completes.
+        let completed = self.counts.completed.get();
+        self.tracker.with_side(|intake| intake.pushed).saturating_sub(completed)
+    }
+}
+
 impl throttle::Progress for Shared {
+    fn id(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
     fn pushed(&self) -> u64 {
         self.tracker.with_side(|intake| intake.pushed)
     }
@@ -506,6 +526,18 @@ impl throttle::Progress for Shared {
 
     fn all_idle(&self) -> bool {
         self.dispatcher.all_idle()
+    }
+
+    fn now(&self) -> std::time::Instant {
+        std::time::Instant::now()
+    }
+
+    fn park(&self, goal: u64, patience: std::time::Duration) {
+        self.throttled.park(goal, || self.counts.completed.get(), patience);
+    }
+
+    fn decided(&self, decision: throttle::Decision) {
+        self.throttle_looks.count(decision);
     }
 }
 

@@ -8,7 +8,7 @@
 pub enum ErrorKind {
     /// The op's body returned an error (its [`source`](std::error::Error::source)).
     Failed,
-    /// The op's body panicked ([`Error::into_panic`](crate::Error::into_panic)).
+    /// The op's body panicked ([`Error::try_into_panic`](crate::Error::try_into_panic)).
     Panicked,
     /// An async op's completion was dropped without being signalled.
     CompletionDropped,

@@ -58,9 +58,20 @@ fn a_panic_payload_is_taken_once() {
     let err = Error::panicked("p".into(), Box::new(7u8));
     let other = err.clone();
     assert_eq!(err.kind(), ErrorKind::Panicked);
-    assert_eq!(err.into_panic().unwrap().downcast_ref::<u8>(), Some(&7));
+    let third = err.clone();
+    assert_eq!(err.try_into_panic().unwrap().downcast_ref::<u8>(), Some(&7));
     // A clone finds it taken; the message stays.
-    let other = other.into_panic().unwrap_err();
+    let other = other.try_into_panic().unwrap_err();
     assert!(other.is_panic() && other.to_string().contains("panicked"), "{other}");
-    assert!(Error::new(Kind::Shutdown).into_panic().is_err());
+    assert!(Error::new(Kind::Shutdown).try_into_panic().is_err());
+    // `into_panic`, on an error whose payload is gone, panics saying why.
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| third.into_panic())).unwrap_err();
+    let message = crate::error::panic_message(&*caught);
+    assert!(message.contains("holds no panic payload"), "{message}");
+}
+
+#[test]
+fn into_panic_gives_the_payload_as_tokio_does() {
+    let err = Error::panicked("p".into(), Box::new("boom"));
+    assert_eq!(err.into_panic().downcast_ref::<&str>(), Some(&"boom"));
 }

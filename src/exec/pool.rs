@@ -242,6 +242,7 @@ impl Pool {
                 }
             }
         }
+        tracing::debug!(target: "depengine", pool = name, workers, "pool started");
         Ok(pool)
     }
 
@@ -479,6 +480,18 @@ impl PoolShared {
     /// the feeds and the injector in turn, then a negative priority.
     pub(super) fn try_pop(&self, view: &mut FeedView) -> Option<TaskRef> {
         self.pop_with(view, |feed, _| feed.take().map(|task| (task, 0)))
+    }
+
+    /// [`try_pop`](Self::try_pop) for a wait nested in an op that a wait
+    /// runs (see `this_thread::help`): the ops the workers queued first
+    /// (an urgent priority, then the injector), then the rest as `try_pop`.
+    pub(super) fn try_pop_nested(&self, view: &mut FeedView) -> Option<TaskRef> {
+        if self.urgent.load(Ordering::Relaxed) > 0
+            && let Some(task) = self.pop_heap(|p| p > 0)
+        {
+            return Some(task);
+        }
+        self.take_injected().or_else(|| self.try_pop(view))
     }
 
     /// [`try_pop`](Self::try_pop), but an op taken from a feed brings up to

@@ -50,24 +50,43 @@ pub(super) fn become_worker(pool: &Arc<PoolShared>) {
     HELPER.with(|helper| *helper.borrow_mut() = Some((pool.clone(), FeedView::default())));
 }
 
-/// Runs one op while a body on this thread blocks on a handle: first one
-/// this thread queued to run after its current op ([`LOCAL`]), else, on a
-/// worker, one from its pool's queues. The op waited for may be either.
+/// Runs one op while a body on this thread blocks on a handle (or a
+/// group): first one this thread queued to run after its current op
+/// ([`LOCAL`]), else, on a worker, one from its pool's queues. The op
+/// waited for may be either.
+///
+/// Each op run here nests on the stack of the body that waits, so the
+/// depth is bounded, as [`run_here`]'s is: past [`MAX_NESTED`] ops deep, a
+/// wait takes no more from the pool (it looks again soon, as other
+/// workers run what is queued). And a wait already nested takes ops the
+/// workers queued (the injector: what bodies pushed, what completions
+/// released) before the ops of outside threads, which hold the next
+/// top-level bodies: so many bodies that fan ops out and join them do not
+/// nest one inside the other while their children wait behind them.
 pub(crate) fn help() -> Help {
-    if let Some(task) = LOCAL.with(|local| local.borrow_mut().pop_front()) {
+    let depth = NESTED.with(Cell::get);
+    let nested = |task: TaskRef| {
+        NESTED.with(|n| n.set(depth + 1));
         execute(task);
+        NESTED.with(|n| n.set(depth));
+    };
+    if let Some(task) = LOCAL.with(|local| local.borrow_mut().pop_front()) {
+        nested(task);
         return Help::Ran;
     }
     let taken = HELPER.with(|helper| {
         let mut helper = helper.borrow_mut();
         let (pool, view) = helper.as_mut()?;
-        Some(pool.try_pop(view))
+        if depth >= MAX_NESTED {
+            return Some(None);
+        }
+        Some(if depth == 0 { pool.try_pop(view) } else { pool.try_pop_nested(view) })
     });
     match taken {
         Some(Some(task)) => {
             // Inside a body of this worker: the op runs nested, and what
             // it makes ready is queued, not kept in the next slot.
-            run_here(task, true);
+            nested(task);
             Help::Ran
         }
         Some(None) => Help::Later,

@@ -15,7 +15,7 @@
 /// feature `derive`, writes the two `impl`s and checks them):
 ///
 /// ```
-/// use depengine::bytemuck::{Pod, Zeroable};
+/// use depengine::gpu::bytemuck::{Pod, Zeroable};
 /// #[derive(Clone, Copy)]
 /// #[repr(C)]
 /// struct Particle {

@@ -34,9 +34,16 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 pub use crate::error::GpuFault;
+// The foreign crates in this module's API, at the versions the engine is
+// built with: `Pod`, what a GPU buffer holds; cudarc's streams and slices
+// (feature `cuda`).
 pub use backend::Stream;
 pub use buffer::{Gpu, GpuBuffer, HostBuffer};
+pub use bytemuck;
 pub use context::GpuContext;
+#[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+pub use cudarc;
 pub(crate) use early_release::{FenceWait, Fences};
 pub use element::GpuElement;
 pub(crate) use event::Event;

@@ -90,7 +90,7 @@ pub enum RankFailure {
 
 impl RankFailure {
     /// The refusal `err` of a collective's push.
-    pub(super) fn of_refusal(err: &crate::Error) -> Self {
+    pub(super) fn of_refusal(err: &crate::error::Error) -> Self {
         if err.is_shutdown() {
             Self::RefusedShutDown
         } else if err.is_full() {

@@ -277,7 +277,7 @@ fn shared_id(mpi: &Collectives, make: bool) -> Result<sys::ncclUniqueId, Error> 
     }
     let var = mpi.engine.var(bytes);
     mpi.broadcast(&var, 0).blocking_wait()?;
-    let bytes = futures::executor::block_on(var.read())?.clone();
+    let bytes = crate::sync::block_on::block_on(var.read())?.clone();
     if bytes[0] != 1 {
         return Err(Error::gpu_unavailable(
             0,

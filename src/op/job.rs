@@ -8,8 +8,6 @@ use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use futures::FutureExt;
-
 use super::access::{Item, OpToken};
 use super::body::{FUTURE_OP_GROUP, FUTURE_OP_OF, in_body, in_body_with_token};
 use super::op_handle::{Completion, OpSlot, SlotRef};
@@ -183,7 +181,15 @@ where
         let span = op.header().span().cloned().unwrap_or_else(tracing::Span::none);
         let task = FUTURE_OP_OF.scope(engine, async move {
             let on_drop = on_drop;
-            let caught = AssertUnwindSafe(async move { body(reads, writes).await }).catch_unwind().await;
+            // The body is called at the first poll, inside the catch.
+            let mut future = std::pin::pin!(async move { body(reads, writes).await });
+            let caught = std::future::poll_fn(|cx| {
+                match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+                    Ok(poll) => poll.map(Ok),
+                    Err(payload) => std::task::Poll::Ready(Err(payload)),
+                }
+            })
+            .await;
             if let Some(slot) = on_drop.disarm() {
                 let result = op_result(|| slot.header(), caught);
                 slot.store_owned(result);

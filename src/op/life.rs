@@ -32,7 +32,7 @@ use crate::var::{Grant, VarCell};
 #[inline]
 pub(crate) fn submit(task: TaskRef, mut dispatch: impl FnMut(TaskRef)) -> Result<(), Error> {
     let header = task.header();
-    header.in_span(|| tracing::debug!(target: "depengine::op", "pushed"));
+    header.in_span(|| tracing::trace!(target: "depengine::op", "pushed"));
     let deps = header.deps.len();
     if deps == 0 {
         if let Some(profile) = header.meta.profiled().then(|| header.profile()).flatten() {

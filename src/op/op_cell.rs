@@ -151,7 +151,7 @@ impl<J: Job> Task for OpCell<J> {
         };
         // Borrowed from the header: the record lives while `this` does.
         let _entered = self.header.span().map(tracing::Span::enter);
-        tracing::debug!(target: "depengine::op", "started");
+        tracing::trace!(target: "depengine::op", "started");
         if watched {
             self.header.watch_started();
         }
@@ -219,9 +219,12 @@ impl<J: Job> OpCell<J> {
     #[cold]
     #[inline(never)]
     fn cancelled_by_group(&self, this: &TaskRef) -> bool {
-        if !self.header.group().is_some_and(|link| link.core.is_cancelled()) {
+        let Some(link) = self.header.group() else { return false };
+        if !link.core.is_cancelled() {
             return false;
         }
+        // Cancelled through its token: the rest of the group goes now too.
+        link.core.cancel_if_tied();
         let op = self.header.meta.name.clone();
         if !self.resolve_now(this, Error::new(Kind::Cancelled { op, reason: GROUP_REASON }), false) {
             return false;

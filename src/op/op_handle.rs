@@ -6,7 +6,7 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll};
 
 use super::body::{token_left_by_own_body, waits_for_current_body};
 use super::record::Header;
@@ -231,7 +231,7 @@ impl<R: Send + 'static> OpHandle<R> {
     pub fn blocking_wait(mut self) -> Result<R, Error> {
         refuse_blocking("OpHandle::blocking_wait", Instead::Await)?;
         let Inner::Pushed(slot) = &self.inner else {
-            return futures::executor::block_on(self);
+            return crate::sync::block_on::block_on(self);
         };
         if !slot.is_complete() && waits_for_current_body(slot.header()) {
             return Err(Error::would_deadlock(
@@ -261,17 +261,28 @@ impl<R: Send + 'static> OpHandle<R> {
                 std::thread::yield_now();
             }
         }
-        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-        let mut cx = Context::from_waker(&waker);
-        loop {
-            if let Poll::Ready(result) = Pin::new(&mut self).poll(&mut cx) {
-                return result;
-            }
-            match host.wait(Wait::Blocked) {
-                Help::Ran => {}
-                Help::Later => std::thread::park_timeout(HELP_PARK),
-                Help::Nothing => std::thread::park(),
-            }
+        block_helping(|cx| Pin::new(&mut self).poll(cx), || host.wait(Wait::Blocked))
+    }
+}
+
+/// Polls `poll` on this thread until it is ready, running what `help`
+/// finds to run between polls (the ops this thread would run only after
+/// its body, or its pool's queue on a worker: see
+/// [`OpHandle::blocking_wait`]), and parking when there is nothing.
+pub(crate) fn block_helping<T>(
+    mut poll: impl FnMut(&mut Context<'_>) -> Poll<T>,
+    help: impl Fn() -> Help,
+) -> T {
+    let waker = crate::sync::block_on::unpark_waker();
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(value) = poll(&mut cx) {
+            return value;
+        }
+        match help() {
+            Help::Ran => {}
+            Help::Later => std::thread::park_timeout(HELP_PARK),
+            Help::Nothing => std::thread::park(),
         }
     }
 }
@@ -279,19 +290,6 @@ impl<R: Send + 'static> OpHandle<R> {
 /// How long a worker blocked on a handle sleeps before it looks at its
 /// pool's queue again (nobody wakes it for new work there).
 const HELP_PARK: std::time::Duration = std::time::Duration::from_micros(200);
-
-/// Wakes the thread blocked in [`OpHandle::blocking_wait`].
-struct Unpark(std::thread::Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
-    }
-}
 
 impl<R: Send + 'static> Future for OpHandle<R> {
     type Output = Result<R, Error>;
@@ -395,7 +393,7 @@ impl<R: Send + 'static> Completion<R> {
     ///
     /// ```
     /// let engine = depengine::Engine::new();
-    /// let h = engine.op("parse").run_async(|(), (), done: depengine::Completion<u32>| {
+    /// let h = engine.op("parse").run_async(|(), (), done: depengine::engine::Completion<u32>| {
     ///     done.complete("42".parse::<u32>().map_err(Into::into));
     /// });
     /// assert_eq!(h.blocking_wait()?, 42);
@@ -429,7 +427,7 @@ impl<R: Send + 'static> Completion<R> {
     ///
     /// ```
     /// let engine = depengine::Engine::new();
-    /// let h = engine.op("async").run_async(|(), (), done: depengine::Completion<()>| done.fail("device lost"));
+    /// let h = engine.op("async").run_async(|(), (), done: depengine::engine::Completion<()>| done.fail("device lost"));
     /// let err = h.blocking_wait().unwrap_err();
     /// assert!(err.is_failed());
     /// assert_eq!(std::error::Error::source(&err).unwrap().to_string(), "device lost");

@@ -48,7 +48,7 @@ impl Outcome {
     }
 
     /// The outcome of an op that ended with `err`.
-    pub(crate) fn of(err: &crate::Error) -> Self {
+    pub(crate) fn of(err: &crate::error::Error) -> Self {
         if err.is_skipped() {
             Outcome::Skipped
         } else if err.is_cancelled() {

@@ -6,6 +6,7 @@
 mod shim;
 
 pub(crate) mod barrier;
+pub(crate) mod block_on;
 pub(crate) mod coarse;
 pub(crate) mod countdown;
 pub(crate) mod epoch;
@@ -14,5 +15,6 @@ pub(crate) mod prefetch;
 pub(crate) mod small;
 pub(crate) mod spin;
 pub(crate) mod tally;
+pub(crate) mod wakers;
 
 pub(crate) use shim::{Condvar, Mutex, MutexGuard, atomic, cell, lock, wait_timeout};

@@ -220,7 +220,7 @@ impl<G: Send + 'static> Acquire<G> {
     /// ```
     pub fn blocking_wait(self) -> Result<G, Error> {
         refuse_blocking("Acquire::blocking_wait", Instead::Await)?;
-        futures::executor::block_on(self)
+        crate::sync::block_on::block_on(self)
     }
 }
 

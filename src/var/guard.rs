@@ -61,7 +61,7 @@ impl<T> ReadGuard<T> {
     /// The error one of the op's vars carried when it was let through
     /// (seen by ops that run regardless: `no_skip`).
     #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-    pub(crate) fn op_seen_error(&self) -> Option<crate::Error> {
+    pub(crate) fn op_seen_error(&self) -> Option<crate::error::Error> {
         self._live.seen_error()
     }
 }
@@ -69,7 +69,7 @@ impl<T> ReadGuard<T> {
 impl<T> WriteGuard<T> {
     /// As [`ReadGuard::op_seen_error`].
     #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-    pub(crate) fn op_seen_error(&self) -> Option<crate::Error> {
+    pub(crate) fn op_seen_error(&self) -> Option<crate::error::Error> {
         self._live.seen_error()
     }
 

@@ -68,12 +68,15 @@ impl Engine {
             refused.map(|()| (self.shared().close(mode == ShutdownMode::Cancel), self.shared().clone()));
         async move {
             let (latch, shared) = closing?;
+            tracing::debug!(target: "depengine", ?mode, in_flight = shared.in_flight(), "shutdown begun");
             latch.wait().await;
             shared.lingering().wait().await;
             shared.dispatcher.stop_and_join();
             shared.stop_watchdog();
             shared.recorder.autosave();
-            shared.take_unseen_error()
+            let result = shared.take_unseen_error();
+            tracing::debug!(target: "depengine", ?mode, ok = result.is_ok(), "shutdown ended: the pools have stopped");
+            result
         }
     }
 
@@ -107,6 +110,6 @@ impl Engine {
     pub fn blocking_shutdown(&self, mode: ShutdownMode) -> Result<(), Error> {
         const WHAT: &str = "Engine::blocking_shutdown";
         refuse_blocking(WHAT, Instead::Await)?;
-        futures::executor::block_on(self.close_and_wait(mode, WHAT))
+        crate::sync::block_on::block_on(self.close_and_wait(mode, WHAT))
     }
 }

@@ -50,6 +50,7 @@ impl Engine {
         // completes, so the difference never goes below zero.
         let completed = shared.counts.completed.get();
         let pushed = shared.tracker.with_side(|intake| intake.pushed);
+        let (throttle_waits, throttle_passes) = shared.throttle_looks.get();
         Metrics {
             pushed,
             completed,
@@ -62,6 +63,8 @@ impl Engine {
             max_in_flight: shared.limit().map(|limit| limit.max()),
             slots_used: shared.limit().map_or(0, |limit| limit.max() - limit.free()),
             refused_full: shared.limit().map_or(0, |limit| limit.refused()),
+            throttle_waits,
+            throttle_passes,
             timing: shared.config.topology.timing,
             pools,
         }

@@ -41,7 +41,7 @@ impl WaitForAll {
     /// ```
     pub fn blocking_wait(self) -> Result<(), Error> {
         refuse_blocking("WaitForAll::blocking_wait", Instead::Await)?;
-        futures::executor::block_on(self)
+        crate::sync::block_on::block_on(self)
     }
 }
 

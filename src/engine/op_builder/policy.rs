@@ -263,6 +263,7 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr, ()> {
     /// let engine = depengine::Engine::new();
     /// let request = engine.group("request");
     /// let h = engine.op("answer").group(&request).run(|(), ()| Ok(42));
+    /// request.close();
     /// request.wait().blocking_wait()?;
     /// assert_eq!(h.blocking_wait()?, 42);
     /// # Ok::<(), depengine::Error>(())
@@ -284,6 +285,7 @@ impl<'e, Rd, Wr> OpBuilder<'e, Rd, Wr, ()> {
     ///     let group = traced.then_some(&request);
     ///     engine.op("step").group_opt(group).run_detached(|(), ()| Ok(()))?;
     /// }
+    /// request.close();
     /// request.wait().blocking_wait()?;
     /// assert_eq!(request.counts().done, 1);
     /// # Ok::<(), depengine::Error>(())

@@ -31,7 +31,7 @@ impl DistWait<'_> {
     /// `.await` it there.
     pub fn blocking_wait(self) -> Result<(), Error> {
         refuse_blocking("Distribution::wait", Instead::Await)?;
-        futures::executor::block_on(self)
+        crate::sync::block_on::block_on(self)
     }
 }
 

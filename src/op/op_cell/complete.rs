@@ -84,8 +84,8 @@ impl<J: Job> OpCell<J> {
         };
         // Most ops have no span: the event is logged without a closure then.
         match header.span() {
-            Some(span) => span.in_scope(|| tracing::debug!(target: "depengine::op", ok, "finished")),
-            None => tracing::debug!(target: "depengine::op", ok, "finished"),
+            Some(span) => span.in_scope(|| tracing::trace!(target: "depengine::op", ok, "finished")),
+            None => tracing::trace!(target: "depengine::op", ok, "finished"),
         }
         self.publish_now();
     }
@@ -165,7 +165,7 @@ fn profile_released(by: &Header, ready: &ReadyList) {
 /// Completes a nested op: its parent holds its vars and publishes it (see
 /// `../record/nest.rs`); a parent waiting for its guards goes on.
 fn complete_nested(header: &Header, after_guards: bool) {
-    header.in_span(|| tracing::debug!(target: "depengine::op", ok = header.carry().is_none(), "finished"));
+    header.in_span(|| tracing::trace!(target: "depengine::op", ok = header.carry().is_none(), "finished"));
     if let Some(then) = after_guards.then(|| header.nested_finished()).flatten() {
         then();
     }

@@ -53,7 +53,7 @@ impl<J: Job> OpCell<J> {
         self.publish_resolved();
         if self.slot.mark_early() {
             self.release_body(this, true);
-            self.header.host.note(Note::Gone { counted: self.header.meta.counted() });
+            self.gone();
         }
         true
     }
@@ -64,15 +64,16 @@ impl<J: Job> OpCell<J> {
     pub(super) fn through_early(&self, this: &TaskRef) {
         if self.slot.mark_through() {
             self.release_body(this, false);
-            self.header.host.note(Note::Gone { counted: self.header.meta.counted() });
+            self.gone();
         }
     }
 
     /// Publishes an op that an early resolution claimed, by the resolution
     /// itself (every other publication of such an op returns at once: see
-    /// `publish_now`): it finds the epoch and counts the op as done, but
-    /// does not give its slot among the ops in flight back: `Note::Gone`
-    /// does, once it has left its vars.
+    /// `publish_now`): it counts the op as done, but neither gives its slot
+    /// among the ops in flight back nor releases its epoch: [`gone`](Self::gone)
+    /// does both, once it has left its vars, so that a `wait_for_all`
+    /// resolves only once nothing it waited for is still queued anywhere.
     #[cold]
     fn publish_resolved(&self) {
         // Nobody reads a detached op's result: the slot is left alone.
@@ -85,9 +86,10 @@ impl<J: Job> OpCell<J> {
             waker
         };
         // SAFETY: only the resolution, which claimed the start, publishes
-        // an op resolved early, once. So only this call reads `epoch`.
-        let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
-        if epoch.is_some() {
+        // an op resolved early, once; the epoch is taken only by `gone`,
+        // which comes after this call (see there).
+        let in_epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).is_some() });
+        if in_epoch {
             if self.header.meta.watched() {
                 self.header.watch_finished();
             }
@@ -96,6 +98,20 @@ impl<J: Job> OpCell<J> {
         if let Some(waker) = waker {
             waker.wake();
         }
+    }
+
+    /// The op resolved early has left its vars: its slot among the ops in
+    /// flight goes back, then its epoch, so that a `wait_for_all` that
+    /// waited for it finds the slot free.
+    fn gone(&self) {
+        self.header.host.note(Note::Gone { counted: self.header.meta.counted() });
+        // SAFETY: `gone` runs once, in the second of the resolution's end
+        // (`mark_early`) and the vars' let-through (`mark_through`), each
+        // of which follows `publish_resolved` (the resolution calls it
+        // before `mark_early`; a let-through that comes second follows
+        // `mark_early` through the state word's read-modify-write). So no
+        // other access to the epoch runs meanwhile.
+        let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
         drop(epoch);
     }
 }

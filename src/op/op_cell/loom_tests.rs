@@ -146,7 +146,7 @@ fn a_groups_cancel_and_its_ops_start_count_the_op_once() {
         let counts = group.counts();
         assert_eq!((counts.pending, counts.running), (0, 0), "counted out");
         assert_eq!(counts.done + counts.cancelled, 1, "counted once, as what it became");
-        let waker = futures::task::noop_waker();
+        let waker = std::task::Waker::noop().clone();
         let waited = group.poll_idle(&waker).expect("the group's wait ends");
         assert_eq!(waited.is_err(), counts.cancelled == 1);
     });

@@ -80,7 +80,7 @@ pub(super) fn at_push(meta: &Meta) -> ColdCell {
     // Asked first: with tracing's `log` feature on (axum's default
     // features turn it on), a span that no subscriber wants is still built
     // and its fields formatted for the `log` crate, on every push.
-    let span = tracing::enabled!(target: "depengine::op", tracing::Level::DEBUG);
+    let span = tracing::enabled!(target: "depengine::op", tracing::Level::TRACE);
     if !span && !meta.profiled() {
         return OnceLock::new();
     }
@@ -101,7 +101,7 @@ fn watched(meta: &Meta, span: bool) -> ColdCell {
 
 /// The op's span, if a subscriber wants it.
 fn op_span(meta: &Meta) -> Option<tracing::Span> {
-    let span = tracing::debug_span!(
+    let span = tracing::trace_span!(
         target: "depengine::op",
         "op",
         name = %meta.name,

@@ -26,6 +26,7 @@ use std::task::Waker;
 use super::{Header, TaskRef};
 use crate::error::{Error, Kind};
 use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::wakers::WakerSet;
 use crate::sync::{Mutex, lock};
 
 /// Why a group's ops end unrun.
@@ -39,6 +40,9 @@ pub(crate) struct GroupCore {
     host: Weak<dyn std::any::Any + Send + Sync>,
     cancelled: AtomicBool,
     state: Mutex<State>,
+    /// The token the group is tied to (`OpGroup::tie`), if any.
+    #[cfg(feature = "tokio-util")]
+    token: std::sync::OnceLock<tokio_util::sync::CancellationToken>,
 }
 
 impl std::fmt::Debug for GroupCore {
@@ -73,7 +77,21 @@ struct State {
     /// The unfinished ops a `cancel` reaches, by header address, from their
     /// append on (weak: a record is freed or reused as if in no group).
     ops: HashMap<usize, Weak<dyn super::Task>>,
-    waiters: Vec<Waker>,
+    /// `close` was called (and no `reopen` since): a wait resolves once
+    /// nothing is unfinished.
+    closed: bool,
+    /// Who waits for the group to be closed (or cancelled) and idle.
+    idle_waiters: WakerSet,
+    /// Who waits for the group to be cancelled.
+    cancel_waiters: WakerSet,
+}
+
+impl State {
+    /// The idle waiters, to wake, if the group is done: closed or
+    /// cancelled, and nothing unfinished.
+    fn woken_if_done(&mut self, cancelled: bool) -> Vec<Waker> {
+        if self.live == 0 && (self.closed || cancelled) { self.idle_waiters.take() } else { Vec::new() }
+    }
 }
 
 /// Where an op stands with its group: written under the group's lock.
@@ -100,7 +118,14 @@ pub(crate) struct GroupLink {
 
 impl GroupCore {
     pub(crate) fn new(name: Cow<'static, str>, host: Weak<dyn std::any::Any + Send + Sync>) -> Arc<Self> {
-        Arc::new(Self { name, host, cancelled: AtomicBool::new(false), state: Mutex::default() })
+        Arc::new(Self {
+            name,
+            host,
+            cancelled: AtomicBool::new(false),
+            state: Mutex::default(),
+            #[cfg(feature = "tokio-util")]
+            token: std::sync::OnceLock::new(),
+        })
     }
 
     /// Whether `host` is the engine this group belongs to.
@@ -108,8 +133,46 @@ impl GroupCore {
         std::ptr::addr_eq(self.host.as_ptr(), host)
     }
 
+    /// Whether the group is cancelled: by `cancel`, or by the token it is
+    /// tied to (whose cancel the group's next look turns into its own:
+    /// [`cancel_if_tied`](Self::cancel_if_tied)).
     pub(crate) fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Acquire)
+        self.cancelled.load(Ordering::Acquire) || self.token_cancelled()
+    }
+
+    #[cfg(feature = "tokio-util")]
+    fn token_cancelled(&self) -> bool {
+        self.token.get().is_some_and(tokio_util::sync::CancellationToken::is_cancelled)
+    }
+
+    #[cfg(not(feature = "tokio-util"))]
+    fn token_cancelled(&self) -> bool {
+        false
+    }
+
+    /// Cancels the group if the token it is tied to was cancelled and the
+    /// group not yet: its queued ops resolve, its waiters wake. Called
+    /// wherever the group is looked at (a push into it, an op of it
+    /// starting, a wait for it polled), outside its lock.
+    pub(crate) fn cancel_if_tied(&self) {
+        if self.token_cancelled() && !self.cancelled.load(Ordering::Acquire) {
+            self.cancel();
+        }
+    }
+
+    /// Ties the group to `token`: cancelling the token cancels the group
+    /// (not the other way round). False if it was tied already.
+    #[cfg(feature = "tokio-util")]
+    pub(crate) fn tie(&self, token: tokio_util::sync::CancellationToken) -> bool {
+        let tied = self.token.set(token).is_ok();
+        self.cancel_if_tied();
+        tied
+    }
+
+    /// The token the group is tied to, if any.
+    #[cfg(feature = "tokio-util")]
+    pub(crate) fn tied_token(&self) -> Option<&tokio_util::sync::CancellationToken> {
+        self.token.get()
     }
 
     pub(crate) fn counts(&self) -> Counts {
@@ -123,17 +186,83 @@ impl GroupCore {
         }
     }
 
-    /// `Some` once no op of the group is unfinished: the first error any of
-    /// them ended with, if one did. Else `waker` is woken when none is.
-    pub(crate) fn poll_idle(&self, waker: &Waker) -> Option<Result<(), Error>> {
+    /// `Some` once the group is closed (or cancelled) and no op of it is
+    /// unfinished: the first error any of them ended with, if one did.
+    /// Else `waker` is woken when that holds; it is kept under `key` (given
+    /// one here the first time), which [`forget`](Self::forget) takes out.
+    pub(crate) fn poll_done(&self, key: &mut Option<u64>, waker: &Waker) -> Option<Result<(), Error>> {
+        self.cancel_if_tied();
         let mut s = lock(&self.state);
-        if s.live == 0 {
-            return Some(s.first_error.clone().map_or(Ok(()), Err));
+        if s.live == 0 && (s.closed || self.is_cancelled()) {
+            let kept = s.idle_waiters.remove(key.take());
+            let result = s.first_error.clone().map_or(Ok(()), Err);
+            drop(s);
+            drop(kept);
+            return Some(result);
         }
-        if !s.waiters.iter().any(|w| w.will_wake(waker)) {
-            s.waiters.push(waker.clone());
-        }
+        s.idle_waiters.register(key, waker);
         None
+    }
+
+    /// Whether the group is cancelled; else `waker` is woken when it is,
+    /// kept under `key` as for [`poll_done`](Self::poll_done).
+    pub(crate) fn poll_cancelled(&self, key: &mut Option<u64>, waker: &Waker) -> bool {
+        self.cancel_if_tied();
+        let mut s = lock(&self.state);
+        if self.is_cancelled() {
+            let kept = s.cancel_waiters.remove(key.take());
+            drop(s);
+            drop(kept);
+            return true;
+        }
+        s.cancel_waiters.register(key, waker);
+        false
+    }
+
+    /// A wait for the group to be done is dropped: its waker goes (`key`:
+    /// the one `poll_done` gave it, if polled).
+    pub(crate) fn forget_done(&self, key: Option<u64>) {
+        let kept = lock(&self.state).idle_waiters.remove(key);
+        drop(kept);
+    }
+
+    /// A wait for the group's cancel is dropped: its waker goes (`key`:
+    /// the one `poll_cancelled` gave it, if polled).
+    pub(crate) fn forget_cancelled(&self, key: Option<u64>) {
+        let kept = lock(&self.state).cancel_waiters.remove(key);
+        drop(kept);
+    }
+
+    /// Wakers kept for waits on the group.
+    pub(crate) fn waiters(&self) -> usize {
+        let s = lock(&self.state);
+        s.idle_waiters.len() + s.cancel_waiters.len()
+    }
+
+    /// Closes the group (`true`) or reopens it: a wait resolves once it is
+    /// closed and idle. Returns whether this call changed it.
+    pub(crate) fn set_closed(&self, closed: bool) -> bool {
+        let waiters = {
+            let mut s = lock(&self.state);
+            if s.closed == closed {
+                return false;
+            }
+            s.closed = closed;
+            s.woken_if_done(self.is_cancelled())
+        };
+        waiters.into_iter().for_each(Waker::wake);
+        true
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        lock(&self.state).closed
+    }
+
+    /// The group's ops that have not finished and that a cancel reaches
+    /// (appended to their vars), each passed to `each` outside the lock.
+    pub(crate) fn any_unfinished(&self, mut each: impl FnMut(&Header) -> bool) -> bool {
+        let ops: Vec<TaskRef> = lock(&self.state).ops.values().filter_map(Weak::upgrade).collect();
+        ops.iter().any(|op| each(op.header()))
     }
 
     /// Counts a new op of the group in (its record built, held alone by
@@ -145,6 +274,7 @@ impl GroupCore {
             error: Mutex::new(None),
             abort: Mutex::new(None),
         });
+        self.cancel_if_tied();
         let mut s = lock(&self.state);
         if self.is_cancelled() {
             return Err(Error::new(Kind::Cancelled { op: header.meta.name.clone(), reason: REASON }));
@@ -158,16 +288,20 @@ impl GroupCore {
     /// started as cancelled, and aborts its future ops' tasks. Returns
     /// whether this call cancelled it (not an earlier one).
     pub(crate) fn cancel(&self) -> bool {
-        let ops: Vec<TaskRef> = {
-            let s = lock(&self.state);
+        let (ops, waiters) = {
+            let mut s = lock(&self.state);
             if self.cancelled.swap(true, Ordering::AcqRel) {
                 return false;
             }
-            s.ops.values().filter_map(Weak::upgrade).collect()
+            let ops: Vec<TaskRef> = s.ops.values().filter_map(Weak::upgrade).collect();
+            let mut waiters = s.cancel_waiters.take();
+            waiters.extend(s.woken_if_done(true));
+            (ops, waiters)
         };
         for op in ops {
             cancel_op(&op);
         }
+        waiters.into_iter().for_each(Waker::wake);
         true
     }
 
@@ -196,7 +330,7 @@ impl GroupCore {
                     s.first_error.get_or_insert(err);
                 }
             }
-            if s.live == 0 { std::mem::take(&mut s.waiters) } else { Vec::new() }
+            s.woken_if_done(self.is_cancelled())
         };
         waiters.into_iter().for_each(Waker::wake);
     }
@@ -291,7 +425,7 @@ impl Header {
             *step = Step::Finished;
             s.live -= 1;
             s.ops.remove(&key(self));
-            if s.live == 0 { std::mem::take(&mut s.waiters) } else { Vec::new() }
+            s.woken_if_done(core.is_cancelled())
         };
         waiters.into_iter().for_each(Waker::wake);
     }

@@ -29,7 +29,7 @@ pub(crate) trait Dispatch: Send + Sync {
     fn dispatch_ready(&self, ready: &mut ReadyList);
 }
 
-/// What an op needs of the engine that pushed it: six methods.
+/// What an op needs of the engine that pushed it: seven methods.
 pub(crate) trait Host: Send + Sync + 'static {
     /// The engine's dispatcher, which runs the ops a completion made ready.
     fn dispatcher(&self) -> &dyn Dispatch;
