@@ -231,7 +231,10 @@ impl EngineBuilder {
     /// `DEPENGINE_*` environment variable, if set (the table in the
     /// package's README lists them), else the default: for the
     /// application's own engine, so that a deployment can tune it without
-    /// a rebuild. [`Engine::builder`] reads no variable.
+    /// a rebuild. [`Engine::builder`] reads no variable. A variable set
+    /// to nothing (or to blanks) is as if it were not set, whichever it is;
+    /// any other value that does not parse, or is out of its bound, is an
+    /// error of [`build`](Self::build) that names the variable.
     ///
     /// # Examples
     ///
