@@ -284,13 +284,13 @@ impl Waiters {
     }
 
     /// Whether completions count down now.
-    #[cfg(test)]
+    #[cfg(all(test, not(depengine_loom)))]
     pub(super) fn is_waiting(&self) -> bool {
         self.waiting.load(Ordering::Relaxed)
     }
 
     /// Threads parked here now.
-    #[cfg(test)]
+    #[cfg(all(test, not(depengine_loom)))]
     pub(super) fn parked(&self) -> usize {
         lock(&self.state).threads
     }
