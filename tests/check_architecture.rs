@@ -58,6 +58,9 @@ enum Class {
     GateData,
     /// An op's body, result and epoch, claimed through its state word.
     StateWord,
+    /// The lean op record: a counted raw pointer to a header, a vtable per
+    /// body type, slab memory (`op/task/README.md`).
+    Record,
     /// Not needed for what the code does, only for how fast: each file
     /// names the measurement that keeps it (capped: see
     /// `MAX_PERFORMANCE_BLOCKS`).
@@ -82,6 +85,11 @@ const UNSAFE_FILES: &[(&str, Class)] = &[
     ("op/slot.rs", Class::StateWord),            // an op's result slot, a state word instead of a lock
     ("op/op_cell.rs", Class::StateWord),         // an op's body and epoch, claimed once
     ("op/op_cell/early.rs", Class::StateWord),   // the same, by a resolution before the op starts
+    ("op/task/mod.rs", Class::Record),           // `TaskRef`: a counted pointer to a header
+    ("op/task/cell.rs", Class::Record),          // the typed record behind its vtable
+    ("op/task/cold.rs", Class::Record),          // the cold box behind an atomic pointer
+    ("op/task/engine_core.rs", Class::Record),   // the hook up to the exec layer
+    ("op/task/slab.rs", Class::Record),          // records' memory in size classes
     ("sync/prefetch.rs", Class::Performance),    // the prefetch instruction
     ("sync/epoch.rs", Class::Performance),       // counted epoch references
     ("var/inbox.rs", Class::Performance),        // the lock-free inbox, linked through its records

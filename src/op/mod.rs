@@ -34,7 +34,11 @@ pub(crate) mod op_cell;
 pub(crate) mod op_handle;
 pub(crate) mod record;
 pub(crate) mod recycle;
+// The lean record, rebuilt alongside the one above until the op path
+// moves onto it (`task/README.md`).
 mod slot;
+#[allow(dead_code)]
+pub(crate) mod task;
 
 pub(crate) use life::{LiveRef, submit};
 pub(crate) use record::{Decl, DepList, Exec, Flags, HandleKind, Header, Meta, PackedDevice, Task, TaskRef};
