@@ -2,6 +2,8 @@
 //! guarantee of ops pushed one by one (order, errors, versions, handles,
 //! shutdown), and no op waits in an open segment while the engine is idle.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -252,4 +254,36 @@ fn a_bad_placement_is_refused_at_push() {
     refused(&engine);
     release.send(()).unwrap();
     assert_eq!(member.blocking_wait().unwrap(), 1);
+}
+
+/// A segment that a waiting thread pushes and then runs itself (its feed
+/// crowded) runs bodies that push: the push lock is released before
+/// anything a push made ready runs, so their pushes never wait for it.
+#[test]
+fn a_segment_run_where_it_is_pushed_may_push_from_its_bodies() {
+    for round in 0..4 {
+        let engine = Engine::builder().bulk_size(16).cpu_workers(2).pusher_runs_at(1).build().unwrap();
+        let sum = common::bounded(60, "segments whose bodies push", {
+            let engine = engine.clone();
+            move || {
+                let parents: Vec<_> = (0..2_000u64)
+                    .map(|i| {
+                        let inner = engine.clone();
+                        engine.op("parent").run(move |(), ()| {
+                            let children = inner.group("children");
+                            for _ in 0..4 {
+                                inner.op("child").group(&children).run_detached(|(), ()| Ok(()))?;
+                            }
+                            children.close();
+                            children.wait().blocking_wait()?;
+                            Ok(i)
+                        })
+                    })
+                    .collect();
+                parents.into_iter().map(|h| h.blocking_wait().unwrap()).sum::<u64>()
+            }
+        });
+        assert_eq!(sum, (0..2_000).sum::<u64>(), "round {round}");
+        engine.wait_for_all().blocking_wait().unwrap();
+    }
 }

@@ -101,7 +101,8 @@ impl Bulk {
         if self.any.load(Ordering::Relaxed)
             && let Some(shared) = self.shared.upgrade()
         {
-            shared.flush_open(&mut lock(&self.open));
+            let mut ready = Ready::new(&shared);
+            shared.flush_open(&mut lock(&self.open), &mut ready);
         }
     }
 
@@ -111,8 +112,9 @@ impl Bulk {
         let Some(shared) = self.is_on().then(|| self.shared.upgrade()).flatten() else {
             return close();
         };
+        let mut ready = Ready::new(&shared);
         let mut open = lock(&self.open);
-        shared.flush_open(&mut open);
+        shared.flush_open(&mut open, &mut ready);
         close()
     }
 }
@@ -150,6 +152,9 @@ impl Shared {
         detached: bool,
         group: Option<Arc<GroupCore>>,
     ) -> Result<Option<Arc<OpCell<J>>>, Error> {
+        // Declared first, dropped last: what the push made ready is
+        // dispatched once the push lock is released, however the push ends.
+        let mut ready = Ready::new(self);
         let mut open = lock(&self.bulk.open);
         let joins = body == Body::Sync
             && role == Role::User
@@ -163,7 +168,7 @@ impl Shared {
             // once (below): the op goes on its own, without a segment.
             && !(open.members.is_empty() && self.dispatcher.all_parked(opts.device));
         if !joins {
-            self.flush_open(&mut open);
+            self.flush_open(&mut open, &mut ready);
             let record = match group {
                 None => self.build(opts, role, deps, job, body, detached)?,
                 Some(group) => self.build_grouped(opts, role, deps, job, body, detached, group)?,
@@ -172,22 +177,18 @@ impl Shared {
             // Appended under the push lock, for push order; run after it is
             // released: an op that runs where it becomes ready (an inline
             // op) may push from its body.
-            let mut ready: SmallList<TaskRef, 4> = SmallList::new();
             let watched = super::shared::watched(&record);
-            let submitted = submit(record, |op| ready.push(op)).inspect_err(|_| self.uncount());
+            let submitted = submit(record, |op| ready.0.push(op)).inspect_err(|_| self.uncount());
             drop(open);
             if let Some(record) = watched {
                 super::shared::push_ended(&record, submitted.is_ok());
             }
             submitted?;
-            for op in ready {
-                self.dispatcher.dispatch_pushed(op);
-            }
             return Ok(handle);
         }
         let key = (opts.device, opts.priority);
         if open.key.is_some_and(|k| k != key) {
-            self.flush_open(&mut open);
+            self.flush_open(&mut open, &mut ready);
         }
         let record = self.build(opts, Role::Member, deps, job, body, detached)?;
         let header = record.header();
@@ -210,21 +211,25 @@ impl Shared {
         let handle = (!detached).then(|| record.clone());
         open.members.push(record);
         if open.members.len() >= self.bulk.size {
-            self.flush_open(&mut open);
+            self.flush_open(&mut open, &mut ready);
         } else if opened {
             // Seen by every worker that parks from now on; if all have
             // parked already, none will look: push the segment now.
             self.bulk.any.store(true, Ordering::Relaxed);
             fence(Ordering::SeqCst);
             if self.dispatcher.all_parked(key.0) {
-                self.flush_open(&mut open);
+                self.flush_open(&mut open, &mut ready);
             }
         }
         Ok(handle)
     }
 
     /// Pushes the open segment, if it holds members.
-    fn flush_open(self: &Arc<Self>, open: &mut Open) {
+    /// The segment is appended to its vars under the push lock; what that
+    /// made ready goes to `ready`, dispatched once the lock is released
+    /// (a segment run where it becomes ready, on the pushing thread, runs
+    /// bodies that may push).
+    fn flush_open(self: &Arc<Self>, open: &mut Open, ready: &mut Ready<'_>) {
         let Some((device, priority)) = open.key.take() else {
             return;
         };
@@ -242,10 +247,35 @@ impl Shared {
         // the members with an error.
         let pushed = self
             .build(opts, Role::Segment, deps, Segment::new(members, self.clone()), Body::Async, true)
-            .and_then(|record| self.submit(record));
+            .and_then(|record| {
+                let watched = super::shared::watched(&record);
+                let submitted = submit(record, |op| ready.0.push(op)).inspect_err(|_| self.uncount());
+                if let Some(record) = watched {
+                    super::shared::push_ended(&record, submitted.is_ok());
+                }
+                submitted
+            });
         if let Err(err) = pushed {
             debug_assert!(false, "a bulk segment was refused: {err}");
             tracing::error!(target: "depengine", "a bulk segment was refused: {err}");
+        }
+    }
+}
+
+/// Ops a push made ready under the push lock, dispatched as the list is
+/// dropped: after the lock, which the pushing code declares after it.
+struct Ready<'s>(SmallList<TaskRef, 4>, &'s Shared);
+
+impl<'s> Ready<'s> {
+    fn new(shared: &'s Shared) -> Self {
+        Self(SmallList::new(), shared)
+    }
+}
+
+impl Drop for Ready<'_> {
+    fn drop(&mut self) {
+        for op in self.0.drain(..) {
+            self.1.dispatcher.dispatch_pushed(op);
         }
     }
 }
