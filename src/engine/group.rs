@@ -10,8 +10,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use super::api::Engine;
+use super::shared::Shared;
 use crate::error::Error;
 use crate::may_block::{Instead, refuse_blocking};
+use crate::op::Help;
 use crate::op::body::{in_cancelled_group, in_user_body, inside_group, waits_for_current_body};
 use crate::op::op_handle::block_helping;
 use crate::op::record::GroupCore;
@@ -447,6 +449,22 @@ fn poll_token(core: &GroupCore, wait: &mut Option<TokenWait>, cx: &mut Context<'
     wait.as_mut().poll(cx).is_ready()
 }
 
+/// Runs one of `group`'s ready ops on this thread, out of turn, if one may
+/// run here (see `Dispatcher::may_run_out_of_turn`): a blocking wait for
+/// a group runs the group's own ops first, as OpenMP's `taskgroup` runs
+/// descendants of the waiting task, so that waits nested in one another
+/// finish their own children instead of taking the next parent from the
+/// queues. The op's queue entry, taken later, finds it started.
+fn run_one_of(group: &GroupCore) -> bool {
+    let Some(shared) = group.engine().and_then(|e| e.downcast::<Shared>().ok()) else { return false };
+    for op in group.ready_ops(64) {
+        if shared.dispatcher.may_run_out_of_turn(&op) && op.try_execute(&op) {
+            return true;
+        }
+    }
+    false
+}
+
 /// The future of [`OpGroup::wait`].
 #[must_use = "futures do nothing unless awaited"]
 pub struct GroupWait {
@@ -469,7 +487,9 @@ impl GroupWait {
     /// task (`.await` it there).
     pub fn blocking_wait(mut self) -> Result<(), Error> {
         refuse_blocking("GroupWait::blocking_wait", Instead::Await)?;
-        block_helping(|cx| Pin::new(&mut self).poll(cx), crate::exec::help)
+        let core = self.core.clone();
+        let help = || if run_one_of(&core) { Help::Ran } else { crate::exec::help() };
+        block_helping(|cx| Pin::new(&mut self).poll(cx), help)
     }
 }
 

@@ -191,6 +191,22 @@ impl Dispatcher {
         }
     }
 
+    /// Whether a ready op may run on this thread out of turn, taken by a
+    /// wait for its group: on a worker, an op of that worker's own pool; on
+    /// any other thread, one the pushing thread may run
+    /// ([`may_run_on_pusher`]); and never while GPU work in flight may
+    /// hold ready ops back (`gpu/early_release.rs`).
+    pub(crate) fn may_run_out_of_turn(&self, task: &TaskRef) -> bool {
+        if self.gpu.in_flight() || task.header().meta.exec != Exec::Pool || task.header().meta.nested() {
+            return false;
+        }
+        match self.pool_for(task) {
+            Some(pool) if pool.is_own_worker() => true,
+            Some(_) => !crate::may_block::is_engine_thread() && may_run_on_pusher(task),
+            None => false,
+        }
+    }
+
     /// Runs an op that became ready inside its push: on its pool, or here.
     pub(crate) fn dispatch_pushed(&self, task: TaskRef) {
         if self.gpu.in_flight() {

@@ -353,6 +353,11 @@ impl Pool {
     }
 
     /// Its threads' name prefix.
+    /// Whether the calling thread is one of this pool's workers.
+    pub(crate) fn is_own_worker(&self) -> bool {
+        this_thread::works_for(self.shared.id)
+    }
+
     pub(crate) fn name(&self) -> &str {
         &self.name
     }

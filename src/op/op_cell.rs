@@ -145,28 +145,31 @@ impl<J: Job> Task for OpCell<J> {
         // SAFETY: the start is claimed once; only its claimer reads `job`.
         let job = self.slot.start().then(|| self.job.with_mut(|job| unsafe { (*job).take() }));
         let Some(Some(job)) = job else {
-            // Resolved early (else a bug: executed twice).
-            self.through_early(this);
+            // Resolved early: it leaves its vars now. Else it was run out
+            // of turn by its group's wait (`try_execute`): nothing is left.
+            if self.slot.is_resolving() {
+                self.through_early(this);
+            }
             return;
         };
-        // Borrowed from the header: the record lives while `this` does.
-        let _entered = self.header.span().map(tracing::Span::enter);
-        tracing::trace!(target: "depengine::op", "started");
-        if watched {
-            self.header.watch_started();
+        self.run_claimed(this, job, watched);
+    }
+
+    fn try_execute(&self, this: &TaskRef) -> bool {
+        let watched = self.header.meta.watched();
+        // A cancelled group's op is left to its queue, which resolves it.
+        if self.slot.is_started() || self.header.group().is_some_and(|link| link.core.is_cancelled()) {
+            return false;
         }
-        match self.header.veto() {
-            Some(err) => {
-                // Dropping the body runs user destructors: a panic there must
-                // not keep the op from completing.
-                let _ = catch_unwind(AssertUnwindSafe(|| job.vetoed(&err)));
-                self.store(this, Err(err));
-            }
-            None => job.start(Running { task: this, slot: self }),
-        }
-        if watched {
-            self.header.watch_ended(None);
-        }
+        // SAFETY: the start is claimed once; only its claimer reads `job`.
+        let job = self.slot.start().then(|| self.job.with_mut(|job| unsafe { (*job).take() }));
+        let Some(Some(job)) = job else { return false };
+        self.run_claimed(this, job, watched);
+        true
+    }
+
+    fn is_started(&self) -> bool {
+        self.slot.is_started()
     }
 
     fn publish(&self) {
@@ -208,6 +211,28 @@ impl<J: Job> Task for OpCell<J> {
 }
 
 impl<J: Job> OpCell<J> {
+    /// Runs the body of an op whose start this thread claimed.
+    fn run_claimed(&self, this: &TaskRef, job: J, watched: bool) {
+        // Borrowed from the header: the record lives while `this` does.
+        let _entered = self.header.span().map(tracing::Span::enter);
+        tracing::trace!(target: "depengine::op", "started");
+        if watched {
+            self.header.watch_started();
+        }
+        match self.header.veto() {
+            Some(err) => {
+                // Dropping the body runs user destructors: a panic there must
+                // not keep the op from completing.
+                let _ = catch_unwind(AssertUnwindSafe(|| job.vetoed(&err)));
+                self.store(this, Err(err));
+            }
+            None => job.start(Running { task: this, slot: self }),
+        }
+        if watched {
+            self.header.watch_ended(None);
+        }
+    }
+
     /// An op of a cancelled group about to start is resolved as the cancel
     /// would have resolved it, and leaves its vars now (it was let
     /// through): true then. So no op starts once its group's cancel has

@@ -75,6 +75,11 @@ impl<T> ResultSlot<T> {
         Self { state: AtomicU16::new(0), value: UnsafeCell::new(None), waker: UnsafeCell::new(None) }
     }
 
+    /// Whether the start was claimed (by a runner or a resolution).
+    pub(crate) fn is_started(&self) -> bool {
+        self.state.load(Ordering::Acquire) & STARTED != 0
+    }
+
     /// Claims the start of the op: true for the first call only.
     pub(crate) fn start(&self) -> bool {
         self.state.fetch_or(STARTED, Ordering::Relaxed) & STARTED == 0

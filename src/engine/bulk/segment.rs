@@ -263,4 +263,13 @@ impl Task for ResumeTask {
     fn is_resolved_early(&self) -> bool {
         false
     }
+
+    /// In no group: never run out of turn.
+    fn try_execute(&self, _this: &TaskRef) -> bool {
+        false
+    }
+
+    fn is_started(&self) -> bool {
+        false
+    }
 }

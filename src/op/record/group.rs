@@ -258,6 +258,18 @@ impl GroupCore {
         lock(&self.state).closed
     }
 
+    /// Up to `max` of the group's ops that are ready (every gate passed)
+    /// and not started, for a wait for the group to run out of turn.
+    pub(crate) fn ready_ops(&self, max: usize) -> Vec<TaskRef> {
+        let ops: Vec<TaskRef> = lock(&self.state).ops.values().filter_map(Weak::upgrade).collect();
+        ops.into_iter().filter(|op| op.header().pending.get() == 0 && !op.is_started()).take(max).collect()
+    }
+
+    /// The engine whose ops may join, if it lives.
+    pub(crate) fn engine(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        self.host.upgrade()
+    }
+
     /// The group's ops that have not finished and that a cancel reaches
     /// (appended to their vars), each passed to `each` outside the lock.
     pub(crate) fn any_unfinished(&self, mut each: impl FnMut(&Header) -> bool) -> bool {

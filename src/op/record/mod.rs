@@ -315,6 +315,15 @@ pub(crate) trait Task: std::any::Any + Send + Sync {
     /// caller's reference, so running an op takes none of its own.
     fn execute(&self, this: &TaskRef);
 
+    /// Runs the body here if the op has not started (nor been resolved):
+    /// true then. For a ready op taken out of turn by a wait for its group
+    /// (`engine::group`), while its queue entry still holds it: that
+    /// entry's later `execute` finds it started and does nothing.
+    fn try_execute(&self, this: &TaskRef) -> bool;
+
+    /// Whether the op has started, or been resolved (its start claimed).
+    fn is_started(&self) -> bool;
+
     /// Makes the stored result visible to the handle and wakes it, then
     /// releases the op's count in its epoch. Called once, after the op's
     /// vars are released.
