@@ -240,11 +240,12 @@ impl OpGroup {
     /// completed succeeded, else with the first error one of them ended
     /// with (a cancellation included).
     ///
-    /// Blocking ([`GroupWait::blocking_wait`]) inside an op's body, the
-    /// thread runs queued ops while it waits, as
-    /// [`OpHandle::blocking_wait`](crate::OpHandle::blocking_wait) does, so
+    /// Blocking ([`GroupWait::blocking_wait`]), the thread runs the group's
+    /// own ready ops while it waits (those it may run: on a worker, its
+    /// pool's), then, inside an op's body, other queued ops, as
+    /// [`OpHandle::blocking_wait`](crate::OpHandle::blocking_wait) does: so
     /// a body that fans ops out into a group and joins them never hangs,
-    /// on one worker or many.
+    /// on one worker or many, however many such bodies wait in each other.
     ///
     /// # Examples
     ///
