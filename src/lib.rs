@@ -99,7 +99,7 @@
 //! | `mpi` | collectives across processes as engine ops, and tiles across ranks (`depengine::mpi`; needs an MPI installation and libclang to build). |
 //! | `nccl` | GPU buffers reduced across ranks with NCCL (`cuda` and `mpi` too). |
 //! | `prometheus-client` | the engine's metrics as a Prometheus collector (`depengine::prometheus`). |
-//! | `tokio-util` | an op group cancelled with a `CancellationToken` ([`OpGroup::tie`]). |
+//! | `tokio-util` | an op group cancelled with a `CancellationToken` (`OpGroup::tie`). |
 //!
 //! # Examples
 //!

@@ -45,7 +45,7 @@ use crate::sync::atomic::{AtomicBool, Ordering};
 ///   unstarted work with it, and a forgotten group leaves nothing queued
 ///   behind it. [`detach`](Self::detach) lets the ops run on instead;
 /// * [`cancelled`](Self::cancelled) is a future of the cancel, and
-///   [`tie`](Self::tie) (feature `tokio-util`) cancels the group with a
+///   `tie` (feature `tokio-util`) cancels the group with a
 ///   `CancellationToken`.
 ///
 /// Ops of a group never join a bulk segment
