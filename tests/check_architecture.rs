@@ -88,7 +88,8 @@ const UNSAFE_FILES: &[(&str, Class)] = &[
     ("op/task/mod.rs", Class::Record),           // `TaskRef`: a counted pointer to a header
     ("op/task/cell.rs", Class::Record),          // the typed record behind its vtable
     ("op/task/cold.rs", Class::Record),          // the cold box behind an atomic pointer
-    ("op/task/engine_core.rs", Class::Record),   // the hook up to the exec layer
+    ("op/record/engine_core.rs", Class::Record), // the engine's counted core, up through its hooks
+    ("engine/shared/hooks.rs", Class::Record),   // the hooks: the core as the start of the engine's `Arc`
     ("op/task/slab.rs", Class::Record),          // records' memory in size classes
     ("sync/prefetch.rs", Class::Performance),    // the prefetch instruction
     ("sync/epoch.rs", Class::Performance),       // counted epoch references

@@ -30,6 +30,10 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
+/// The count is the whole process's: the tests of this file take turns, so
+/// that none counts another's allocations.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Allocations per op over `n` pushes of `push`, after as many to reach
 /// the steady state, each run waited for.
 fn allocations_per_op(engine: &Engine, n: u64, push: impl Fn(u64)) -> f64 {
@@ -58,6 +62,7 @@ fn write(engine: &Engine, var: &Var<u64>, i: u64) {
 
 #[test]
 fn a_chain_reuses_its_records() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let engine = Engine::builder().cpu_workers(2).build().unwrap();
     let v = engine.var(0u64);
     let per_op = allocations_per_op(&engine, 100_000, |i| write(&engine, &v, i));
@@ -66,6 +71,7 @@ fn a_chain_reuses_its_records() {
 
 #[test]
 fn independent_writes_reuse_their_records() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let engine = Engine::builder().cpu_workers(2).build().unwrap();
     let vars: Vec<Var<u64>> = (0..1024).map(|i| engine.var(i)).collect();
     let per_op = allocations_per_op(&engine, 100_000, |i| write(&engine, &vars[(i % 1024) as usize], i));
@@ -74,6 +80,7 @@ fn independent_writes_reuse_their_records() {
 
 #[test]
 fn ops_without_vars_reuse_their_records() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let engine = Engine::builder().cpu_workers(2).build().unwrap();
     let per_op = allocations_per_op(&engine, 100_000, |i| {
         engine

@@ -15,18 +15,18 @@
 // and its reservations (`limit.rs`, `reserve.rs`), and bulk execution
 // (`bulk/`).
 //
-// The top layer: it implements the op layer's `Host`, the one way up from
-// an op record, and owns the dispatcher of the exec layer.
+// The top layer: its allocation starts with the op layer's `EngineCore`,
+// what every record holds of its engine, and it gives the core the hooks
+// (`shared/hooks.rs`), the one way up from an op; it owns the dispatcher
+// of the exec layer.
 
 mod acquire;
 mod api;
 mod bulk;
 mod config;
-mod counts;
 mod engine_builder;
 mod group;
 mod jobs;
-mod limit;
 mod op_builder;
 mod op_set;
 mod options;

@@ -7,8 +7,6 @@ use std::sync::Arc;
 
 use super::bulk::Bulk;
 use super::config::{Config, EngineKind};
-use super::counts::Counts;
-use super::limit::Limit;
 use super::options::bit_set;
 pub(super) use super::options::{Body, OpOptions, Role};
 use super::queues::Queues;
@@ -21,23 +19,19 @@ use crate::op::access::normalize;
 use crate::op::job::Job;
 use crate::op::op_cell::OpCell;
 use crate::op::op_handle::SlotRef;
+use crate::op::record::EngineCore;
 use crate::op::record::{GROUP_REASON, GroupCore, Spare, SpareRecords};
 use crate::op::recycle;
-use crate::op::{
-    DepList, Dispatch, Exec, Flags, HandleKind, Help, Host, Meta, Note, PackedDevice, ReadyList, TaskRef,
-    Wait, submit,
-};
-use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::op::{DepList, Exec, Flags, HandleKind, Meta, PackedDevice, ReadyList, TaskRef, submit};
 use crate::sync::coarse::Keeper;
 use crate::sync::epoch::Tracker;
-use crate::sync::latch::{CountLatch, Latch};
-use crate::sync::{Mutex, lock};
+use crate::sync::latch::Latch;
+use crate::sync::limit::Limit;
 use crate::var::{Queue, VarCell};
 use crossbeam_utils::CachePadded;
+use hooks::HOOKS;
 
-/// Failures kept for `wait_for_all` and shutdown between two
-/// `wait_for_all`s: the first few are enough to report one.
-const KEPT_FAILURES: usize = 16;
+mod hooks;
 
 /// What pushes count and take, under the epoch tracker's lock (one lock
 /// per push for all of it).
@@ -49,36 +43,27 @@ pub(super) struct Intake {
     pub(super) spares: Vec<Spare>,
 }
 
+/// The engine's allocation. `repr(C)` with its core first: a record's
+/// `EngineRef` points to the core, which is this struct's address (see
+/// `op::record::engine_core`).
+#[repr(C)]
 pub(crate) struct Shared {
+    /// What every op reaches of its engine: its counts, the bound's
+    /// slots, the throttle's waiters, the failures, the spare records.
+    pub(super) core: EngineCore,
     pub(super) config: Config,
     /// Written by every push: kept off the lines completing workers read.
     pub(super) tracker: CachePadded<Tracker<Intake>>,
     pub(super) dispatcher: Dispatcher,
     runtime: Option<tokio::runtime::Handle>,
-    /// The first failures since the last `wait_for_all` (at most
-    /// `KEPT_FAILURES`): it returns the first; a shutdown the first not
-    /// handed to the user already.
-    failures: Mutex<Vec<Error>>,
-    cancelling: AtomicBool,
-    /// Spare records of op records, freed by pushes.
-    graves: CachePadded<SpareRecords>,
     pub(super) bulk: Bulk,
     /// The engine's vars, weakly: where a cancelling shutdown finds the ops
     /// queued on them.
     pub(super) queues: Queues,
-    /// Ops' outcomes, for metrics.
-    pub(super) counts: Counts,
-    /// Pushing threads waiting at the soft bound on ops in flight.
-    throttled: throttle::Waiters,
-    /// What their looks past the bound decided, for metrics.
+    /// What the throttle's looks past the bound decided, for metrics.
     pub(super) throttle_looks: throttle::Tallies,
     /// The profiler.
     pub(super) recorder: Recorder,
-    /// The bound on user ops in flight, if there is one.
-    limit: Option<Limit>,
-    /// Ops resolved early and still queued on their vars (see
-    /// `Note::Lingers`): the pools run until they are gone.
-    lingering: CountLatch,
     /// The watchdog, if the engine has one (see `engine/watchdog.rs`).
     watchdog: std::sync::OnceLock<Watchdog>,
     /// Keeps the explainer's clock while vars note when they let ops
@@ -86,91 +71,7 @@ pub(crate) struct Shared {
     _clock: Option<Keeper>,
 }
 
-impl Host for Shared {
-    #[inline]
-    fn dispatcher(&self) -> &dyn Dispatch {
-        &self.dispatcher
-    }
-
-    fn is_cancelling(&self) -> bool {
-        self.cancelling.load(Ordering::Acquire)
-    }
-
-    #[inline]
-    fn note(&self, note: Note<'_>) {
-        match note {
-            Note::Done { counted } => {
-                self.counts.completed.add_one();
-                self.throttled.completed_one();
-                if counted {
-                    self.slot_freed();
-                }
-            }
-            Note::Left => self.slot_freed(),
-            Note::Lingers => self.lingering.add(),
-            Note::Gone { counted } => {
-                if counted {
-                    self.slot_freed();
-                }
-                self.lingering.release();
-            }
-            Note::Failed { err, for_wait_all } => {
-                self.counts.failed(err);
-                if for_wait_all {
-                    self.keep_failure(err);
-                }
-            }
-            Note::ForWaitAll(err) => self.keep_failure(err),
-        }
-    }
-
-    fn spare_records(&self) -> &SpareRecords {
-        &self.graves
-    }
-
-    fn idle(&self) -> bool {
-        let graves = &self.graves;
-        if !graves.idle() {
-            return self.tracker.with_side(|intake| graves.holds_more_than_idle_keep(intake.spares.len()));
-        }
-        let gone = self.tracker.with_side(|intake| graves.trim(&mut intake.spares));
-        // Outside the locks: freeing runs no user code (the records are
-        // stripped), but it is not free.
-        drop(gone);
-        false
-    }
-
-    fn wait(&self, wait: Wait) -> Help {
-        match wait {
-            Wait::OnNested => {
-                self.bulk.flush();
-                Help::Nothing
-            }
-            Wait::Blocked => crate::exec::help(),
-        }
-    }
-
-    fn profiled(&self, op: crate::profile::OpRecord) {
-        self.recorder.record(op);
-    }
-}
-
 impl Shared {
-    /// A slot among the ops in flight is free again.
-    fn slot_freed(&self) {
-        if let Some(limit) = &self.limit {
-            limit.give();
-        }
-    }
-
-    /// Keeps a failure for `wait_for_all` (the first few).
-    fn keep_failure(&self, err: &Error) {
-        let mut failures = lock(&self.failures);
-        if failures.len() < KEPT_FAILURES {
-            failures.push(err.clone());
-        }
-    }
-
     pub(super) fn new(config: Config, runtime: Option<tokio::runtime::Handle>) -> Arc<Self> {
         let bulk_size = if config.kind == EngineKind::Naive { 1 } else { config.bulk_size };
         let spares = SpareRecords::new(config.throttle_at);
@@ -180,21 +81,15 @@ impl Shared {
             let recorder = Recorder::new(config.profile_keep, config.profile_to.clone());
             let track_holders = config.track_holders;
             Shared {
+                core: EngineCore::new(&HOOKS, limit, spares),
                 dispatcher: Dispatcher::new(config.topology.clone(), bulk.held()),
                 config,
                 tracker: CachePadded::new(Tracker::new()),
                 runtime,
-                failures: Mutex::new(Vec::new()),
-                cancelling: AtomicBool::new(false),
-                graves: CachePadded::new(spares),
                 bulk,
                 queues: Queues::default(),
-                counts: Counts::default(),
-                throttled: throttle::Waiters::default(),
                 throttle_looks: throttle::Tallies::default(),
                 recorder,
-                limit,
-                lingering: CountLatch::default(),
                 watchdog: std::sync::OnceLock::new(),
                 _clock: track_holders.then(Keeper::new),
             }
@@ -215,14 +110,14 @@ impl Shared {
 
     /// The bound on user ops in flight, if there is one.
     pub(super) fn limit(&self) -> Option<&Limit> {
-        self.limit.as_ref()
+        self.core.limit()
     }
 
     /// Gives back a slot among the ops in flight that a push took and
     /// did not use.
     #[cold]
     pub(super) fn give_slot(&self) {
-        self.slot_freed();
+        self.core.slot_freed();
     }
 
     /// Gives back the slot a refused push took (`counted`), before its
@@ -230,7 +125,7 @@ impl Shared {
     #[cold]
     fn refund(&self, counted: bool) {
         if counted {
-            self.slot_freed();
+            self.core.slot_freed();
         }
     }
 
@@ -238,7 +133,7 @@ impl Shared {
     /// reservation took it already).
     #[cold]
     fn take_slot(&self, reserved: bool) -> Result<(), Error> {
-        match (&self.limit, reserved) {
+        match (self.core.limit(), reserved) {
             (Some(limit), false) => limit.take(),
             _ => Ok(()),
         }
@@ -261,8 +156,7 @@ impl Shared {
 
     /// Forgets the failures kept, returning the first that `keep` accepts.
     fn take_first(&self, keep: impl Fn(&Error) -> bool) -> Result<(), Error> {
-        let failures = std::mem::take(&mut *lock(&self.failures));
-        failures.into_iter().find(keep).map_or(Ok(()), Err)
+        self.core.take_failure(keep)
     }
 
     /// Calls `each` on every live var's cell with the ops queued on it, in
@@ -318,7 +212,7 @@ impl Shared {
     /// vars too. They may still be sent to any pool until then, so the
     /// pools stop only after it.
     pub(super) fn lingering(&self) -> Arc<Latch> {
-        self.lingering.close().clone()
+        self.core.lingering().close().clone()
     }
 
     /// Stops taking work; returns the latch set once everything pushed has
@@ -327,7 +221,7 @@ impl Shared {
     /// [`lingering`](Self::lingering) before stopping the pools.
     pub(super) fn close(self: &Arc<Self>, cancel: bool) -> Arc<Latch> {
         if cancel {
-            self.cancelling.store(true, Ordering::Release);
+            self.core.cancel();
             crate::op::note_cancelling();
         }
         // The open segment is pushed, and no op joins another, before the
@@ -335,7 +229,7 @@ impl Shared {
         let latch = self.bulk.closing(|| self.tracker.rotate(true));
         // No push takes a spare record once the tracker is closed.
         let spares = self.tracker.with_side(|intake| std::mem::take(&mut intake.spares));
-        self.graves.close();
+        self.core.spare_records().close();
         drop(spares);
         if cancel {
             self.cancel_queued();
@@ -472,7 +366,7 @@ impl Shared {
         // A user op's slot among the ops in flight, taken first (or given
         // by a reservation), and given back if the push is refused before
         // the record holds it (its publication gives it back after).
-        let counted = self.limit.is_some() && matches!(role, Role::User | Role::Member);
+        let counted = self.core.limit().is_some() && matches!(role, Role::User | Role::Member);
         if counted {
             self.take_slot(opts.has(OpOptions::RESERVED))?;
         }
@@ -492,13 +386,13 @@ impl Shared {
             .tracker
             .enter(|intake| {
                 intake.pushed += 1;
-                self.graves.take(&mut intake.spares)
+                self.core.spare_records().take(&mut intake.spares)
             })
             .inspect_err(|_| self.refund(counted))?;
         drop(extra);
         let profiled = self.recorder.wants(&opts);
         let meta = meta(opts, role, exec, detached, counted, profiled);
-        Ok(recycle::build(spare, self, meta, deps, job, epoch))
+        Ok(recycle::build(spare, || self.engine_ref(), meta, deps, job, epoch))
     }
 }
 
@@ -506,7 +400,7 @@ impl Shared {
     /// Ops pushed and not yet completed.
     pub(super) fn in_flight(&self) -> u64 {
         // Completions first: an op is pushed before it completes.
-        let completed = self.counts.completed.get();
+        let completed = self.core.counts.completed.get();
         self.tracker.with_side(|intake| intake.pushed).saturating_sub(completed)
     }
 }
@@ -521,7 +415,7 @@ impl throttle::Progress for Shared {
     }
 
     fn completed(&self) -> u64 {
-        self.counts.completed.get()
+        self.core.counts.completed.get()
     }
 
     fn all_idle(&self) -> bool {
@@ -533,7 +427,7 @@ impl throttle::Progress for Shared {
     }
 
     fn park(&self, goal: u64, patience: std::time::Duration) {
-        self.throttled.park(goal, || self.counts.completed.get(), patience);
+        self.core.drain.park(goal, || self.core.counts.completed.get(), patience);
     }
 
     fn decided(&self, decision: throttle::Decision) {

@@ -252,10 +252,10 @@ impl Gpus {
             Fenced::Wait(ordinal, events) => {
                 let pools = self.devices[ordinal].get().expect("a device with work in flight has started");
                 let again = move |_| {
-                    let host = task.header().host.clone();
+                    let engine = task.header().engine.clone();
                     let mut ready = crate::op::ReadyList::new();
                     ready.push(task);
-                    host.dispatcher().dispatch_ready(&mut ready);
+                    engine.dispatch_ready(&mut ready);
                 };
                 pools.device().after_all(events, Box::new(again));
                 None

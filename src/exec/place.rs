@@ -12,7 +12,7 @@ use crate::device::{Device, Lane};
 use crate::error::Error;
 use crate::gpu::{Gpu, GpuLane};
 use crate::metrics::PoolMetrics;
-use crate::op::{Dispatch, Exec, ReadyList, TaskRef};
+use crate::op::{Exec, ReadyList, TaskRef};
 use crate::sync::small::SmallList;
 
 /// Whether a ready op may run on the thread that pushed it when that
@@ -81,13 +81,13 @@ pub(crate) struct Dispatcher {
     held: Option<Arc<dyn HeldBack>>,
 }
 
-impl Dispatch for Dispatcher {
-    fn dispatch_ready(&self, ready: &mut ReadyList) {
+impl Dispatcher {
+    /// Runs the ops a completion made ready (leaving `ready` empty) where
+    /// their placement says: the engine's hook for the op layer.
+    pub(crate) fn dispatch_ready(&self, ready: &mut ReadyList) {
         self.dispatch_successors(ready.drain(..));
     }
-}
 
-impl Dispatcher {
     pub(crate) fn new(topology: Topology, held: Option<Arc<dyn HeldBack>>) -> Self {
         let cpu = (0..topology.cpu_devices).map(|_| Lazy::default()).collect();
         let gpu = Gpus::new(

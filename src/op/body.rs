@@ -80,7 +80,7 @@ pub(crate) fn inside_group(group: &GroupCore) -> bool {
 /// body on this thread (the innermost one), or a future op's task. An
 /// engine-wide wait there would wait for that very op.
 pub(crate) fn inside_op_of(host: *const ()) -> bool {
-    let on_thread = current_body(|body| body.is_some_and(|b| std::ptr::addr_eq(Arc::as_ptr(&b.host), host)));
+    let on_thread = current_body(|body| body.is_some_and(|b| std::ptr::addr_eq(b.engine.as_ptr(), host)));
     on_thread || FUTURE_OP_OF.try_with(|&of| of == host as usize).unwrap_or(false)
 }
 

@@ -6,7 +6,6 @@
 use std::future::Future;
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 
 use super::access::{Item, OpToken};
 use super::body::{FUTURE_OP_GROUP, FUTURE_OP_OF, in_body, in_body_with_token};
@@ -175,7 +174,7 @@ where
             Err(payload) => return op.store(op_result(|| op.header(), Err(payload))),
         };
         let on_drop = StoreOnDrop(Some(op.to_owned()));
-        let engine = Arc::as_ptr(&op.header().host).cast::<()>() as usize;
+        let engine = op.header().engine.as_ptr() as usize;
         // The future runs in the op's span at every poll, so that what it
         // logs is attributed to its op by any subscriber.
         let span = op.header().span().cloned().unwrap_or_else(tracing::Span::none);

@@ -42,4 +42,4 @@ pub(crate) mod task;
 
 pub(crate) use life::{LiveRef, submit};
 pub(crate) use record::{Decl, DepList, Exec, Flags, HandleKind, Header, Meta, PackedDevice, Task, TaskRef};
-pub(crate) use record::{Dispatch, Help, Host, Note, ReadyList, Wait, note_cancelling};
+pub(crate) use record::{Help, ReadyList, note_cancelling};

@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 
 use super::job::{Job, Running};
 use super::op_handle::{OpSlot, SlotRef};
-use super::record::{DepList, GROUP_REASON, Header, Host, Meta, Note, Task, TaskRef};
+use super::record::{DepList, EngineRef, GROUP_REASON, Header, Meta, Task, TaskRef};
 use super::slot::{Published, ResultSlot};
 use crate::error::{Error, Kind};
 use crate::sync::cell::UnsafeCell;
@@ -41,17 +41,11 @@ pub(crate) struct OpCell<J: Job> {
 unsafe impl<J: Job> Sync for OpCell<J> {}
 
 impl<J: Job> OpCell<J> {
-    /// A new op record of the engine `host`, freshly allocated (see
-    /// `recycle.rs` for records rebuilt in place).
-    pub(crate) fn new<H: Host>(
-        host: &Arc<H>,
-        meta: Meta,
-        deps: DepList,
-        job: J,
-        epoch: EpochRef,
-    ) -> Arc<Self> {
+    /// A new op record of `engine`, freshly allocated (see `recycle.rs`
+    /// for records rebuilt in place).
+    pub(crate) fn new(engine: EngineRef, meta: Meta, deps: DepList, job: J, epoch: EpochRef) -> Arc<Self> {
         Arc::new(Self {
-            header: Header::new(meta, deps, host.clone()),
+            header: Header::new(meta, deps, engine),
             slot: ResultSlot::new(),
             job: UnsafeCell::new(Some(job)),
             epoch: UnsafeCell::new(Some(epoch)),
@@ -85,7 +79,7 @@ impl<J: Job> Drop for OpCell<J> {
         // SAFETY: `&mut self`: no other access to the epoch.
         let unpublished = self.epoch.with_mut(|epoch| unsafe { (*epoch).is_some() });
         if unpublished && self.header.meta.counted() {
-            self.header.host.note(Note::Left);
+            self.header.engine.left();
         }
         if unpublished && self.header.meta.watched() {
             self.header.group_left();
@@ -118,7 +112,7 @@ impl<J: Job> OpCell<J> {
         // Its slot among the ops in flight goes back before anyone waiting
         // for the op (its handle, `wait_for_all`) can be told: a caller
         // that saw it complete can push again at the bound.
-        self.header.host.note(Note::Done { counted: self.header.meta.counted() });
+        self.header.engine.done(self.header.meta.counted());
         // Nobody reads a detached op's result: the slot is left alone.
         if !self.header.meta.detached()
             && let Published::First(Some(waker)) = self.slot.publish()
@@ -264,7 +258,7 @@ impl<J: Job> OpCell<J> {
     fn failed(&self, err: &Error) {
         self.header.record_outcome(Err(err));
         if !self.header.meta.clears_error() {
-            self.header.host.note(Note::Failed { err, for_wait_all: true });
+            self.header.engine.failed(err, true);
         }
     }
 }

@@ -239,7 +239,7 @@ impl<R: Send + 'static> OpHandle<R> {
                 "the op waited for needs a var that the op running this body holds",
             ));
         }
-        let host = slot.header().host.clone();
+        let engine = slot.header().engine.clone();
         release_held(slot.header());
         // Small ops finish within microseconds: watch for that briefly
         // before paying for parking the thread and waking it again. After
@@ -261,7 +261,7 @@ impl<R: Send + 'static> OpHandle<R> {
                 std::thread::yield_now();
             }
         }
-        block_helping(|cx| Pin::new(&mut self).poll(cx), || host.wait(Wait::Blocked))
+        block_helping(|cx| Pin::new(&mut self).poll(cx), || engine.wait(Wait::Blocked))
     }
 }
 
@@ -357,7 +357,7 @@ fn let_go<R: 'static>(slot: SlotRef<R>) {
 /// A wait on a nested op: its parent may be held back (see `nest.rs`).
 fn release_held(header: &Header) {
     if header.meta.nested() {
-        header.host.wait(Wait::OnNested);
+        header.engine.wait(Wait::OnNested);
     }
 }
 

@@ -33,25 +33,25 @@
 //! idle holds little.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use super::job::Job;
 use super::op_cell::OpCell;
-use super::record::{DepList, Host, Meta, Spare, Task, TaskRef};
+use super::record::{DepList, EngineRef, Meta, Spare, TaskRef, WeakEngine};
 use crate::error::panic_message;
 use crate::sync::epoch::EpochRef;
 
 /// Spare records a worker collects before burying them at once.
 const BATCH: usize = 32;
 
-/// Builds a record for a new op of the engine `host`: in `spare record` (a
+/// Builds a record for a new op of `engine`: in `spare record` (a
 /// stripped record of that engine nobody else holds) if that is a record of
 /// this type, else freshly allocated, after `spare record` is freed (so that the
 /// allocator hands out what this thread just freed).
 #[inline(always)]
-pub(crate) fn build<J: Job, H: Host>(
+pub(crate) fn build<J: Job>(
     shell: Option<Spare>,
-    host: &Arc<H>,
+    engine: impl FnOnce() -> EngineRef,
     meta: Meta,
     deps: DepList,
     job: J,
@@ -59,13 +59,9 @@ pub(crate) fn build<J: Job, H: Host>(
 ) -> Arc<OpCell<J>> {
     // A spare record of another type is freed here, before `OpCell::new` allocates.
     let Some(mut record) = shell.and_then(Spare::downcast::<OpCell<J>>) else {
-        return OpCell::new(host, meta, deps, job, epoch);
+        return OpCell::new(engine(), meta, deps, job, epoch);
     };
     let place = record.get_mut();
-    debug_assert!(
-        std::ptr::addr_eq(Arc::as_ptr(&place.header().host), Arc::as_ptr(host)),
-        "a shell of another engine"
-    );
     place.rebuild(meta, deps, job, epoch);
     #[cfg(all(test, not(depengine_loom)))]
     REBUILT.with(|n| n.set(n.get() + 1));
@@ -86,8 +82,8 @@ thread_local! {
 pub(crate) fn give_back(task: TaskRef) {
     match Spare::strip(task) {
         Ok(shell) => {
-            let host = shell.header().host.clone();
-            host.spare_records().keep_one(shell);
+            let engine = shell.header().engine.clone();
+            engine.spare_records().keep_one(shell);
         }
         Err((record, stripping)) => let_go(record, stripping),
     }
@@ -118,7 +114,7 @@ pub(crate) struct Returns {
     /// The engine it last gave spare records back to: asked, when the
     /// worker idles, whether to give them back to the system
     /// ([`idle`](Self::idle)). Weak: a worker must not keep its engine.
-    engine: Option<Weak<dyn Host>>,
+    engine: Option<WeakEngine>,
 }
 
 impl Returns {
@@ -136,7 +132,9 @@ impl Returns {
         match Spare::strip(task) {
             Ok(shell) => {
                 debug_assert!(
-                    self.spares.first().is_none_or(|s| Arc::ptr_eq(&s.header().host, &shell.header().host)),
+                    self.spares
+                        .first()
+                        .is_none_or(|s| s.header().engine.as_ptr() == shell.header().engine.as_ptr()),
                     "shells of one engine"
                 );
                 self.spares.push(shell);
@@ -152,23 +150,23 @@ impl Returns {
     #[cold]
     pub(crate) fn keep_spares(&mut self) {
         if let Some(first) = self.spares.first() {
-            let host = first.header().host.clone();
-            if !self.engine.as_ref().is_some_and(|e| std::ptr::addr_eq(e.as_ptr(), Arc::as_ptr(&host))) {
-                self.engine = Some(Arc::downgrade(&host));
+            let engine = first.header().engine.clone();
+            if self.engine.as_ref().is_none_or(|e| e.as_ptr() != engine.as_ptr()) {
+                self.engine = Some(engine.downgrade());
             }
-            host.spare_records().keep_spares(&mut self.spares);
+            engine.spare_records().keep_spares(&mut self.spares);
         }
     }
 
     /// The worker has had nothing to do for a while: lets the engine it
     /// gave spare records to give them back to the system if no push
-    /// wants them (see [`Host::idle`]). Whether to ask again later.
+    /// wants them (see `EngineCore::idle`). Whether to ask again later.
     #[cold]
     pub(crate) fn idle(&mut self) -> bool {
-        let Some(host) = self.engine.as_ref().and_then(Weak::upgrade) else {
+        let Some(engine) = self.engine.as_ref().and_then(WeakEngine::upgrade) else {
             self.engine = None;
             return false;
         };
-        host.idle()
+        engine.idle()
     }
 }

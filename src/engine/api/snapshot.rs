@@ -45,10 +45,10 @@ impl Engine {
         let shared = self.shared();
         let pools = shared.dispatcher.pool_metrics();
         let (waiting_on_vars, cancelled_on_vars) = self.waiting_on_vars();
-        let (failed, skipped, cancelled) = shared.counts.failures();
+        let (failed, skipped, cancelled) = shared.core.counts.failures();
         // Completions are read before pushes: an op is pushed before it
         // completes, so the difference never goes below zero.
-        let completed = shared.counts.completed.get();
+        let completed = shared.core.counts.completed.get();
         let pushed = shared.tracker.with_side(|intake| intake.pushed);
         let (throttle_waits, throttle_passes) = shared.throttle_looks.get();
         Metrics {

@@ -2,12 +2,11 @@
 //! pools that cannot start, idle feeds.
 
 use super::*;
-use crate::op::Host;
 
 impl Shared {
     /// Spare records waiting, in the pushes' list and kept.
     fn spares(&self) -> usize {
-        self.tracker.with_side(|intake| intake.spares.len() + self.spare_records().len())
+        self.tracker.with_side(|intake| intake.spares.len() + self.core.spare_records().len())
     }
 }
 
@@ -158,7 +157,7 @@ fn push_builds_its_op_in_a_shell_of_its_type() {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     let rebuilt = || crate::op::recycle::REBUILT.with(std::cell::Cell::get);
-    let spares = shared.tracker.with_side(|intake| shared.spare_records().addresses(&intake.spares));
+    let spares = shared.tracker.with_side(|intake| shared.core.spare_records().addresses(&intake.spares));
     let before = rebuilt();
     let reused = add(1000);
     assert_eq!(rebuilt(), before + 1, "the op was not built in a spare record");

@@ -152,11 +152,11 @@ impl Run {
     fn resume(self) {
         let Some(segment) = &self.segment else { return };
         let header = segment.header();
-        let (meta, host) = (header.meta.clone(), header.host.clone());
+        let (meta, engine) = (header.meta.clone(), header.engine.clone());
         let shared = self.shared.clone();
         // The segment's placement; it is run, never completed, as a task.
         let task: TaskRef = Arc::new(ResumeTask {
-            header: Header::new(meta, DepList::new(), host),
+            header: Header::new(meta, DepList::new(), engine),
             run: std::sync::Mutex::new(Some(self)),
         });
         shared.dispatcher.dispatch_pushed(task);

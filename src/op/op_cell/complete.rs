@@ -144,7 +144,7 @@ fn release_vars(task: &TaskRef, left_on_vars: Option<&LeftOnVars>) {
         profile_released(header, &ready);
     }
     if !ready.is_empty() {
-        header.host.dispatcher().dispatch_ready(&mut ready);
+        header.engine.dispatch_ready(&mut ready);
     }
     small::discard(ready);
 }

@@ -3,8 +3,9 @@
 //! it through only later. The protocol and why each op leaves its vars
 //! exactly once, in push order: `../README.md`, *Resolved early*. The slot's
 //! bits it relies on (`EARLY`, `THROUGH`) are claimed in `../slot.rs`; the
-//! engine's one hook is `Note::Lingers` / `Note::Gone` (`../record/host.rs`),
-//! which keep a shutdown waiting until every such op has left its vars.
+//! engine's core counts it (`EngineCore::lingers` / `gone`,
+//! `../record/engine_core.rs`), which keeps a shutdown waiting until every
+//! such op has left its vars.
 //!
 //! Why `unsafe`: the body and the epoch are the record's (`../op_cell.rs`),
 //! claimed once through the slot's state word; modelled in
@@ -16,7 +17,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use super::super::job::Job;
-use super::super::record::{Note, TaskRef};
+use super::super::record::TaskRef;
 use super::super::slot::Published;
 use super::OpCell;
 use crate::error::Error;
@@ -38,9 +39,9 @@ impl<J: Job> OpCell<J> {
         // What `store` does, but the op does not complete: its vars have
         // not let it through.
         if !self.header.meta.clears_error() {
-            self.header.host.note(Note::Failed { err: &err, for_wait_all: pass_on });
+            self.header.engine.failed(&err, pass_on);
         } else if pass_on {
-            self.header.host.note(Note::ForWaitAll(&err));
+            self.header.engine.keep_failure(&err);
         }
         if self.header.meta.watched() {
             self.header.watch_ended(Some(&err));
@@ -49,7 +50,7 @@ impl<J: Job> OpCell<J> {
             self.header.record_outcome(Err(&err));
         }
         let _ = self.slot.store(Err(err));
-        self.header.host.note(Note::Lingers);
+        self.header.engine.lingers();
         self.publish_resolved();
         if self.slot.mark_early() {
             self.release_body(this, true);
@@ -93,7 +94,7 @@ impl<J: Job> OpCell<J> {
             if self.header.meta.watched() {
                 self.header.watch_finished();
             }
-            self.header.host.note(Note::Done { counted: false });
+            self.header.engine.done(false);
         }
         if let Some(waker) = waker {
             waker.wake();
@@ -104,7 +105,7 @@ impl<J: Job> OpCell<J> {
     /// flight goes back, then its epoch, so that a `wait_for_all` that
     /// waited for it finds the slot free.
     fn gone(&self) {
-        self.header.host.note(Note::Gone { counted: self.header.meta.counted() });
+        self.header.engine.gone(self.header.meta.counted());
         // SAFETY: `gone` runs once, in the second of the resolution's end
         // (`mark_early`) and the vars' let-through (`mark_through`), each
         // of which follows `publish_resolved` (the resolution calls it

@@ -12,56 +12,9 @@ use crate::device::{Device, Lane};
 use crate::op::LiveRef;
 use crate::op::job::{Job, Running};
 use crate::op::op_handle::OpSlot;
-use crate::op::record::{
-    DepList, Dispatch, Exec, Flags, HandleKind, Help, Host, Meta, Note, PackedDevice, ReadyList,
-    SpareRecords, TaskRef, Wait,
-};
-use crate::profile::OpRecord;
-use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::op::record::engine_core::test_engine;
+use crate::op::record::{DepList, Exec, Flags, HandleKind, Meta, PackedDevice, TaskRef};
 use crate::sync::epoch::Tracker;
-
-/// An engine that counts publications and refuses everything else a
-/// var-less op might ask of it.
-struct Counts {
-    done: AtomicUsize,
-    spares: SpareRecords,
-}
-
-impl Dispatch for Counts {
-    fn dispatch_ready(&self, ready: &mut ReadyList) {
-        assert!(ready.is_empty(), "an op without vars makes nothing ready");
-    }
-}
-
-impl Host for Counts {
-    fn dispatcher(&self) -> &dyn Dispatch {
-        self
-    }
-
-    fn is_cancelling(&self) -> bool {
-        false
-    }
-
-    fn note(&self, note: Note<'_>) {
-        if let Note::Done { .. } = note {
-            self.done.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    fn idle(&self) -> bool {
-        false
-    }
-
-    fn spare_records(&self) -> &SpareRecords {
-        &self.spares
-    }
-
-    fn wait(&self, _: Wait) -> Help {
-        Help::Nothing
-    }
-
-    fn profiled(&self, _: OpRecord) {}
-}
 
 /// A body the test stands in for: it stores through the slot itself.
 struct Body;
@@ -91,10 +44,10 @@ fn meta() -> Meta {
 #[test]
 fn the_body_and_its_last_guard_complete_the_op_once() {
     loom::model(|| {
-        let host = Arc::new(Counts { done: AtomicUsize::new(0), spares: SpareRecords::new(0) });
+        let engine = test_engine();
         let tracker = Tracker::<()>::new();
         let (epoch, ()) = tracker.enter(|_| ()).expect("the tracker is open");
-        let cell = OpCell::new(&host, meta(), DepList::new(), Body, epoch);
+        let cell = OpCell::new(engine.clone(), meta(), DepList::new(), Body, epoch);
         let task: TaskRef = cell.clone();
         // The body has started and handed out a guard.
         assert!(cell.slot.start());
@@ -102,7 +55,7 @@ fn the_body_and_its_last_guard_complete_the_op_once() {
         let other = loom::thread::spawn(move || drop(guard));
         cell.store(&task, Ok(7));
         other.join().unwrap();
-        assert_eq!(host.done.load(Ordering::Relaxed), 1, "completed once");
+        assert_eq!(engine.counts.completed.get(), 1, "completed once");
         assert!(cell.is_complete(), "published");
         // `cell` and `task`, no more: the reference the body passed to the
         // live count was taken back and dropped exactly once.
@@ -127,13 +80,13 @@ impl Job for Stores {
 #[test]
 fn a_groups_cancel_and_its_ops_start_count_the_op_once() {
     loom::model(|| {
-        let host = Arc::new(Counts { done: AtomicUsize::new(0), spares: SpareRecords::new(0) });
-        let engine: Arc<dyn std::any::Any + Send + Sync> = host.clone();
-        let group = crate::op::record::GroupCore::new(Cow::Borrowed("g"), Arc::downgrade(&engine));
+        let engine = test_engine();
+        let anchor: Arc<dyn std::any::Any + Send + Sync> = Arc::new(());
+        let group = crate::op::record::GroupCore::new(Cow::Borrowed("g"), Arc::downgrade(&anchor));
         let tracker = Tracker::<()>::new();
         let (epoch, ()) = tracker.enter(|_| ()).expect("the tracker is open");
         let meta = Meta { flags: Flags::new(Flags::WATCHED), ..meta() };
-        let cell = OpCell::new(&host, meta, DepList::new(), Stores, epoch);
+        let cell = OpCell::new(engine.clone(), meta, DepList::new(), Stores, epoch);
         let task: TaskRef = cell.clone();
         group.enter(&cell.header).expect("the group is not cancelled");
         cell.header.group_submitted(&task);
@@ -142,7 +95,7 @@ fn a_groups_cancel_and_its_ops_start_count_the_op_once() {
         // The worker the op was sent to (it has no vars: ready at once).
         crate::op::Task::execute(&*cell, &task);
         other.join().unwrap();
-        assert_eq!(host.done.load(Ordering::Relaxed), 1, "published once");
+        assert_eq!(engine.counts.completed.get(), 1, "published once");
         let counts = group.counts();
         assert_eq!((counts.pending, counts.running), (0, 0), "counted out");
         assert_eq!(counts.done + counts.cancelled, 1, "counted once, as what it became");

@@ -7,7 +7,6 @@
 //! state itself lives in the op's cold box (`cold.rs`).
 
 use super::Header;
-use super::host::Note;
 use crate::error::{Error, Kind};
 use crate::sync::atomic::Ordering;
 use crate::sync::lock;
@@ -52,7 +51,7 @@ impl Header {
     #[cold]
     #[inline(never)]
     fn veto_checked(&self) -> Option<Error> {
-        if self.meta.cancellable() && self.host.is_cancelling() {
+        if self.meta.cancellable() && self.engine.is_cancelling() {
             let reason = "the engine was shut down in cancel mode";
             return Some(Error::new(Kind::Cancelled { op: self.meta.name.clone(), reason }));
         }
@@ -125,7 +124,7 @@ impl Header {
             self.deps.iter().find(|d| d.var.id() == var).map_or_else(|| format!("#{var}"), |d| d.var.label());
         let message = format!("a write guard of var {label} was dropped while its thread panicked");
         let err = Error::panicked_without_payload(self.meta.name.clone(), message);
-        self.host.note(Note::ForWaitAll(&err));
+        self.engine.keep_failure(&err);
         lock(&self.cold().errors).rare().poisoned.push((var, err));
         self.has_errors.store(true, Ordering::Release);
     }

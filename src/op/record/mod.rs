@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 mod cold;
+pub(crate) mod engine_core;
 mod errors;
 mod group;
 mod host;
@@ -13,9 +14,10 @@ mod nest;
 mod profile;
 mod spares;
 
+pub(crate) use engine_core::{EngineCore, EngineRef, Hooks, WeakEngine};
 pub(in crate::op) use errors::LeftOnVars;
 pub(crate) use group::{GroupCore, REASON as GROUP_REASON};
-pub(crate) use host::{Dispatch, Help, Host, HostRef, Note, ReadyList, Wait, note_cancelling};
+pub(crate) use host::{Help, ReadyList, Wait, note_cancelling};
 pub(crate) use profile::now_ns;
 #[cfg(all(test, not(depengine_loom)))]
 pub(crate) use spares::IDLE_KEEP;
@@ -267,15 +269,15 @@ pub(crate) struct Header {
     link: Link<TaskRef>,
     pub(crate) meta: Meta,
     pub(crate) deps: DepList,
-    /// The engine: the way up (see `host.rs`).
-    pub(crate) host: HostRef,
+    /// The engine: the way up (see `engine_core.rs`).
+    pub(crate) engine: EngineRef,
     /// What only some ops carry (errors, a nested op's handoff, span,
     /// profile), allocated only when an op has one (`cold.rs`).
     pub(super) cold: ColdCell,
 }
 
 impl Header {
-    pub(crate) fn new(meta: Meta, deps: DepList, host: HostRef) -> Self {
+    pub(crate) fn new(meta: Meta, deps: DepList, engine: EngineRef) -> Self {
         Self {
             pending: Countdown::new(deps.len()),
             live: Countdown::new(1),
@@ -286,7 +288,7 @@ impl Header {
             cold: cold::at_push(&meta),
             meta,
             deps,
-            host,
+            engine,
         }
     }
 

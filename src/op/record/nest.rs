@@ -15,7 +15,7 @@
 //!   parent leaves its continuation here ([`Header::nested_then`]) and the
 //!   thread whose guard drop completes the op runs it (the handoff below);
 //! * **waiting on its handle** asks the engine to push what it holds back
-//!   (`Host::wait(Wait::OnNested)`): the parent may not have been pushed yet.
+//!   (`EngineCore::wait(Wait::OnNested)`): the parent may not have been pushed yet.
 //!
 //! The parent, for its part, applies the var gate's error rules between
 //! the ops it runs: it takes the errors its vars carried when it was let

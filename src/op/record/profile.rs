@@ -74,7 +74,7 @@ impl Header {
     #[inline(never)]
     pub(crate) fn watch_finished(&self) {
         if let Some(p) = self.profile() {
-            self.host.profiled(p.finish(self));
+            self.engine.profiled(p.finish(self));
         }
         self.group_finished();
     }

@@ -201,7 +201,7 @@ unsafe fn complete<B: Body>(ptr: NonNull<Header>) {
     // SAFETY: the one completion reads the epoch (no other access).
     let epoch = cell.header.epoch.with_mut(|e| unsafe { (*e).take() });
     // SAFETY: the engine outlives its records.
-    unsafe { cell.header.core.as_ref() }.completed.add_one();
+    unsafe { cell.header.core.as_ref() }.counts.completed.add_one();
     let done = cell.header.state.complete();
     if done.drop_output {
         // SAFETY: nobody will read the output: it is the completion's.

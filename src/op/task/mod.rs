@@ -20,12 +20,11 @@ use crate::sync::epoch::EpochRef;
 
 pub(crate) mod cell;
 mod cold;
-mod engine_core;
 pub(crate) mod slab;
 pub(crate) mod state;
 
+pub(crate) use crate::op::record::EngineCore;
 pub(crate) use cold::ColdPtr;
-pub(crate) use engine_core::EngineCore;
 pub(crate) use state::State;
 
 /// What the engine knows of an op's placement and kind, on the header's

@@ -8,16 +8,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 use super::*;
+use crate::op::record::EngineRef;
+use crate::op::record::engine_core::test_engine;
 use crate::op::task::Meta;
 
-/// A dispatch hook that runs each ready op on the calling thread.
-unsafe fn run_here(_: *const (), task: TaskRef) {
-    task.run();
-}
-
-fn core() -> EngineCore {
-    // SAFETY: `run_here` needs no data.
-    unsafe { EngineCore::new(run_here, std::ptr::null()) }
+/// An engine of nothing but its core; a ready op runs on the thread
+/// that let it through.
+fn core() -> EngineRef {
+    test_engine()
 }
 
 fn meta() -> Meta {
@@ -61,7 +59,7 @@ impl<R: Send + 'static> Body for WithToken<R> {
 fn push<B: Body>(core: &EngineCore, body: B, handle: bool) -> Option<Handle<B::Output>> {
     let (task, handle) = new(core, meta(), "op".into(), body, 0, handle);
     if task.let_through() {
-        core.dispatch(task);
+        task.run();
     }
     handle
 }
@@ -80,7 +78,7 @@ fn a_body_runs_once_and_its_output_reaches_the_handle() {
     assert_eq!(drops.load(Ordering::SeqCst), 0, "taken, not dropped");
     drop(got);
     assert_eq!(drops.load(Ordering::SeqCst), 1);
-    assert_eq!(core.completed.get(), 1);
+    assert_eq!(core.counts.completed.get(), 1);
 }
 
 #[test]
@@ -112,14 +110,14 @@ fn a_handle_dropped_before_the_completion_leaves_the_output_to_it() {
 
 #[test]
 fn a_token_completes_the_op_from_another_thread_and_wakes_the_handle() {
-    let core = Arc::new(core());
+    let core = core();
     let (tx, rx) = mpsc::channel();
     let handle = push(&core, WithToken::<u32>(tx), true).unwrap();
     let token = rx.recv().unwrap();
     let signaller = std::thread::spawn(move || token.complete(Ok(42)));
     assert_eq!(wait(handle).unwrap(), 42);
     signaller.join().unwrap();
-    assert_eq!(core.completed.get(), 1);
+    assert_eq!(core.counts.completed.get(), 1);
 }
 
 #[test]
@@ -148,7 +146,8 @@ fn a_pending_op_runs_once_its_gates_let_it_through_and_its_memory_goes_back() {
     assert_eq!(task.name(), "gated");
     let extra = task.clone();
     assert!(task.let_through(), "the push's own hold was the last");
-    core.dispatch(task);
+    task.run();
+    drop(task);
     // Claimed once: a second run does nothing.
     extra.run();
     assert_eq!(wait(handle.unwrap()).unwrap(), 7);

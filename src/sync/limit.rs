@@ -3,10 +3,10 @@
 //! ([`Error::is_full`]); [`Engine::reserve`](crate::Engine::reserve) waits
 //! for room instead, cancel safe (a dropped wait or reservation gives its
 //! place back). An op gives its slot back when it completes (when its
-//! handle resolves: `op::cell`'s publication, through `Note::Left`),
-//! or, if it was resolved early (cancelled before its vars let it
-//! through), once it has left its vars (`Note::Gone`): its record is
-//! kept until then.
+//! handle resolves: the op's publication, through the engine's core,
+//! `EngineCore::done`), or, if it was resolved early (cancelled before its
+//! vars let it through), once it has left its vars (`EngineCore::gone`):
+//! its record is kept until then.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
