@@ -90,7 +90,9 @@ const UNSAFE_FILES: &[(&str, Class)] = &[
     ("op/task/cold.rs", Class::Record),          // the cold box behind an atomic pointer
     ("op/record/engine_core.rs", Class::Record), // the engine's counted core, up through its hooks
     ("engine/shared/hooks.rs", Class::Record),   // the hooks: the core as the start of the engine's `Arc`
-    ("op/task/slab.rs", Class::Record),          // records' memory in size classes
+    ("sync/slab.rs", Class::Record),             // records' memory in size classes
+    ("op/record/task_ref.rs", Class::Record),    // `TaskRef` of the op path: a counted pointer to a header
+    ("op/op_handle.rs", Class::Record),          // a handle's typed functions of its record
     ("sync/prefetch.rs", Class::Performance),    // the prefetch instruction
     ("sync/epoch.rs", Class::Performance),       // counted epoch references
     ("var/inbox.rs", Class::Performance),        // the lock-free inbox, linked through its records

@@ -459,7 +459,7 @@ fn poll_token(core: &GroupCore, wait: &mut Option<TokenWait>, cx: &mut Context<'
 fn run_one_of(group: &GroupCore) -> bool {
     let Some(shared) = group.engine().and_then(|e| e.downcast::<Shared>().ok()) else { return false };
     for op in group.ready_ops(64) {
-        if shared.dispatcher.may_run_out_of_turn(&op) && op.try_execute(&op) {
+        if shared.dispatcher.may_run_out_of_turn(&op) && op.try_execute() {
             return true;
         }
     }

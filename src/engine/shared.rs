@@ -1,5 +1,5 @@
 //! The engine's bookkeeping, shared by every handle, var and op record of
-//! one engine: what pushes count (epochs, pushed ops, spare records), the first
+//! one engine: what pushes count (epochs, pushed ops), the first
 //! failure since the last `wait_for_all`, the shutdown mode, and the push
 //! path itself (check, build, submit, dispatch).
 
@@ -17,11 +17,10 @@ use crate::error::{Error, Kind};
 use crate::exec::{Dispatcher, Runs};
 use crate::op::access::normalize;
 use crate::op::job::Job;
-use crate::op::op_cell::OpCell;
+use crate::op::op_cell::{OpCell, Typed};
 use crate::op::op_handle::SlotRef;
 use crate::op::record::EngineCore;
-use crate::op::record::{GROUP_REASON, GroupCore, Spare, SpareRecords};
-use crate::op::recycle;
+use crate::op::record::{GROUP_REASON, GroupCore};
 use crate::op::{DepList, Exec, Flags, HandleKind, Meta, PackedDevice, ReadyList, TaskRef, submit};
 use crate::sync::coarse::Keeper;
 use crate::sync::epoch::Tracker;
@@ -39,8 +38,6 @@ mod hooks;
 pub(super) struct Intake {
     /// Ops pushed so far.
     pub(super) pushed: u64,
-    /// Spare records ready for pushes to rebuild (see `op::recycle`).
-    pub(super) spares: Vec<Spare>,
 }
 
 /// The engine's allocation. `repr(C)` with its core first: a record's
@@ -49,7 +46,7 @@ pub(super) struct Intake {
 #[repr(C)]
 pub(crate) struct Shared {
     /// What every op reaches of its engine: its counts, the bound's
-    /// slots, the throttle's waiters, the failures, the spare records.
+    /// slots, the throttle's waiters, the failures.
     pub(super) core: EngineCore,
     pub(super) config: Config,
     /// Written by every push: kept off the lines completing workers read.
@@ -74,14 +71,13 @@ pub(crate) struct Shared {
 impl Shared {
     pub(super) fn new(config: Config, runtime: Option<tokio::runtime::Handle>) -> Arc<Self> {
         let bulk_size = if config.kind == EngineKind::Naive { 1 } else { config.bulk_size };
-        let spares = SpareRecords::new(config.throttle_at);
         Arc::new_cyclic(|weak| {
             let bulk = Bulk::new(bulk_size, weak.clone());
             let limit = config.max_in_flight.map(Limit::new);
             let recorder = Recorder::new(config.profile_keep, config.profile_to.clone());
             let track_holders = config.track_holders;
             Shared {
-                core: EngineCore::new(&HOOKS, limit, spares),
+                core: EngineCore::new(&HOOKS, limit),
                 dispatcher: Dispatcher::new(config.topology.clone(), bulk.held()),
                 config,
                 tracker: CachePadded::new(Tracker::new()),
@@ -199,7 +195,7 @@ impl Shared {
         for op in queued {
             let reason = "the engine was shut down in cancel mode";
             let err = Error::new(Kind::Cancelled { op: op.header().meta.name.clone(), reason });
-            op.resolve_early(&op, err, true);
+            op.resolve_early(err, true);
         }
         // These may be the last references to vars, whose data goes here.
         if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(queues))) {
@@ -227,10 +223,6 @@ impl Shared {
         // The open segment is pushed, and no op joins another, before the
         // engine stops taking work.
         let latch = self.bulk.closing(|| self.tracker.rotate(true));
-        // No push takes a spare record once the tracker is closed.
-        let spares = self.tracker.with_side(|intake| std::mem::take(&mut intake.spares));
-        self.core.spare_records().close();
-        drop(spares);
         if cancel {
             self.cancel_queued();
         }
@@ -253,10 +245,10 @@ impl Shared {
         detached: bool,
     ) -> Result<Option<SlotRef<J::Output>>, Error> {
         let handle = if self.bulk.is_on() {
-            self.push_in_bulk(opts, role, decls, job, body, detached, None)?.map(|r| r as SlotRef<J::Output>)
+            self.push_in_bulk(opts, role, decls, job, body, detached, None)?
         } else {
-            let record = self.build(opts, role, decls, job, body, detached)?;
-            let handle = (!detached).then(|| record.clone() as SlotRef<J::Output>);
+            let record = self.build(opts, role, decls, job, body, detached, false)?;
+            let handle = (!detached).then(|| record.slot());
             self.submit(record)?;
             handle
         };
@@ -284,10 +276,9 @@ impl Shared {
         let role = Role::User;
         let handle = if self.bulk.is_on() {
             self.push_in_bulk(opts, role, decls, job, body, detached, Some(group))?
-                .map(|r| r as SlotRef<J::Output>)
         } else {
             let record = self.build_grouped(opts, role, decls, job, body, detached, group)?;
-            let handle = (!detached).then(|| record.clone() as SlotRef<J::Output>);
+            let handle = (!detached).then(|| record.slot());
             self.submit(record)?;
             handle
         };
@@ -298,7 +289,7 @@ impl Shared {
     }
 
     /// [`build`](Self::build) for an op that joins `group`: refused if the
-    /// group is another engine's or cancelled; else the record is marked
+    /// group is another engine's or cancelled; else the record is built
     /// watched and counted in its group.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn build_grouped<J: Job>(
@@ -310,13 +301,12 @@ impl Shared {
         body: Body,
         detached: bool,
         group: Arc<GroupCore>,
-    ) -> Result<Arc<OpCell<J>>, Error> {
+    ) -> Result<Typed<J>, Error> {
         check_group(&group, self, &opts.name)?;
-        let mut record = self.build(opts, role, deps, job, body, detached)?;
-        Arc::get_mut(&mut record).expect("a record just built is held alone").watch();
+        let record = self.build(opts, role, deps, job, body, detached, true)?;
         // Refused (cancelled since the check above): the record is dropped
         // unpublished, which gives its slot back.
-        group.enter(crate::op::Task::header(&*record)).inspect_err(|_| self.uncount())?;
+        group.enter(record.header()).inspect_err(|_| self.uncount())?;
         Ok(record)
     }
 
@@ -326,7 +316,8 @@ impl Shared {
     /// appended (the op may have completed by then, and recorded its push
     /// as unfinished).
     #[inline]
-    pub(super) fn submit<J: Job>(&self, record: Arc<OpCell<J>>) -> Result<(), Error> {
+    pub(super) fn submit<J: Job>(&self, record: Typed<J>) -> Result<(), Error> {
+        let record = record.into_task();
         let watched = watched(&record);
         let submitted =
             submit(record, |ready| self.dispatcher.dispatch_pushed(ready)).inspect_err(|_| self.uncount());
@@ -346,9 +337,11 @@ impl Shared {
     /// Checks an op (its slot among the ops in flight, its placement, its
     /// declarations) and builds its record, counted in its epoch and in
     /// the pushed ops; [`submit`](Self::submit) then appends it to its
-    /// vars. Inlined into each push: called, it would move the options,
-    /// the deps and the body through memory once more.
+    /// vars. `grouped`: it joins a group (watched). Inlined into each push:
+    /// called, it would move the options, the deps and the body through
+    /// memory once more.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn build<J: Job>(
         self: &Arc<Self>,
         opts: OpOptions,
@@ -357,7 +350,8 @@ impl Shared {
         job: J,
         body: Body,
         detached: bool,
-    ) -> Result<Arc<OpCell<J>>, Error> {
+        grouped: bool,
+    ) -> Result<Typed<J>, Error> {
         let runs = match body {
             Body::Hands => Runs::WhereReady,
             Body::Gpu => Runs::OnGpu,
@@ -379,20 +373,12 @@ impl Shared {
             normalize(&mut deps, &opts.name, Arc::as_ptr(self).cast())
                 .inspect_err(|_| self.refund(counted))?;
         }
-        // The op's count in its epoch, and a spare record to build its record in,
-        // or to free just before allocating it: then it is what this
-        // thread's allocator hands out.
-        let (epoch, (spare, extra)) = self
-            .tracker
-            .enter(|intake| {
-                intake.pushed += 1;
-                self.core.spare_records().take(&mut intake.spares)
-            })
-            .inspect_err(|_| self.refund(counted))?;
-        drop(extra);
+        // The op's count in its epoch.
+        let (epoch, ()) =
+            self.tracker.enter(|intake| intake.pushed += 1).inspect_err(|_| self.refund(counted))?;
         let profiled = self.recorder.wants(&opts);
-        let meta = meta(opts, role, exec, detached, counted, profiled);
-        Ok(recycle::build(spare, || self.engine_ref(), meta, deps, job, epoch))
+        let meta = meta(opts, role, exec, detached, counted, profiled, grouped);
+        Ok(OpCell::place(self.engine_ref(), meta, deps, job, epoch))
     }
 }
 
@@ -436,12 +422,10 @@ impl throttle::Progress for Shared {
 }
 
 /// A reference to a watched op (profiled, or in a group) for
-/// [`push_ended`]; `None` for the others. Looked at on the record's own
-/// type: through `TaskRef`, the header is a call through the vtable on
-/// every push.
+/// [`push_ended`]; `None` for the others.
 #[inline(always)]
-pub(super) fn watched<J: Job>(record: &Arc<OpCell<J>>) -> Option<TaskRef> {
-    crate::op::Task::header(&**record).meta.watched().then(|| record.clone() as TaskRef)
+pub(super) fn watched(record: &TaskRef) -> Option<TaskRef> {
+    record.header().meta.watched().then(|| record.clone())
 }
 
 /// Marks the end of a watched op's push: its profile's push ends; its
@@ -473,7 +457,16 @@ fn check_group(group: &GroupCore, shared: &Arc<Shared>, name: &str) -> Result<()
 
 /// An op's record header fields from its options and its role.
 #[inline(always)]
-fn meta(opts: OpOptions, role: Role, exec: Exec, detached: bool, counted: bool, profiled: bool) -> Meta {
+#[allow(clippy::fn_params_excessive_bools)]
+fn meta(
+    opts: OpOptions,
+    role: Role,
+    exec: Exec,
+    detached: bool,
+    counted: bool,
+    profiled: bool,
+    grouped: bool,
+) -> Meta {
     let bits = opts.bits();
     Meta {
         device: PackedDevice::new(opts.device).expect("device ordinals are checked at placement"),
@@ -493,7 +486,7 @@ fn meta(opts: OpOptions, role: Role, exec: Exec, detached: bool, counted: bool, 
             .with(Flags::NESTED, role == Role::Member)
             .with(Flags::NO_POISON, bit_set(bits, OpOptions::NO_POISON))
             .with(Flags::COUNTED, counted)
-            .with(Flags::WATCHED, profiled),
+            .with(Flags::WATCHED, profiled || grouped),
         handle: match (detached, bit_set(bits, OpOptions::CANCEL_ON_DROP)) {
             (true, _) => HandleKind::Detached,
             (false, false) => HandleKind::Handle,

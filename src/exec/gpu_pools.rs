@@ -242,7 +242,7 @@ impl Gpus {
             Fenced::Fault(ordinal, fault) => {
                 if !header.meta.deletes() {
                     let err = Error::gpu(Some(header.meta.name.clone()), ordinal, fault);
-                    task.resolve_early(&task, err, true);
+                    task.resolve_early(err, true);
                 }
                 if header.meta.clears_error() {
                     self.fences.clear(header.deps.iter().map(|d| d.var.id()));

@@ -220,9 +220,8 @@ pub(super) fn run_first(first: impl FnOnce()) {
 /// queued on it, live on.
 fn execute(task: TaskRef) {
     contain(move || {
-        task.execute(&task);
-        // The record goes back to be reused, as a worker's does.
-        crate::op::recycle::give_back(task);
+        task.execute();
+        drop(task);
     });
 }
 
@@ -230,7 +229,7 @@ fn execute(task: TaskRef) {
 /// into the worker's loop, whatever else calls it.
 #[inline(always)]
 pub(super) fn run(task: &TaskRef) {
-    contain(|| task.execute(task));
+    contain(|| task.execute());
 }
 
 /// Runs `f`, logging a panic that escapes it instead of unwinding further.

@@ -1,7 +1,7 @@
 //! A worker thread's loop: take an op (its next slot first, then the ops
 //! it claimed with the last one it took from a feed, then the queues), run
-//! it, give its record back, and, with nothing to do, watch
-//! the queues a while and then park.
+//! it, let its reference go, and, with nothing to do, watch the queues a
+//! while and then park.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -12,7 +12,6 @@ use super::pool::PoolShared;
 use super::stats::WorkerStats;
 use super::this_thread;
 use crate::op::TaskRef;
-use crate::op::recycle::Returns;
 
 /// How many ops a worker runs from its next slot before it takes from the
 /// queue again, if anything is queued (so that queued ops are never starved
@@ -51,7 +50,6 @@ pub(super) struct Worker<'a> {
     streak: u32,
     /// Times it found nothing to do.
     idles: u32,
-    returns: Returns,
     /// Ops it claimed from a feed together with the one it ran, to run
     /// next (ahead of the queues, behind its next slot and urgent ops).
     taken: VecDeque<TaskRef>,
@@ -67,7 +65,6 @@ impl<'a> Worker<'a> {
             view: FeedView::default(),
             streak: 0,
             idles: 0,
-            returns: Returns::new(),
             taken: VecDeque::with_capacity(TAKE_MORE),
         }
     }
@@ -112,8 +109,8 @@ impl<'a> Worker<'a> {
         Next::Again
     }
 
-    /// Runs a ready op. If the worker then holds the op's last reference,
-    /// its record goes back to be reused (`op::recycle`).
+    /// Runs a ready op, then lets its reference go: if it is the last, the
+    /// record's slot goes back to this thread's slab magazine.
     fn run(&mut self, task: TaskRef) {
         if !self.busy {
             self.busy = true;
@@ -123,12 +120,12 @@ impl<'a> Worker<'a> {
         if self.pool.stats.timing {
             self.run_timed(&task);
         } else {
-            // On the worker's reference: if it is the last one, the record
-            // is reused below.
             this_thread::run_first(|| this_thread::run(&task));
         }
         self.mine.end();
-        self.returns.give(task);
+        // What the record held may run a user destructor (a result nobody
+        // took): contained like the op itself.
+        crate::op::let_go(task);
     }
 
     /// [`run`](Self::run)'s body with timing metrics on: out of line, so
@@ -141,9 +138,8 @@ impl<'a> Worker<'a> {
         stats.ran(self.k, start);
     }
 
-    /// Nothing queued: gives back the records it holds, then waits.
+    /// Nothing queued: waits.
     fn idle(&mut self) -> Next {
-        self.returns.keep_spares();
         // A look at the clock is not free: a sweep is considered once per
         // `SWEEP_IDLES` idle turns (and when parking for long).
         self.idles = self.idles.wrapping_add(1);
@@ -173,7 +169,6 @@ impl<'a> Worker<'a> {
             pool.stats.idle(self.k, start);
         }
         let view = &mut self.view;
-        let returns = &mut self.returns;
         let mut spins = 0u32;
         while !pool.spin.is_zero() && !pool.has_work(view) && !pool.stopping.load(Ordering::Acquire) {
             spins += 1;
@@ -195,12 +190,12 @@ impl<'a> Worker<'a> {
             // which would keep the rings of retired feeds alive; while
             // feeds are listed, it wakes now and then to retire idle ones
             // (and while spare rings wait to be given back, to give them;
-            // and while its engine keeps more spare op records than an idle
-            // engine keeps, to let it give them back once unused for long).
+            // and while the slab keeps more free records than an idle
+            // process keeps, to let it give them back once unused for long).
             || {
                 view.borrow_mut().forget();
                 pool.feeds.sweep(pool.parking.barriers());
-                let records = returns.idle();
+                let records = crate::sync::slab::idle();
                 (pool.feeds.need_sweeps() || records).then_some(SWEEP_EVERY)
             },
         )

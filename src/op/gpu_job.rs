@@ -57,7 +57,7 @@ where
             Err(err) => {
                 let (slot, ordinal) = (op.to_owned(), device.ordinal);
                 let err = Error::gpu(Some(op.header().meta.name.clone()), ordinal, err);
-                return device.after_drained(stream, Box::new(move |_| slot.store_owned(Err(err))));
+                return device.after_drained(stream, Box::new(move |_| slot.store(Err(err))));
             }
         };
         // Early release: a successful op lets its vars go now, its work
@@ -102,7 +102,7 @@ fn complete_after<R: Send + 'static>(
                 Err(Error::gpu(Some(slot.header().meta.name.clone()), ordinal, fault))
             }
         };
-        slot.store_owned(result);
+        slot.store(result);
     };
     device.after(stream, event, Box::new(done));
 }

@@ -18,7 +18,7 @@ pub(crate) trait Job: Send + 'static {
     type Output: Send + 'static;
 
     /// Starts the body. It must lead to exactly one store of its result:
-    /// [`Running::store`] before returning, or [`OpSlot::store_owned`] on
+    /// [`Running::store`] before returning, or `SlotRef::store` on
     /// [`Running::to_owned`] from a [`Completion`] or a spawned task.
     fn start(self, op: Running<'_, Self::Output>);
 
@@ -191,7 +191,7 @@ where
             .await;
             if let Some(slot) = on_drop.disarm() {
                 let result = op_result(|| slot.header(), caught);
-                slot.store_owned(result);
+                slot.store(result);
             }
         });
         let header = op.header();
@@ -225,7 +225,7 @@ impl<R: 'static> Drop for StoreOnDrop<R> {
             let aborted = slot.header().group().is_some_and(|link| link.core.is_cancelled());
             let reason =
                 if aborted { GROUP_REASON } else { "its tokio runtime shut down before it finished" };
-            slot.store_owned(Err(Error::new(Kind::Cancelled { op, reason })));
+            slot.store(Err(Error::new(Kind::Cancelled { op, reason })));
         }
     }
 }

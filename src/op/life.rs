@@ -5,7 +5,7 @@
 //!
 //! Why `unsafe`: a guard's live count keeps its op's record alive without a
 //! reference of its own, and the body's reference passes to the last guard
-//! by `Arc::into_raw`; and a one-var push appends through the var's inbox.
+//! by `TaskRef::into_raw`; and a one-var push appends through the var's inbox.
 //! Measured: PERFORMANCE.md, *Guards hold no reference to their op*
 //! (alternated against a plain `Arc` per guard: `w2_chain` faster in 48 of
 //! 81 pairs, p ≈ 0.03), and *An inbox per var*.
@@ -13,9 +13,8 @@
 #![allow(unsafe_code)]
 
 use std::ptr::NonNull;
-use std::sync::Arc;
 
-use super::record::{Header, Task, TaskRef, prefetch_hot};
+use super::record::{Header, TaskRef, prefetch_hot};
 use crate::error::Error;
 use crate::sync::small::{self, SmallList};
 use crate::var::{Grant, VarCell};
@@ -94,7 +93,7 @@ pub(crate) fn submit(task: TaskRef, mut dispatch: impl FnMut(TaskRef)) -> Result
 /// the live count (`OpCell::release_body`), and the `LiveRef` whose drop brings
 /// the count to zero takes it back. Either way the record outlives every
 /// `LiveRef`.
-pub(crate) struct LiveRef(NonNull<dyn Task>);
+pub(crate) struct LiveRef(NonNull<Header>);
 
 // SAFETY: a `LiveRef` only reads the record's header (`Sync`) and, once,
 // takes back a `TaskRef` (`Send`): what a `TaskRef` may do on any thread.
@@ -108,8 +107,7 @@ impl LiveRef {
     /// from completing meanwhile (the body has not stored its result).
     pub(crate) fn new(task: &TaskRef) -> Self {
         task.header().live.add(1);
-        let record = NonNull::new(Arc::as_ptr(task).cast_mut()).expect("an Arc's pointer is not null");
-        Self(record)
+        Self(task.as_ptr())
     }
 
     /// A write guard of var `var` was dropped while its thread panicked:
@@ -128,7 +126,7 @@ impl LiveRef {
     fn header(&self) -> &Header {
         // SAFETY: this live count keeps the record alive (see the type's
         // doc), and the reference borrows `self`.
-        unsafe { self.0.as_ref() }.header()
+        unsafe { self.0.as_ref() }
     }
 }
 
@@ -137,11 +135,11 @@ impl Drop for LiveRef {
         if self.header().live.release(1) {
             // SAFETY: the count reached zero here, so the body had released
             // its own count: `release_body` made its reference the live
-            // count's (`Arc::into_raw` of a `TaskRef` to this record, whose
-            // pointer `Arc::as_ptr` gave this `LiveRef`), and only the
-            // release that reaches zero takes it back.
-            let task = unsafe { Arc::from_raw(self.0.as_ptr().cast_const()) };
-            task.complete(&task);
+            // count's (`TaskRef::into_raw` of a reference to this record,
+            // whose pointer this `LiveRef` holds), and only the release
+            // that reaches zero takes it back.
+            let task = unsafe { TaskRef::from_raw(self.0) };
+            task.complete();
         }
     }
 }
@@ -155,7 +153,7 @@ impl std::fmt::Debug for LiveRef {
 /// What a var keeps of an op that holds it (see `var::cell`'s
 /// `VarState::holders`): the record's address, without a reference.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct OpHolder(NonNull<dyn Task>);
+pub(crate) struct OpHolder(NonNull<Header>);
 
 // SAFETY: a `OpHolder` is an address; it is turned back into a reference only
 // by `Grant::from_held`, whose caller guarantees the record is alive, and a
@@ -164,7 +162,7 @@ unsafe impl Send for OpHolder {}
 
 impl PartialEq for OpHolder {
     fn eq(&self, other: &Self) -> bool {
-        std::ptr::addr_eq(self.0.as_ptr(), other.0.as_ptr())
+        self.0 == other.0
     }
 }
 
@@ -190,17 +188,12 @@ impl Grant for TaskRef {
 
     #[inline]
     fn held(&self) -> OpHolder {
-        OpHolder(NonNull::new(Arc::as_ptr(self).cast_mut()).expect("an Arc's pointer is not null"))
+        OpHolder(self.as_ptr())
     }
 
     unsafe fn from_held(held: OpHolder) -> Self {
-        let record = held.0.as_ptr().cast_const();
-        // SAFETY: the caller guarantees the record is alive, so its count
-        // is at least one; `record` came from `Arc::as_ptr` of a `TaskRef`
-        // (`held`), so these are that allocation's count and pointer.
-        unsafe {
-            Arc::increment_strong_count(record);
-            Arc::from_raw(record)
-        }
+        // SAFETY: the caller guarantees the record is alive, and `held`
+        // came from a `TaskRef`'s pointer.
+        unsafe { TaskRef::clone_from_raw(held.0) }
     }
 }

@@ -6,13 +6,14 @@
 //! `tests/check_architecture.rs` keeps it so):
 //!
 //! * `record/`: the erased header every var queue holds ([`Header`],
-//!   [`Task`]), where the body runs ([`Exec`]), and everything the header
-//!   embeds, each in its own file: `cold.rs` (the box for what only some
-//!   ops carry), `errors.rs` (how errors pass through an op), `profile.rs` (what an op records while the profiler is on),
-//!   `nest.rs` (ops run by a parent op, bulk execution's hook), `host.rs`
-//!   (the one way up, to the engine that pushed the op) and `spares.rs`
-//!   (stripped records kept for later pushes, and the header's strip and
-//!   rebuild);
+//!   [`Task`]) and the one reference to a record ([`TaskRef`], in
+//!   `task_ref.rs`, with the record's memory in the slab), where the body
+//!   runs ([`Exec`]), and everything the header embeds, each in its own
+//!   file: `cold.rs` (the box for what only some ops carry), `errors.rs`
+//!   (how errors pass through an op), `profile.rs` (what an op records
+//!   while the profiler is on), `nest.rs` (ops run by a parent op, bulk
+//!   execution's hook), `engine_core.rs` and `host.rs` (the one way up, to
+//!   the engine that pushed the op);
 //! * `life.rs`: submit, and the guards' [`LiveRef`]; `slot.rs`: the result
 //!   slot's state word; `body.rs`: the op whose body runs on this thread;
 //! * `access.rs`: what an op declares;
@@ -22,8 +23,7 @@
 //!   (`op_cell/complete.rs`: vars released, ready ops dispatched, result
 //!   published, in one function) and its early resolution
 //!   (`op_cell/early.rs`);
-//! * `gpu_job.rs`: a GPU op's body; `recycle.rs`: a typed record rebuilt
-//!   for a push.
+//! * `gpu_job.rs`: a GPU op's body.
 
 pub(crate) mod access;
 pub(crate) mod body;
@@ -33,7 +33,6 @@ mod life;
 pub(crate) mod op_cell;
 pub(crate) mod op_handle;
 pub(crate) mod record;
-pub(crate) mod recycle;
 // The lean record, rebuilt alongside the one above until the op path
 // moves onto it (`task/README.md`).
 mod slot;
@@ -42,4 +41,4 @@ pub(crate) mod task;
 
 pub(crate) use life::{LiveRef, submit};
 pub(crate) use record::{Decl, DepList, Exec, Flags, HandleKind, Header, Meta, PackedDevice, Task, TaskRef};
-pub(crate) use record::{Help, ReadyList, note_cancelling};
+pub(crate) use record::{Help, ReadyList, let_go, note_cancelling};

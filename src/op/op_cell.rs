@@ -8,13 +8,12 @@
 
 #![allow(unsafe_code)]
 
-use std::any::Any;
+use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use super::job::{Job, Running};
-use super::op_handle::{OpSlot, SlotRef};
+use super::op_handle::{OpSlot, SlotRef, SlotVtable};
 use super::record::{DepList, EngineRef, GROUP_REASON, Header, Meta, Task, TaskRef};
 use super::slot::{Published, ResultSlot};
 use crate::error::{Error, Kind};
@@ -41,33 +40,87 @@ pub(crate) struct OpCell<J: Job> {
 unsafe impl<J: Job> Sync for OpCell<J> {}
 
 impl<J: Job> OpCell<J> {
-    /// A new op record of `engine`, freshly allocated (see `recycle.rs`
-    /// for records rebuilt in place).
-    pub(crate) fn new(engine: EngineRef, meta: Meta, deps: DepList, job: J, epoch: EpochRef) -> Arc<Self> {
-        Arc::new(Self {
+    /// A new op record of `engine`, placed in a slab slot.
+    pub(crate) fn place(engine: EngineRef, meta: Meta, deps: DepList, job: J, epoch: EpochRef) -> Typed<J> {
+        let record = TaskRef::new(Self {
             header: Header::new(meta, deps, engine),
             slot: ResultSlot::new(),
             job: UnsafeCell::new(Some(job)),
             epoch: UnsafeCell::new(Some(epoch)),
-        })
+        });
+        Typed(record, PhantomData)
+    }
+}
+
+/// A reference to a record known to be an `OpCell<J>`, as its push built
+/// it: what the push makes the handle's [`SlotRef`] from.
+pub(crate) struct Typed<J: Job>(TaskRef, PhantomData<fn() -> J>);
+
+impl<J: Job> Typed<J> {
+    #[inline]
+    pub(crate) fn header(&self) -> &Header {
+        self.0.header()
     }
 
-    /// Marks this record, held alone by the push that built it, as watched:
-    /// an op that joins a group (`record/group.rs`) is marked after it is
-    /// built, so that the common build carries nothing of groups.
-    pub(crate) fn watch(&mut self) {
-        self.header.meta.flags = self.header.meta.flags.with(super::record::Flags::WATCHED, true);
+    /// A reference for the op's handle.
+    #[inline]
+    pub(crate) fn slot(&self) -> SlotRef<J::Output> {
+        // SAFETY: the record is an `OpCell<J>` (the type's invariant), whose
+        // slot functions these are.
+        unsafe { SlotRef::new(self.0.clone(), slot_vtable::<J>()) }
     }
 
-    /// Makes this stripped record (see `recycle.rs`) the record of a new op
-    /// of the same engine, field by field: the engine reference stays, and
-    /// nothing is built on the stack to be copied in.
-    pub(super) fn rebuild(&mut self, meta: Meta, deps: DepList, job: J, epoch: EpochRef) {
-        self.header.rebuild(meta, deps);
-        self.slot = ResultSlot::new();
-        self.job = UnsafeCell::new(Some(job));
-        self.epoch = UnsafeCell::new(Some(epoch));
+    #[inline]
+    pub(crate) fn into_task(self) -> TaskRef {
+        self.0
     }
+
+    /// The erased reference.
+    #[cfg(all(test, depengine_loom))]
+    pub(crate) fn task(&self) -> &TaskRef {
+        &self.0
+    }
+
+    /// The record itself.
+    #[cfg(all(test, depengine_loom))]
+    pub(crate) fn cell(&self) -> &OpCell<J> {
+        // SAFETY: the record is an `OpCell<J>` (the type's invariant).
+        unsafe { cell_of::<J>(&self.0) }
+    }
+}
+
+/// The handle's functions for an `OpCell<J>`: a static, promoted from the
+/// constant.
+fn slot_vtable<J: Job>() -> &'static SlotVtable<J::Output> {
+    &SlotVtable { store: slot_store::<J>, poll_result: slot_poll::<J>, is_complete: slot_is_complete::<J> }
+}
+
+/// The `OpCell<J>` behind `task`.
+///
+/// # Safety
+///
+/// `task`'s record is an `OpCell<J>` (a [`SlotRef`] made for it).
+unsafe fn cell_of<J: Job>(task: &TaskRef) -> &OpCell<J> {
+    // SAFETY: the header is the cell's first field (`repr(C)`), and the
+    // record is an `OpCell<J>` (the contract), alive while `task` is.
+    unsafe { task.as_ptr().cast::<OpCell<J>>().as_ref() }
+}
+
+// The slot functions. Safety (of each): `task`'s record is an `OpCell<J>`.
+
+unsafe fn slot_store<J: Job>(task: &TaskRef, result: Result<J::Output, Error>) {
+    // SAFETY: the functions' contract, above.
+    unsafe { cell_of::<J>(task) }.store(task, result);
+}
+
+unsafe fn slot_poll<J: Job>(task: &TaskRef, cx: &mut Context<'_>) -> Poll<Result<J::Output, Error>> {
+    // SAFETY: as above.
+    unsafe { cell_of::<J>(task) }.slot.poll(cx)
+}
+
+unsafe fn slot_is_complete<J: Job>(task: &TaskRef) -> bool {
+    // SAFETY: as above.
+    unsafe { cell_of::<J>(task) }.slot.is_published()
 }
 
 /// A record dropped unpublished (its push was refused after it was built)
@@ -129,7 +182,7 @@ impl<J: Job> Task for OpCell<J> {
     }
 
     fn execute(&self, this: &TaskRef) {
-        debug_assert!(std::ptr::addr_eq(Arc::as_ptr(this), self), "`this` is this record");
+        debug_assert!(std::ptr::addr_eq(this.as_ptr().as_ptr(), self), "`this` is this record");
         // Read once, before the start's claim (an acquire) would make the
         // later uses read it again.
         let watched = self.header.meta.watched();
@@ -192,15 +245,6 @@ impl<J: Job> Task for OpCell<J> {
 
     fn is_resolved_early(&self) -> bool {
         self.slot.is_early()
-    }
-
-    fn strip(&mut self) {
-        self.header.strip();
-        self.slot.clear();
-        // SAFETY: `&mut self`: no other access.
-        self.job.with_mut(|job| unsafe { *job = None });
-        // SAFETY: as above.
-        self.epoch.with_mut(|epoch| unsafe { *epoch = None });
     }
 }
 
@@ -287,23 +331,10 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
         self.release_body(this, false);
     }
 
-    fn store_owned(self: Arc<Self>, result: Result<J::Output, Error>) {
-        let this: TaskRef = self;
-        let me = (&*this as &dyn Any).downcast_ref::<Self>().expect("a record of its own type");
-        me.store(&this, result);
-    }
-
     fn to_owned(&self, this: &TaskRef) -> SlotRef<J::Output> {
-        debug_assert!(std::ptr::addr_eq(Arc::as_ptr(this), self), "`this` is this record");
-        (this.clone() as Arc<dyn Any + Send + Sync>).downcast::<Self>().expect("a record of its own type")
-    }
-
-    fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<J::Output, Error>> {
-        self.slot.poll(cx)
-    }
-
-    fn is_complete(&self) -> bool {
-        self.slot.is_published()
+        assert!(std::ptr::addr_eq(this.as_ptr().as_ptr(), self), "`this` is this record");
+        // SAFETY: `this` is this record (just checked), an `OpCell<J>`.
+        unsafe { SlotRef::new(this.clone(), slot_vtable::<J>()) }
     }
 }
 

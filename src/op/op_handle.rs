@@ -1,11 +1,18 @@
 //! What the pusher holds: the op's handle, and the completion token of an
-//! async op.
+//! async op, each through a [`SlotRef`]: the record's reference and the
+//! static functions of its result's type.
+//!
+//! Why `unsafe`: a `SlotRef` calls functions of the record's own type
+//! through its reference (a typed `Arc<dyn …>` before the records moved to
+//! the slab: PERFORMANCE.md, *The lean record*); it is made only where
+//! the record's type is known (`op_cell.rs`).
+
+#![allow(unsafe_code)]
 
 use std::fmt;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use super::body::{token_left_by_own_body, waits_for_current_body};
@@ -14,28 +21,79 @@ use super::record::{HandleKind, Help, Task, TaskRef, Wait};
 use crate::error::{BoxError, Error, Kind, panic_message};
 use crate::may_block::{Instead, refuse_blocking};
 
-/// The handle-facing side of a typed op.
+/// The body-facing side of a typed op (its record's own type).
 pub(crate) trait OpSlot<R>: Task {
     /// Stores the body's result; the first call wins. Releases the body's
     /// live count, so the op may complete inside this call. `this` is a
     /// reference to this very record, held until the call returns.
     fn store(&self, this: &TaskRef, result: Result<R, Error>);
 
-    /// [`store`](Self::store) for the holder of an owned reference.
-    fn store_owned(self: Arc<Self>, result: Result<R, Error>);
-
     /// An owned, typed reference to this record, given `this`, a reference
     /// to it.
     fn to_owned(&self, this: &TaskRef) -> SlotRef<R>;
-
-    /// Takes the result once the op has completed.
-    fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<R, Error>>;
-
-    /// Whether the op has completed.
-    fn is_complete(&self) -> bool;
 }
 
-pub(crate) type SlotRef<R> = Arc<dyn OpSlot<R>>;
+/// The functions of a record whose result is an `R`, for its handle and
+/// its completion token. Each takes a reference to a record of the type
+/// they were made for.
+pub(crate) struct SlotVtable<R> {
+    /// See [`OpSlot::store`].
+    pub(crate) store: unsafe fn(&TaskRef, Result<R, Error>),
+    /// Takes the result once the op has completed, else keeps the waker.
+    pub(crate) poll_result: unsafe fn(&TaskRef, &mut Context<'_>) -> Poll<Result<R, Error>>,
+    /// Whether the op has completed.
+    pub(crate) is_complete: unsafe fn(&TaskRef) -> bool,
+}
+
+/// A reference to a record whose result is an `R`, with its functions.
+pub(crate) struct SlotRef<R: 'static> {
+    task: TaskRef,
+    vtable: &'static SlotVtable<R>,
+}
+
+impl<R: 'static> SlotRef<R> {
+    /// # Safety
+    ///
+    /// `vtable`'s functions are those of `task`'s record type.
+    pub(crate) unsafe fn new(task: TaskRef, vtable: &'static SlotVtable<R>) -> Self {
+        Self { task, vtable }
+    }
+
+    #[inline]
+    pub(crate) fn header(&self) -> &Header {
+        self.task.header()
+    }
+
+    /// The erased reference.
+    pub(crate) fn task(&self) -> &TaskRef {
+        &self.task
+    }
+
+    /// Stores the op's result (see [`OpSlot::store`]) and lets go of the
+    /// reference.
+    pub(crate) fn store(self, result: Result<R, Error>) {
+        // SAFETY: the vtable is the record's own (`new`'s contract).
+        unsafe { (self.vtable.store)(&self.task, result) }
+    }
+
+    /// Takes the result once the op has completed.
+    pub(crate) fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<R, Error>> {
+        // SAFETY: as above.
+        unsafe { (self.vtable.poll_result)(&self.task, cx) }
+    }
+
+    /// Whether the op has completed.
+    pub(crate) fn is_complete(&self) -> bool {
+        // SAFETY: as above.
+        unsafe { (self.vtable.is_complete)(&self.task) }
+    }
+}
+
+impl<R: 'static> Clone for SlotRef<R> {
+    fn clone(&self) -> Self {
+        Self { task: self.task.clone(), vtable: self.vtable }
+    }
+}
 
 /// How long a blocking wait watches for completion before parking.
 const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
@@ -83,15 +141,6 @@ enum Inner<R: 'static> {
 }
 
 impl<R: Send + 'static> OpHandle<R> {
-    /// Where the op's record is (none if the push was refused).
-    #[cfg(all(test, not(depengine_loom)))]
-    pub(crate) fn record(&self) -> Option<*const ()> {
-        match &self.inner {
-            Inner::Pushed(slot) => Some(std::sync::Arc::as_ptr(slot).cast()),
-            Inner::Refused(_) | Inner::Done(_) => None,
-        }
-    }
-
     pub(crate) fn of_slot(slot: SlotRef<R>) -> Self {
         Self { inner: Inner::Pushed(slot) }
     }
@@ -339,8 +388,7 @@ impl<R: 'static> Drop for OpHandle<R> {
 /// no trace on its vars (see [`OpHandle::abort`]).
 fn abort<R: 'static>(slot: &SlotRef<R>, reason: &'static str) -> bool {
     let op = slot.header().meta.name.clone();
-    let task: TaskRef = slot.clone();
-    task.resolve_early(&task, Error::new(Kind::Cancelled { op, reason }), false)
+    slot.task().resolve_early(Error::new(Kind::Cancelled { op, reason }), false)
 }
 
 /// Drops a handle's reference to its record. If it is the last one, the
@@ -402,7 +450,7 @@ impl<R: Send + 'static> Completion<R> {
     pub fn complete(mut self, result: Result<R, BoxError>) {
         let slot = self.slot.take().expect("completion present until signalled");
         let op = slot.header().meta.name.clone();
-        slot.store_owned(result.map_err(|source| Error::new(Kind::Failed { op, source })));
+        slot.store(result.map_err(|source| Error::new(Kind::Failed { op, source })));
     }
 
     /// Completes the op successfully with `value`.
@@ -456,7 +504,7 @@ impl<R: Send + 'static> Drop for Completion<R> {
             } else {
                 Error::new(Kind::CompletionDropped { op })
             };
-            slot.store_owned(Err(err));
+            slot.store(Err(err));
         }
     }
 }

@@ -200,14 +200,6 @@ impl<T> ResultSlot<T> {
         let value = self.value.with_mut(|value| unsafe { (*value).take() });
         value.expect("a published op has a stored result")
     }
-
-    /// Drops the value and the waker.
-    pub(crate) fn clear(&mut self) {
-        // SAFETY: `&mut self`: no other access.
-        self.value.with_mut(|value| unsafe { *value = None });
-        // SAFETY: as above.
-        self.waker.with_mut(|waker| unsafe { *waker = None });
-    }
 }
 
 /// A waker that counts its wake-ups, on the atomics of the current build

@@ -14,6 +14,7 @@ pub(crate) mod epoch;
 pub(crate) mod latch;
 pub(crate) mod limit;
 pub(crate) mod prefetch;
+pub(crate) mod slab;
 pub(crate) mod small;
 pub(crate) mod spin;
 pub(crate) mod tally;

@@ -2,7 +2,6 @@
 //! the snapshot's types).
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use super::Engine;
 use crate::metrics::Metrics;
@@ -76,7 +75,7 @@ impl Engine {
         let (mut waiting, mut cancelled) = (HashSet::new(), HashSet::new());
         self.shared().visit_vars(|_, queued| {
             for (op, _) in queued {
-                let key = Arc::as_ptr(op).cast::<()>() as usize;
+                let key = op.as_ptr().as_ptr() as usize;
                 if op.is_resolved_early() {
                     cancelled.insert(key)
                 } else {

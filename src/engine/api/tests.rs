@@ -1,14 +1,7 @@
-//! Unit tests of the engine that reach inside it: record reuse, freeing,
-//! pools that cannot start, idle feeds.
+//! Unit tests of the engine that reach inside it: freeing, pools that
+//! cannot start, idle feeds.
 
 use super::*;
-
-impl Shared {
-    /// Spare records waiting, in the pushes' list and kept.
-    fn spares(&self) -> usize {
-        self.tracker.with_side(|intake| intake.spares.len() + self.core.spare_records().len())
-    }
-}
 
 /// The names of this process's threads that start with `prefix`.
 fn threads_named(prefix: &str) -> usize {
@@ -114,9 +107,8 @@ fn idle_feeds_are_retired_and_come_back_when_used() {
     assert_eq!(sums, (0..16).map(|i| 3 * i + 3).sum::<u32>());
 }
 
-/// Ops, and the spare records their records leave, hold engine references:
-/// dropping the last handle must still free the engine once the ops
-/// are done.
+/// Ops hold engine references: dropping the last handle must still free
+/// the engine once the ops are done.
 #[test]
 fn dropped_engine_is_freed_after_its_ops() {
     let engine = crate::EngineBuilder::from_env().cpu_workers(2).build().unwrap();
@@ -132,51 +124,12 @@ fn dropped_engine_is_freed_after_its_ops() {
     }
 }
 
-/// A push builds its op in the last kept spare record when that spare record held
-/// an op of the same type (and frees it otherwise); the rebuilt op runs
-/// and returns its own result.
+/// The records of detached ops hold nothing their ops used once they
+/// finish: a var whose handles are all dropped is freed, and a result
+/// nobody took is dropped, as soon as the ops finish.
 #[test]
-fn push_builds_its_op_in_a_shell_of_its_type() {
-    // Bulk execution off: segments rebuild records of their own.
-    let engine = crate::EngineBuilder::from_env().cpu_workers(1).bulk_size(1).build().unwrap();
-    let shared = engine.shared().clone();
-    let var = engine.var(0u64);
-    let add = |i: u64| {
-        engine.op("add").write(&var).run(move |(), (mut v,)| {
-            *v += i;
-            Ok(*v)
-        })
-    };
-    for i in 0..100 {
-        drop(add(i));
-    }
-    engine.wait_for_all().blocking_wait().unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while shared.spares() == 0 {
-        assert!(std::time::Instant::now() < deadline, "no spare record kept");
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-    let rebuilt = || crate::op::recycle::REBUILT.with(std::cell::Cell::get);
-    let spares = shared.tracker.with_side(|intake| shared.core.spare_records().addresses(&intake.spares));
-    let before = rebuilt();
-    let reused = add(1000);
-    assert_eq!(rebuilt(), before + 1, "the op was not built in a spare record");
-    assert_eq!(reused.record(), spares.last().copied(), "the op was not built in the last spare record");
-    assert_eq!(reused.blocking_wait().unwrap(), 4950 + 1000);
-
-    let before = rebuilt();
-    let other = engine.op("read").read(&var).run(|(v,), ()| Ok(format!("{}", *v)));
-    assert_eq!(rebuilt(), before, "a spare record of another op type was reused");
-    assert_eq!(other.blocking_wait().unwrap(), "5950");
-}
-
-/// Records of detached ops go back to the pushing thread as spare records that
-/// hold nothing their ops used: a var whose handles are all dropped is
-/// freed, and a result nobody took is dropped, as soon as the ops finish.
-#[test]
-fn shells_hold_nothing_their_ops_used() {
+fn finished_records_hold_nothing_their_ops_used() {
     let engine = crate::EngineBuilder::from_env().cpu_workers(1).build().unwrap();
-    let shared = engine.shared().clone();
     let data = Arc::new(());
     let result = Arc::new(());
     let var = engine.var(data.clone());
@@ -189,69 +142,17 @@ fn shells_hold_nothing_their_ops_used() {
     }
     drop(var);
     engine.wait_for_all().blocking_wait().unwrap();
-    // The worker keeps its spare records when it runs out of work, before
-    // it parks: once it has parked, their count holds still (a loaded
-    // machine may keep it working well after the last op completed).
+    // The worker lets the last record go after `wait_for_all` may have
+    // seen it complete.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while shared.spares() == 0
-        || Arc::strong_count(&data) > 1
-        || Arc::strong_count(&result) > 1
-        || !shared.dispatcher.all_parked(crate::Device::Cpu(0))
-    {
+    while Arc::strong_count(&data) > 1 || Arc::strong_count(&result) > 1 {
         assert!(
             std::time::Instant::now() < deadline,
-            "spares {}, var data refs {}, result refs {}",
-            shared.spares(),
+            "var data refs {}, result refs {}",
             Arc::strong_count(&data),
             Arc::strong_count(&result)
         );
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    // A push frees spare records on the pushing thread; closing frees the rest.
-    let before = shared.spares();
-    drop(engine.op("noop").run(|(), ()| Ok(())));
-    assert!(shared.spares() < before, "{} spares before the push, {} after", before, shared.spares());
     engine.blocking_shutdown(ShutdownMode::Drain).unwrap();
-    assert_eq!(shared.spares(), 0);
-}
-
-/// An engine that goes idle gives back its spare records but a few, once
-/// no push has wanted them for a while; one used in bursts keeps them from
-/// one burst to the next.
-#[test]
-fn an_idle_engine_gives_back_its_spare_records() {
-    use crate::op::record::IDLE_KEEP;
-    let engine = Engine::builder().cpu_workers(1).build().unwrap();
-    let shared = engine.shared().clone();
-    let var = engine.var(0u64);
-    let burst = || {
-        for _ in 0..2_000 {
-            let pushed = engine.op("add").write(&var).run_detached(|(), (mut v,)| {
-                *v += 1;
-                Ok(())
-            });
-            pushed.unwrap();
-        }
-        engine.wait_for_all().blocking_wait().unwrap();
-    };
-    burst();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while shared.spares() <= IDLE_KEEP {
-        assert!(std::time::Instant::now() < deadline, "the burst left {} spare records", shared.spares());
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-    // Bursts 100 ms apart: the records stay.
-    for _ in 0..5 {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        burst();
-    }
-    assert!(shared.spares() > IDLE_KEEP, "records given back between bursts: {}", shared.spares());
-    // Idle: given back within a few seconds.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while shared.spares() > IDLE_KEEP {
-        assert!(std::time::Instant::now() < deadline, "still {} spare records kept", shared.spares());
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let sum = engine.op("read").read(&var).run(|(v,), ()| Ok(*v));
-    assert_eq!(sum.blocking_wait().unwrap(), 12_000);
 }

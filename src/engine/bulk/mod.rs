@@ -39,9 +39,9 @@ use crate::error::{Error, Kind};
 use crate::exec::HeldBack;
 use crate::op::Decl;
 use crate::op::job::Job;
-use crate::op::op_cell::OpCell;
+use crate::op::op_handle::SlotRef;
 use crate::op::record::GroupCore;
-use crate::op::{DepList, Task, TaskRef, submit};
+use crate::op::{DepList, TaskRef, submit};
 use crate::sync::atomic::{AtomicBool, Ordering, fence};
 use crate::sync::latch::Latch;
 use crate::sync::small::SmallList;
@@ -151,7 +151,7 @@ impl Shared {
         body: Body,
         detached: bool,
         group: Option<Arc<GroupCore>>,
-    ) -> Result<Option<Arc<OpCell<J>>>, Error> {
+    ) -> Result<Option<SlotRef<J::Output>>, Error> {
         // Declared first, dropped last: what the push made ready is
         // dispatched once the push lock is released, however the push ends.
         let mut ready = Ready::new(self);
@@ -170,10 +170,11 @@ impl Shared {
         if !joins {
             self.flush_open(&mut open, &mut ready);
             let record = match group {
-                None => self.build(opts, role, deps, job, body, detached)?,
+                None => self.build(opts, role, deps, job, body, detached, false)?,
                 Some(group) => self.build_grouped(opts, role, deps, job, body, detached, group)?,
             };
-            let handle = (!detached).then(|| record.clone());
+            let handle = (!detached).then(|| record.slot());
+            let record = record.into_task();
             // Appended under the push lock, for push order; run after it is
             // released: an op that runs where it becomes ready (an inline
             // op) may push from its body.
@@ -190,7 +191,7 @@ impl Shared {
         if open.key.is_some_and(|k| k != key) {
             self.flush_open(&mut open, &mut ready);
         }
-        let record = self.build(opts, Role::Member, deps, job, body, detached)?;
+        let record = self.build(opts, Role::Member, deps, job, body, detached, false)?;
         let header = record.header();
         // Deletions are pushed under this lock too: this is exact.
         if let Some(dep) = header.deps.iter().find(|d| d.var.is_deleted()) {
@@ -208,8 +209,8 @@ impl Shared {
         }
         let opened = open.members.is_empty();
         open.key = Some(key);
-        let handle = (!detached).then(|| record.clone());
-        open.members.push(record);
+        let handle = (!detached).then(|| record.slot());
+        open.members.push(record.into_task());
         if open.members.len() >= self.bulk.size {
             self.flush_open(&mut open, &mut ready);
         } else if opened {
@@ -246,8 +247,9 @@ impl Shared {
         // it: neither step fails. Should one, `Segment`'s drop completes
         // the members with an error.
         let pushed = self
-            .build(opts, Role::Segment, deps, Segment::new(members, self.clone()), Body::Async, true)
+            .build(opts, Role::Segment, deps, Segment::new(members, self.clone()), Body::Async, true, false)
             .and_then(|record| {
+                let record = record.into_task();
                 let watched = super::shared::watched(&record);
                 let submitted = submit(record, |op| ready.0.push(op)).inspect_err(|_| self.uncount());
                 if let Some(record) = watched {

@@ -15,7 +15,6 @@ use crate::engine::shared::Shared;
 use crate::error::{Error, Kind};
 use crate::op::job::{Job, Running};
 use crate::op::op_handle::SlotRef;
-use crate::op::recycle::Returns;
 use crate::op::{DepList, Header, Task, TaskRef};
 use crate::sync::small::SmallList;
 use crate::var::Access;
@@ -48,7 +47,7 @@ impl Job for Segment {
             } else {
                 Error::new(Kind::Skipped { op, root: err.clone() })
             };
-            member.abandon(&member, own);
+            member.abandon(own);
             member.publish();
         }
     }
@@ -83,7 +82,7 @@ impl Drop for Segment {
 fn abandon(member: &TaskRef) {
     let op = member.header().meta.name.clone();
     let reason = "its bulk segment could not run";
-    member.abandon(member, Error::new(Kind::Cancelled { op, reason }));
+    member.abandon(Error::new(Kind::Cancelled { op, reason }));
 }
 
 /// A segment running its members.
@@ -114,7 +113,7 @@ impl Run {
                     header.see(err.clone());
                 }
             }
-            member.execute(&member);
+            member.execute();
             self.absorb(header);
             let finished = header.nested_done();
             self.done.push(member);
@@ -155,7 +154,7 @@ impl Run {
         let (meta, engine) = (header.meta.clone(), header.engine.clone());
         let shared = self.shared.clone();
         // The segment's placement; it is run, never completed, as a task.
-        let task: TaskRef = Arc::new(ResumeTask {
+        let task = TaskRef::new(ResumeTask {
             header: Header::new(meta, DepList::new(), engine),
             run: std::sync::Mutex::new(Some(self)),
         });
@@ -175,11 +174,13 @@ impl Run {
         header.carry_on_vars(std::mem::take(&mut self.errors));
         // The segment has no guards of its own: storing its result
         // completes it here, its vars first.
-        segment.store_owned(Ok(()));
+        segment.store(Ok(()));
         for member in &self.done {
             member.publish();
         }
-        recycle(&mut self.done);
+        // What the members' records held may run user destructors (results
+        // nobody took): contained, as a worker contains its ops'.
+        self.done.drain(..).for_each(crate::op::let_go);
     }
 }
 
@@ -198,24 +199,14 @@ impl Drop for Run {
     }
 }
 
-/// Gives back the records of published members that nothing else
-/// references, for pushes to rebuild (as workers do with the records of the
-/// ops they run): records freed here would be freed away from the thread
-/// that allocated them.
-fn recycle(members: &mut Members) {
-    let mut returns = Returns::new();
-    for member in members.drain(..) {
-        returns.give(member);
-    }
-    returns.keep_spares();
-}
-
 fn error_of(errors: &[(u64, Error)], var: u64) -> Option<&Error> {
     errors.iter().find(|(id, _)| *id == var).map(|(_, err)| err)
 }
 
 /// The rest of a segment, run on a worker once the guards of a member
-/// that outlived its body are gone.
+/// that outlived its body are gone. `repr(C)`, its header first, as every
+/// record.
+#[repr(C)]
 struct ResumeTask {
     header: Header,
     run: std::sync::Mutex<Option<Run>>,
@@ -244,11 +235,6 @@ impl Task for ResumeTask {
     /// queued on a var, so nothing but its `execute` finishes it.
     fn complete(&self, _this: &TaskRef) {
         unreachable!("a resume task has no guard to outlive it")
-    }
-
-    fn strip(&mut self) {
-        self.header.strip();
-        drop(self.take());
     }
 
     fn abandon(&self, _this: &TaskRef, _err: Error) {

@@ -35,14 +35,10 @@ unsafe fn shared<'a>(core: NonNull<EngineCore>) -> &'a Shared {
 pub(super) static HOOKS: Hooks = Hooks {
     retain: arc_counts::retain::<Shared>,
     release: arc_counts::release::<Shared>,
-    downgrade: arc_counts::downgrade::<Shared>,
-    upgrade: arc_counts::upgrade::<Shared>,
-    drop_weak: arc_counts::drop_weak::<Shared>,
     dispatch_ready: hook_dispatch_ready,
     flush_nested: hook_flush_nested,
     help: crate::exec::help,
     profiled: hook_profiled,
-    idle: hook_idle,
 };
 
 unsafe fn hook_dispatch_ready(core: NonNull<EngineCore>, ready: &mut ReadyList) {
@@ -58,20 +54,6 @@ unsafe fn hook_flush_nested(core: NonNull<EngineCore>) {
 unsafe fn hook_profiled(core: NonNull<EngineCore>, op: crate::profile::OpRecord) {
     // SAFETY: as above.
     unsafe { shared(core) }.recorder.record(op);
-}
-
-unsafe fn hook_idle(core: NonNull<EngineCore>) -> bool {
-    // SAFETY: as above.
-    let shared = unsafe { shared(core) };
-    let graves = shared.core.spare_records();
-    if !graves.idle() {
-        return shared.tracker.with_side(|intake| graves.holds_more_than_idle_keep(intake.spares.len()));
-    }
-    let gone = shared.tracker.with_side(|intake| graves.trim(&mut intake.spares));
-    // Outside the locks: freeing runs no user code (the records are
-    // stripped), but it is not free.
-    drop(gone);
-    false
 }
 
 impl Shared {

@@ -7,12 +7,10 @@
 //! `../life.rs` ([`LiveRef`]).
 //!
 //! Why `unsafe`: the body's reference passes to the live count by
-//! `Arc::into_raw`, so that a guard holds no reference of its own.
+//! `TaskRef::into_raw`, so that a guard holds no reference of its own.
 //! Measured: PERFORMANCE.md, *Guards hold no reference to their op*.
 
 #![allow(unsafe_code)]
-
-use std::sync::Arc;
 
 use super::super::job::Job;
 use super::super::record::{Header, LeftOnVars, ReadyList, TaskRef};
@@ -44,15 +42,15 @@ impl<J: Job> OpCell<J> {
         // Acquire: the writes made through guards already dropped happen
         // before the completion below.
         if live.get() > 1 {
-            let passed = Arc::into_raw(this.clone());
+            let passed = this.clone().into_raw();
             if !live.release(1) {
                 return;
             }
             // SAFETY: the guards were dropped meanwhile, and this call
             // reached zero, so no `LiveRef` took back `passed` (the
-            // reference made just above by `Arc::into_raw`): it is still
-            // this call's to drop.
-            drop(unsafe { Arc::from_raw(passed) });
+            // reference made just above by `into_raw`): it is still this
+            // call's to drop.
+            drop(unsafe { TaskRef::from_raw(passed) });
             self.complete(this, true);
         } else {
             live.release_sole();

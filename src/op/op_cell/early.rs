@@ -14,7 +14,6 @@
 #![allow(unsafe_code)]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 
 use super::super::job::Job;
 use super::super::record::TaskRef;
@@ -25,7 +24,7 @@ use crate::error::Error;
 impl<J: Job> OpCell<J> {
     /// Resolves the op now, unstarted: see `Task::resolve_early`.
     pub(super) fn resolve_now(&self, this: &TaskRef, err: Error, pass_on: bool) -> bool {
-        debug_assert!(std::ptr::addr_eq(Arc::as_ptr(this), self), "`this` is this record");
+        debug_assert!(std::ptr::addr_eq(this.as_ptr().as_ptr(), self), "`this` is this record");
         if !self.slot.start_early() {
             return false;
         }

@@ -13,7 +13,7 @@ use crate::op::LiveRef;
 use crate::op::job::{Job, Running};
 use crate::op::op_handle::OpSlot;
 use crate::op::record::engine_core::test_engine;
-use crate::op::record::{DepList, Exec, Flags, HandleKind, Meta, PackedDevice, TaskRef};
+use crate::op::record::{DepList, Exec, Flags, HandleKind, Meta, PackedDevice};
 use crate::sync::epoch::Tracker;
 
 /// A body the test stands in for: it stores through the slot itself.
@@ -47,8 +47,8 @@ fn the_body_and_its_last_guard_complete_the_op_once() {
         let engine = test_engine();
         let tracker = Tracker::<()>::new();
         let (epoch, ()) = tracker.enter(|_| ()).expect("the tracker is open");
-        let cell = OpCell::new(engine.clone(), meta(), DepList::new(), Body, epoch);
-        let task: TaskRef = cell.clone();
+        let record = OpCell::place(engine.clone(), meta(), DepList::new(), Body, epoch);
+        let (cell, task) = (record.cell(), record.task().clone());
         // The body has started and handed out a guard.
         assert!(cell.slot.start());
         let guard = LiveRef::new(&task);
@@ -56,10 +56,10 @@ fn the_body_and_its_last_guard_complete_the_op_once() {
         cell.store(&task, Ok(7));
         other.join().unwrap();
         assert_eq!(engine.counts.completed.get(), 1, "completed once");
-        assert!(cell.is_complete(), "published");
-        // `cell` and `task`, no more: the reference the body passed to the
-        // live count was taken back and dropped exactly once.
-        assert_eq!(Arc::strong_count(&task), 2);
+        assert!(cell.slot.is_published(), "published");
+        // `record` and `task`, no more: the reference the body passed to
+        // the live count was taken back and dropped exactly once.
+        assert_eq!(task.count(), 2);
     });
 }
 
@@ -86,14 +86,14 @@ fn a_groups_cancel_and_its_ops_start_count_the_op_once() {
         let tracker = Tracker::<()>::new();
         let (epoch, ()) = tracker.enter(|_| ()).expect("the tracker is open");
         let meta = Meta { flags: Flags::new(Flags::WATCHED), ..meta() };
-        let cell = OpCell::new(engine.clone(), meta, DepList::new(), Stores, epoch);
-        let task: TaskRef = cell.clone();
-        group.enter(&cell.header).expect("the group is not cancelled");
-        cell.header.group_submitted(&task);
+        let record = OpCell::place(engine.clone(), meta, DepList::new(), Stores, epoch);
+        let task = record.task().clone();
+        group.enter(record.header()).expect("the group is not cancelled");
+        record.header().group_submitted(&task);
         let cancelling = group.clone();
         let other = loom::thread::spawn(move || assert!(cancelling.cancel()));
         // The worker the op was sent to (it has no vars: ready at once).
-        crate::op::Task::execute(&*cell, &task);
+        task.execute();
         other.join().unwrap();
         assert_eq!(engine.counts.completed.get(), 1, "published once");
         let counts = group.counts();

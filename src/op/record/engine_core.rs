@@ -3,8 +3,7 @@
 //! touches is a field here (its counts, the bound's slots, the throttle's
 //! waiters, the failures `wait_for_all` reports); the few calls up to the
 //! layers above (dispatching what a completion made ready, a wait's help,
-//! a profiled op's record, the engine's idle trim, and the engine's own
-//! reference count) go through one static table of functions the engine
+//! a profiled op's record, and the engine's own reference count) go through one static table of functions the engine
 //! gives as it starts, so that the layers still point one way.
 //!
 //! Why `unsafe`: a record holds its engine as an [`EngineRef`], a pointer
@@ -18,7 +17,6 @@
 use std::ptr::NonNull;
 
 use super::host::{Help, ReadyList, Wait};
-use super::spares::SpareRecords;
 use crate::error::Error;
 use crate::profile::{OpRecord, Outcome};
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -27,7 +25,6 @@ use crate::sync::latch::CountLatch;
 use crate::sync::limit::Limit;
 use crate::sync::tally::Tally;
 use crate::sync::{Mutex, lock};
-use crossbeam_utils::CachePadded;
 
 /// Failures kept for `wait_for_all` between two of them: the first few are
 /// enough to report one.
@@ -40,12 +37,6 @@ pub(crate) struct Hooks {
     pub(crate) retain: unsafe fn(NonNull<EngineCore>),
     /// One count fewer (the last frees the engine).
     pub(crate) release: unsafe fn(NonNull<EngineCore>),
-    /// One more weak count (the allocation stays, the engine may go).
-    pub(crate) downgrade: unsafe fn(NonNull<EngineCore>),
-    /// A weak count made a count again, if the engine lives: whether it did.
-    pub(crate) upgrade: unsafe fn(NonNull<EngineCore>) -> bool,
-    /// One weak count fewer.
-    pub(crate) drop_weak: unsafe fn(NonNull<EngineCore>),
     /// Runs the ops a completion made ready where their placement says
     /// (the exec layer's dispatcher), leaving `ready` empty.
     pub(crate) dispatch_ready: unsafe fn(NonNull<EngineCore>, &mut ReadyList),
@@ -56,9 +47,6 @@ pub(crate) struct Hooks {
     pub(crate) help: fn() -> Help,
     /// A profiled op completed: its record, for the profiler.
     pub(crate) profiled: unsafe fn(NonNull<EngineCore>, OpRecord),
-    /// A worker with nothing to do asks: the engine gives spare records
-    /// back if nobody wanted them for long; whether to ask again later.
-    pub(crate) idle: unsafe fn(NonNull<EngineCore>) -> bool,
 }
 
 /// What the engine counts of its ops' outcomes, for `Engine::metrics`:
@@ -109,12 +97,10 @@ pub(crate) struct EngineCore {
     /// The first failures since the last `wait_for_all` (at most
     /// `KEPT_FAILURES`).
     failures: Mutex<Vec<Error>>,
-    /// Spare records of op records, freed by pushes.
-    spares: CachePadded<SpareRecords>,
 }
 
 impl EngineCore {
-    pub(crate) fn new(hooks: &'static Hooks, limit: Option<Limit>, spares: SpareRecords) -> Self {
+    pub(crate) fn new(hooks: &'static Hooks, limit: Option<Limit>) -> Self {
         Self {
             hooks,
             cancelling: AtomicBool::new(false),
@@ -123,7 +109,6 @@ impl EngineCore {
             limit,
             lingering: CountLatch::default(),
             failures: Mutex::new(Vec::new()),
-            spares: CachePadded::new(spares),
         }
     }
 
@@ -134,11 +119,6 @@ impl EngineCore {
     /// A cancelling shutdown begins.
     pub(crate) fn cancel(&self) {
         self.cancelling.store(true, Ordering::Release);
-    }
-
-    /// Where records of finished ops wait to be rebuilt by pushes.
-    pub(crate) fn spare_records(&self) -> &SpareRecords {
-        &self.spares
     }
 
     /// The bound on user ops in flight, if there is one.
@@ -223,9 +203,8 @@ impl EngineCore {
 /// a core made from the `Arc`'s own pointer, and the caller owns the count
 /// it gives up, or holds one while it asks for another.
 pub(crate) mod arc_counts {
-    use std::mem::ManuallyDrop;
     use std::ptr::NonNull;
-    use std::sync::{Arc, Weak};
+    use std::sync::Arc;
 
     use super::EngineCore;
 
@@ -237,23 +216,6 @@ pub(crate) mod arc_counts {
     pub(crate) unsafe fn release<T>(core: NonNull<EngineCore>) {
         // SAFETY: as above; the caller's count, given up.
         unsafe { Arc::decrement_strong_count(core.cast::<T>().as_ptr()) }
-    }
-
-    pub(crate) unsafe fn downgrade<T>(core: NonNull<EngineCore>) {
-        // SAFETY: as above: borrowed, not released.
-        let arc = ManuallyDrop::new(unsafe { Arc::from_raw(core.cast::<T>().as_ptr()) });
-        let _ = Weak::into_raw(Arc::downgrade(&arc));
-    }
-
-    pub(crate) unsafe fn upgrade<T>(core: NonNull<EngineCore>) -> bool {
-        // SAFETY: a weak count the caller holds: borrowed, not released.
-        let weak = ManuallyDrop::new(unsafe { Weak::from_raw(core.cast::<T>().as_ptr()) });
-        weak.upgrade().map(Arc::into_raw).is_some()
-    }
-
-    pub(crate) unsafe fn drop_weak<T>(core: NonNull<EngineCore>) {
-        // SAFETY: the caller's weak count, given up.
-        drop(unsafe { Weak::from_raw(core.cast::<T>().as_ptr()) });
     }
 }
 
@@ -317,54 +279,6 @@ impl EngineRef {
         // SAFETY: as above.
         unsafe { (self.hooks.profiled)(self.0, op) }
     }
-
-    /// Asked by an idle worker (see [`Hooks::idle`]).
-    pub(crate) fn idle(&self) -> bool {
-        // SAFETY: as above.
-        unsafe { (self.hooks.idle)(self.0) }
-    }
-
-    /// A weak reference to the engine, which does not keep it.
-    pub(crate) fn downgrade(&self) -> WeakEngine {
-        let hooks = self.hooks;
-        // SAFETY: the engine lives (this reference counts); `downgrade` is
-        // its own hook.
-        unsafe { (hooks.downgrade)(self.0) };
-        WeakEngine { core: self.0, hooks }
-    }
-}
-
-/// A weak reference to an engine: its allocation stays, the engine may go.
-/// It keeps its engine's hooks itself, for the core may be dropped.
-pub(crate) struct WeakEngine {
-    core: NonNull<EngineCore>,
-    hooks: &'static Hooks,
-}
-
-// SAFETY: as `EngineRef`'s: an address and a static table.
-unsafe impl Send for WeakEngine {}
-// SAFETY: as above.
-unsafe impl Sync for WeakEngine {}
-
-impl WeakEngine {
-    /// The engine, if it lives.
-    pub(crate) fn upgrade(&self) -> Option<EngineRef> {
-        // SAFETY: this weak count keeps the allocation; `upgrade` is the
-        // engine's own hook, and a count it made is the new reference's.
-        unsafe { (self.hooks.upgrade)(self.core) }.then(|| EngineRef(self.core))
-    }
-
-    /// The engine's address, as [`EngineRef::as_ptr`] gives it.
-    pub(crate) fn as_ptr(&self) -> *const () {
-        self.core.as_ptr().cast_const().cast()
-    }
-}
-
-impl Drop for WeakEngine {
-    fn drop(&mut self) {
-        // SAFETY: this weak count, given up once.
-        unsafe { (self.hooks.drop_weak)(self.core) };
-    }
 }
 
 impl std::ops::Deref for EngineRef {
@@ -418,22 +332,15 @@ pub(crate) fn test_engine() -> EngineRef {
     }
     unsafe fn flush_nested(_: NonNull<EngineCore>) {}
     unsafe fn profiled(_: NonNull<EngineCore>, _: OpRecord) {}
-    unsafe fn idle(_: NonNull<EngineCore>) -> bool {
-        false
-    }
     static HOOKS: Hooks = Hooks {
         retain: arc_counts::retain::<TestEngine>,
         release: arc_counts::release::<TestEngine>,
-        downgrade: arc_counts::downgrade::<TestEngine>,
-        upgrade: arc_counts::upgrade::<TestEngine>,
-        drop_weak: arc_counts::drop_weak::<TestEngine>,
         dispatch_ready,
         flush_nested,
         help: || Help::Nothing,
         profiled,
-        idle,
     };
-    let engine = Arc::new(TestEngine { core: EngineCore::new(&HOOKS, None, SpareRecords::new(0)) });
+    let engine = Arc::new(TestEngine { core: EngineCore::new(&HOOKS, None) });
     // SAFETY: `repr(C)`, the core first; the count `Arc::into_raw` left
     // is the reference's, and its pointer carries the whole allocation.
     unsafe { EngineRef::from_raw(NonNull::new_unchecked(Arc::into_raw(engine).cast_mut()).cast()) }

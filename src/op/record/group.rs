@@ -75,8 +75,9 @@ struct State {
     cancelled: u64,
     first_error: Option<Error>,
     /// The unfinished ops a `cancel` reaches, by header address, from their
-    /// append on (weak: a record is freed or reused as if in no group).
-    ops: HashMap<usize, Weak<dyn super::Task>>,
+    /// append on until they are counted out (as they are published, which
+    /// every appended op is), when the reference goes.
+    ops: HashMap<usize, TaskRef>,
     /// `close` was called (and no `reopen` since): a wait resolves once
     /// nothing is unfinished.
     closed: bool,
@@ -261,7 +262,7 @@ impl GroupCore {
     /// Up to `max` of the group's ops that are ready (every gate passed)
     /// and not started, for a wait for the group to run out of turn.
     pub(crate) fn ready_ops(&self, max: usize) -> Vec<TaskRef> {
-        let ops: Vec<TaskRef> = lock(&self.state).ops.values().filter_map(Weak::upgrade).collect();
+        let ops: Vec<TaskRef> = lock(&self.state).ops.values().cloned().collect();
         ops.into_iter().filter(|op| op.header().pending.get() == 0 && !op.is_started()).take(max).collect()
     }
 
@@ -273,7 +274,7 @@ impl GroupCore {
     /// The group's ops that have not finished and that a cancel reaches
     /// (appended to their vars), each passed to `each` outside the lock.
     pub(crate) fn any_unfinished(&self, mut each: impl FnMut(&Header) -> bool) -> bool {
-        let ops: Vec<TaskRef> = lock(&self.state).ops.values().filter_map(Weak::upgrade).collect();
+        let ops: Vec<TaskRef> = lock(&self.state).ops.values().cloned().collect();
         ops.iter().any(|op| each(op.header()))
     }
 
@@ -305,7 +306,7 @@ impl GroupCore {
             if self.cancelled.swap(true, Ordering::AcqRel) {
                 return false;
             }
-            let ops: Vec<TaskRef> = s.ops.values().filter_map(Weak::upgrade).collect();
+            let ops: Vec<TaskRef> = s.ops.values().cloned().collect();
             let mut waiters = s.cancel_waiters.take();
             waiters.extend(s.woken_if_done(true));
             (ops, waiters)
@@ -319,7 +320,7 @@ impl GroupCore {
 
     /// Counts the op of `header` out with `outcome` (`None`: it succeeded).
     fn count_out(&self, header: &Header, link: &GroupLink, outcome: Option<Error>) {
-        let waiters = {
+        let (waiters, _gone) = {
             let mut s = lock(&self.state);
             let mut step = lock(&link.step);
             if matches!(*step, Step::Out | Step::Finished) {
@@ -330,7 +331,8 @@ impl GroupCore {
                 s.running -= 1;
             }
             *step = Step::Finished;
-            s.ops.remove(&key(header));
+            // Dropped outside the locks (its publisher holds another).
+            let gone = s.ops.remove(&key(header));
             match outcome {
                 None => s.done += 1,
                 Some(err) => {
@@ -342,7 +344,7 @@ impl GroupCore {
                     s.first_error.get_or_insert(err);
                 }
             }
-            s.woken_if_done(self.is_cancelled())
+            (s.woken_if_done(self.is_cancelled()), gone)
         };
         waiters.into_iter().for_each(Waker::wake);
     }
@@ -357,7 +359,7 @@ fn key(header: &Header) -> usize {
 /// is a future op already spawned.
 fn cancel_op(op: &TaskRef) {
     let err = Error::new(Kind::Cancelled { op: op.header().meta.name.clone(), reason: REASON });
-    if op.resolve_early(op, err, false) {
+    if op.resolve_early(err, false) {
         return;
     }
     if let Some(link) = op.header().group()
@@ -387,7 +389,7 @@ impl Header {
                 return;
             }
             if !core.is_cancelled() {
-                s.ops.insert(key(self), Arc::downgrade(this));
+                s.ops.insert(key(self), this.clone());
                 return;
             }
         }
@@ -436,7 +438,8 @@ impl Header {
             }
             *step = Step::Finished;
             s.live -= 1;
-            s.ops.remove(&key(self));
+            // Never appended (its push was refused): it is not listed.
+            debug_assert!(!s.ops.contains_key(&key(self)), "a listed op holds its record");
             s.woken_if_done(core.is_cancelled())
         };
         waiters.into_iter().for_each(Waker::wake);

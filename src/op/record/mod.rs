@@ -3,7 +3,6 @@
 //! place in a var's inbox, and its cold box (errors, span, profile).
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 mod cold;
 pub(crate) mod engine_core;
@@ -12,27 +11,22 @@ mod group;
 mod host;
 mod nest;
 mod profile;
-mod spares;
+mod task_ref;
 
-pub(crate) use engine_core::{EngineCore, EngineRef, Hooks, WeakEngine};
+pub(crate) use engine_core::{EngineCore, EngineRef, Hooks};
 pub(in crate::op) use errors::LeftOnVars;
 pub(crate) use group::{GroupCore, REASON as GROUP_REASON};
 pub(crate) use host::{Help, ReadyList, Wait, note_cancelling};
 pub(crate) use profile::now_ns;
-#[cfg(all(test, not(depengine_loom)))]
-pub(crate) use spares::IDLE_KEEP;
-pub(crate) use spares::{Spare, SpareRecords};
+pub(crate) use task_ref::{TaskRef, TaskVtable, let_go};
 
 use crate::device::{Device, Lane};
 use crate::error::Error;
-use crate::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use crate::sync::countdown::Countdown;
 use crate::var::inbox::{Link, Linked};
 use crate::var::{Access, AnyVar};
 use cold::ColdCell;
-
-/// A shared reference to an erased op.
-pub(crate) type TaskRef = Arc<dyn Task>;
 
 /// Where an op's body runs once it is ready.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -240,15 +234,19 @@ pub(crate) struct Decl {
 /// one per var. Inline for up to four vars.
 pub(crate) type DepList = crate::sync::small::SmallList<Decl, 4>;
 
-/// The erased part of every op.
+/// The erased part of every op, at the start of its record.
 ///
 /// Laid out in declaration order: what a worker completing another op reads
-/// and writes on this one when it lets it through (the counts, the flags,
-/// the inbox link, the placement) sits in its first 64 bytes, right after
-/// the record's reference counts, so that releasing a successor and sending
-/// it to its pool touch one or two cache lines of it instead of three.
+/// and writes on this one when it lets it through (the reference count, the
+/// counts, the flags, the inbox link, the placement) sits in its first 64
+/// bytes, so that releasing a successor and sending it to its pool touch one
+/// or two cache lines of it instead of three.
 #[repr(C)]
 pub(crate) struct Header {
+    /// The [`TaskRef`]s to the record (see `task_ref.rs`).
+    refs: AtomicUsize,
+    /// The record type's functions, set as the record is placed.
+    vtable: &'static TaskVtable,
     /// Deps not yet let through (see `life::submit`).
     pub(super) pending: Countdown,
     /// One for the body until it stores its result, plus one per live guard.
@@ -279,6 +277,8 @@ pub(crate) struct Header {
 impl Header {
     pub(crate) fn new(meta: Meta, deps: DepList, engine: EngineRef) -> Self {
         Self {
+            refs: AtomicUsize::new(0),
+            vtable: &task_ref::UNPLACED,
             pending: Countdown::new(deps.len()),
             live: Countdown::new(1),
             has_errors: AtomicBool::new(false),
@@ -307,8 +307,10 @@ impl Header {
     }
 }
 
-/// The typed side of an op, as the engine sees it.
-pub(crate) trait Task: std::any::Any + Send + Sync {
+/// The typed side of an op, as the engine sees it: what a record's
+/// [`TaskVtable`] calls. A record type is `repr(C)` with its [`Header`]
+/// first ([`TaskRef::new`] checks it).
+pub(crate) trait Task: Send + Sync + 'static {
     fn header(&self) -> &Header;
 
     /// Runs the body, or stores the veto as its result. Called once, when
@@ -338,12 +340,6 @@ pub(crate) trait Task: std::any::Any + Send + Sync {
     ///
     /// [`LiveRef`]: super::LiveRef
     fn complete(&self, this: &TaskRef);
-
-    /// Drops everything the record holds that anyone could observe (var
-    /// references, the result, the span, errors), leaving a spare record whose
-    /// drop only frees memory. Called by the holder of the last reference
-    /// (see `recycle.rs`).
-    fn strip(&mut self);
 
     /// Completes an op that will not run with `err`, instead of
     /// [`execute`](Self::execute) (its body is dropped unrun).
@@ -378,22 +374,9 @@ impl Linked for TaskRef {
 }
 
 /// Fetches the lines of an op's record that letting it through and sending
-/// it to its pool touch: its reference counts (they precede the value in an
-/// `Arc`'s allocation) and the header's hot prefix, two lines (see
+/// it to its pool touch: the header's hot prefix, two lines (see
 /// [`Header`]'s layout), with no look at the record's size.
 #[inline]
 pub(crate) fn prefetch_hot(task: &TaskRef) {
-    let counts = 2 * std::mem::size_of::<usize>();
-    crate::sync::prefetch::for_write(Arc::as_ptr(task).cast::<u8>().wrapping_sub(counts), counts + 64);
-}
-
-/// Fetches an op's record for writing, all its lines at once, reference
-/// counts included (they precede the value in an `Arc`'s allocation).
-pub(crate) fn prefetch(task: &TaskRef) {
-    let value = Arc::as_ptr(task);
-    let counts = 2 * std::mem::size_of::<usize>();
-    crate::sync::prefetch::for_write(
-        value.cast::<u8>().wrapping_sub(counts),
-        counts + std::mem::size_of_val(&**task),
-    );
+    crate::sync::prefetch::for_write(task.as_ptr().as_ptr().cast::<u8>(), 64);
 }

@@ -27,10 +27,11 @@ use std::ptr::NonNull;
 use std::task::{Context, Poll, Waker};
 
 use super::state::{BodyEnd, Claim, HandleDrop};
-use super::{ColdPtr, EngineCore, Header, Meta, State, TaskRef, Vtable, slab};
+use super::{ColdPtr, EngineCore, Header, Meta, State, TaskRef, Vtable};
 use crate::error::{Error, Kind};
 use crate::sync::atomic::AtomicPtr;
 use crate::sync::cell::UnsafeCell;
+use crate::sync::slab;
 
 /// An op's body, typed.
 pub(crate) trait Body: Send + 'static {

@@ -8,7 +8,7 @@
 //! `Arc<dyn …>` on every op cost the crate two counts, a fat pointer and
 //! a call through a trait object per step (LEAN-CORE's anatomy,
 //! PERFORMANCE.md, *The lean record*). Modelled by loom (`state/`) and
-//! checked by Miri (`cell/tests.rs`, `slab/tests.rs`).
+//! checked by Miri (`cell/tests.rs`, `../../sync/slab/tests.rs`).
 
 #![allow(unsafe_code)]
 
@@ -20,7 +20,6 @@ use crate::sync::epoch::EpochRef;
 
 pub(crate) mod cell;
 mod cold;
-pub(crate) mod slab;
 pub(crate) mod state;
 
 pub(crate) use crate::op::record::EngineCore;

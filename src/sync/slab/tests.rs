@@ -131,3 +131,19 @@ fn only_chunks_whose_every_slot_is_free_go_back() {
     assert_eq!(chunks_of(class), before);
     assert!(chunks() >= before);
 }
+
+/// An idle look trims once per quiet spell, after `IDLE_RETURN` without a
+/// magazine taken; a magazine taken starts a new spell.
+#[test]
+fn an_idle_slab_is_trimmed_once_per_quiet_spell() {
+    let t0 = std::time::Instant::now();
+    let mut quiet = None;
+    assert_eq!(look(&mut quiet, 7, t0), Look::Quiet, "the first look starts a spell");
+    assert_eq!(look(&mut quiet, 7, t0 + IDLE_RETURN / 2), Look::Quiet);
+    assert_eq!(look(&mut quiet, 8, t0 + IDLE_RETURN), Look::Quiet, "a magazine taken: a new spell");
+    assert_eq!(look(&mut quiet, 8, t0 + IDLE_RETURN * 3 / 2), Look::Quiet);
+    assert_eq!(look(&mut quiet, 8, t0 + IDLE_RETURN * 2), Look::Trim);
+    assert_eq!(look(&mut quiet, 8, t0 + IDLE_RETURN * 3), Look::Trimmed, "once per spell");
+    assert_eq!(look(&mut quiet, 9, t0 + IDLE_RETURN * 4), Look::Quiet);
+    assert_eq!(look(&mut quiet, 9, t0 + IDLE_RETURN * 5), Look::Trim);
+}

@@ -8,7 +8,9 @@
 //! a completion on the same thread take and give back a slot with no
 //! atomic operation; a thread whose magazines are both full or both empty
 //! trades a whole magazine with the depot, under its lock, once per
-//! [`MAGAZINE`] slots (Bonwick's magazines). Any record whose layout falls
+//! [`MAGAZINE`] slots (Bonwick's magazines). A new chunk goes out in
+//! magazines of [`FIRST_TAKE`] slots, so that a thread that pushes once and
+//! then idles holds few free slots. Any record whose layout falls
 //! in a class reuses a slot of that class, whatever its body.
 //!
 //! A slot's memory goes back to the allocator only with its whole chunk,
@@ -16,8 +18,12 @@
 //! magazines: a slot there is free, reachable by no record reference. So
 //! the memory a `TaskRef` points to is never handed back under it.
 //!
-//! Why `unsafe`: the slab hands out raw memory, which the record's cell
-//! (`cell.rs`) initialises and drops in place. Measured: PERFORMANCE.md,
+//! An engine that goes idle gives memory back through [`idle`]: once no
+//! thread has taken a magazine from the depot for [`IDLE_RETURN`], the
+//! depot keeps [`IDLE_KEEP`] magazines per class and trims the rest.
+//!
+//! Why `unsafe`: the slab hands out raw memory, which the op records
+//! (`op::record::task_ref`) initialise and drop in place. Measured: PERFORMANCE.md,
 //! *The lean record*; checked by Miri (`slab/tests.rs`).
 
 #![allow(unsafe_code)]
@@ -37,6 +43,8 @@ pub(crate) const CLASSES: usize = 16;
 pub(crate) const MAX_SLOT: usize = CLASSES * SLOT_ALIGN;
 /// Slots per magazine, and per chunk.
 pub(crate) const MAGAZINE: usize = 32;
+/// Slots per magazine carved from a new chunk.
+pub(crate) const FIRST_TAKE: usize = 8;
 
 /// Where a layout's memory comes from: a slab class, or the allocator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,8 +80,15 @@ struct Magazine(Vec<NonNull<u8>>);
 unsafe impl Send for Magazine {}
 
 impl Magazine {
+    /// An empty magazine with room for [`MAGAZINE`] slots.
     fn empty() -> Self {
         Self(Vec::with_capacity(MAGAZINE))
+    }
+
+    /// An empty magazine that allocates nothing until it is given a slot
+    /// (a thread's, before it frees a record).
+    fn none() -> Self {
+        Self(Vec::new())
     }
 
     fn is_full(&self) -> bool {
@@ -103,14 +118,37 @@ impl Chunk {
     }
 }
 
+/// Full magazines the depot keeps per class once the slab has gone idle
+/// ([`idle`]): enough for a trickle of pushes, little memory.
+pub(crate) const IDLE_KEEP: usize = 2;
+
+/// How long no thread may have taken a magazine from the depot before
+/// [`idle`] trims it: long enough that an engine used in bursts keeps its
+/// memory from one burst to the next.
+pub(crate) const IDLE_RETURN: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What the threads share: magazines of free slots, and the chunks.
 struct Depot {
     full: [Vec<Magazine>; CLASSES],
     /// Every chunk allocated and not yet given back, by base address.
     chunks: Vec<Chunk>,
+    /// Magazines taken so far: how [`idle`] tells a quiet slab.
+    taken: u64,
+    /// What the last look of [`idle`] saw.
+    quiet: Option<Quiet>,
 }
 
-static DEPOT: Mutex<Depot> = Mutex::new(Depot { full: [const { Vec::new() }; CLASSES], chunks: Vec::new() });
+/// `Depot::taken` at the last look of [`idle`], since when it has not
+/// changed, and whether the depot was trimmed since.
+#[derive(Clone, Copy)]
+struct Quiet {
+    taken: u64,
+    since: std::time::Instant,
+    trimmed: bool,
+}
+
+static DEPOT: Mutex<Depot> =
+    Mutex::new(Depot { full: [const { Vec::new() }; CLASSES], chunks: Vec::new(), taken: 0, quiet: None });
 
 fn depot() -> std::sync::MutexGuard<'static, Depot> {
     DEPOT.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -120,6 +158,7 @@ impl Depot {
     /// A magazine of free slots of `class`: one given back, else a new
     /// chunk's.
     fn take(&mut self, class: usize) -> Magazine {
+        self.taken += 1;
         if let Some(magazine) = self.full[class].pop() {
             return magazine;
         }
@@ -131,7 +170,12 @@ impl Depot {
         self.chunks.insert(at, Chunk { base, class });
         let slot = layout.size() / MAGAZINE;
         // SAFETY: each offset is within the chunk just allocated.
-        Magazine((0..MAGAZINE).map(|k| unsafe { base.add(k * slot) }).collect())
+        let slots: Vec<NonNull<u8>> = (0..MAGAZINE).map(|k| unsafe { base.add(k * slot) }).collect();
+        // The caller takes the first few; the rest wait in the depot.
+        let mut parts = slots.chunks(FIRST_TAKE).map(|part| Magazine(part.to_vec()));
+        let first = parts.next().expect("a chunk has slots");
+        self.full[class].extend(parts);
+        first
     }
 }
 
@@ -144,8 +188,8 @@ struct Cache {
 impl Cache {
     fn new() -> Self {
         Self {
-            loaded: std::array::from_fn(|_| Magazine::empty()),
-            previous: std::array::from_fn(|_| Magazine::empty()),
+            loaded: std::array::from_fn(|_| Magazine::none()),
+            previous: std::array::from_fn(|_| Magazine::none()),
         }
     }
 
@@ -269,7 +313,54 @@ fn trim_class(class: usize, keep: usize) -> usize {
     freed
 }
 
+/// Called now and then by a worker with nothing to do: once no thread has
+/// taken a magazine from the depot for [`IDLE_RETURN`], trims it to
+/// [`IDLE_KEEP`] magazines per class (once per quiet spell). Whether to
+/// ask again later: the depot holds more than that, untrimmed.
+pub(crate) fn idle() -> bool {
+    let mut depot = depot();
+    let taken = depot.taken;
+    match look(&mut depot.quiet, taken, std::time::Instant::now()) {
+        Look::Trimmed => false,
+        Look::Quiet => depot.full.iter().any(|magazines| magazines.len() > IDLE_KEEP),
+        Look::Trim => {
+            drop(depot);
+            trim(IDLE_KEEP);
+            false
+        }
+    }
+}
+
+/// What [`idle`] finds.
+#[derive(Debug, PartialEq, Eq)]
+enum Look {
+    /// Not quiet for long enough yet.
+    Quiet,
+    /// Quiet for long enough: to be trimmed (marked trimmed).
+    Trim,
+    /// Trimmed in this quiet spell already.
+    Trimmed,
+}
+
+/// The look of [`idle`] at `now`, with `taken` magazines taken so far and
+/// `quiet` what the last look saw (updated).
+fn look(quiet: &mut Option<Quiet>, taken: u64, now: std::time::Instant) -> Look {
+    match quiet {
+        Some(q) if q.taken == taken && q.trimmed => Look::Trimmed,
+        Some(q) if q.taken == taken && now.duration_since(q.since) >= IDLE_RETURN => {
+            q.trimmed = true;
+            Look::Trim
+        }
+        Some(q) if q.taken == taken => Look::Quiet,
+        _ => {
+            *quiet = Some(Quiet { taken, since: now, trimmed: false });
+            Look::Quiet
+        }
+    }
+}
+
 /// Chunks allocated and not given back, of every class.
+#[cfg(test)]
 pub(crate) fn chunks() -> usize {
     depot().chunks.len()
 }
