@@ -181,7 +181,7 @@ impl Shared {
     /// for deletions and `wait_for_var`s, as cancelled at once, wherever it
     /// waits (queued on a var behind a running op, or on a pool behind busy
     /// workers), instead of when it would have run. Each still completes on
-    /// its vars once they let it through (see `Task::resolve_early`).
+    /// its vars once they let it through (see `TaskVtable::resolve_early`).
     fn cancel_queued(&self) {
         let mut queued: Vec<TaskRef> = Vec::new();
         let mut take = |op: &TaskRef| {

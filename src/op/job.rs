@@ -9,7 +9,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use super::access::{Item, OpToken};
 use super::body::{FUTURE_OP_GROUP, FUTURE_OP_OF, in_body, in_body_with_token};
-use super::op_handle::{Completion, OpSlot, SlotRef};
+use super::op_handle::{Completion, SlotBorrow, SlotRef};
 use super::record::{GROUP_REASON, Header, TaskRef};
 use crate::error::{BoxError, Error, Kind};
 
@@ -32,10 +32,10 @@ pub(crate) trait Job: Send + 'static {
 
 /// A running op, as its body's [`Job::start`] sees it: borrowed from the
 /// thread that runs it, which holds a reference for the call.
-pub(crate) struct Running<'a, R> {
+pub(crate) struct Running<'a, R: 'static> {
     /// A reference to the record (guards are made of it).
     pub(crate) task: &'a TaskRef,
-    pub(super) slot: &'a dyn OpSlot<R>,
+    pub(super) slot: SlotBorrow<'a, R>,
 }
 
 impl<R: 'static> Running<'_, R> {
@@ -43,15 +43,15 @@ impl<R: 'static> Running<'_, R> {
         self.task.header()
     }
 
-    /// Stores the body's result (see [`OpSlot::store`]).
+    /// Stores the body's result (see `SlotVtable::store`).
     pub(crate) fn store(&self, result: Result<R, Error>) {
-        self.slot.store(self.task, result);
+        self.slot.store(result);
     }
 
     /// An owned reference, for a body that stores its result after
     /// `start` returns.
     pub(crate) fn to_owned(&self) -> SlotRef<R> {
-        self.slot.to_owned(self.task)
+        self.slot.to_owned()
     }
 }
 

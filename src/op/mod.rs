@@ -5,9 +5,9 @@
 //! Files, each naming only files listed above it (no circle,
 //! `tests/check_architecture.rs` keeps it so):
 //!
-//! * `record/`: the erased header every var queue holds ([`Header`],
-//!   [`Task`]) and the one reference to a record ([`TaskRef`], in
-//!   `task_ref.rs`, with the record's memory in the slab), where the body
+//! * `record/`: the erased header every var queue holds ([`Header`]) and
+//!   the one reference to a record ([`TaskRef`], in `task_ref.rs`, with
+//!   its type's static vtable and the record's memory in the slab), where the body
 //!   runs ([`Exec`]), and everything the header embeds, each in its own
 //!   file: `cold.rs` (the box for what only some ops carry), `errors.rs`
 //!   (how errors pass through an op), `profile.rs` (what an op records
@@ -40,5 +40,5 @@ mod slot;
 pub(crate) mod task;
 
 pub(crate) use life::{LiveRef, submit};
-pub(crate) use record::{Decl, DepList, Exec, Flags, HandleKind, Header, Meta, PackedDevice, Task, TaskRef};
+pub(crate) use record::{Decl, DepList, Exec, Flags, HandleKind, Header, Meta, PackedDevice, TaskRef};
 pub(crate) use record::{Help, ReadyList, let_go, note_cancelling};

@@ -13,8 +13,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::task::{Context, Poll};
 
 use super::job::{Job, Running};
-use super::op_handle::{OpSlot, SlotRef, SlotVtable};
-use super::record::{DepList, EngineRef, GROUP_REASON, Header, Meta, Task, TaskRef};
+use super::op_handle::{SlotBorrow, SlotRef, SlotVtable};
+use super::record::{DepList, EngineRef, GROUP_REASON, Header, Meta, TaskRef, TaskVtable, dealloc};
 use super::slot::{Published, ResultSlot};
 use crate::error::{Error, Kind};
 use crate::sync::cell::UnsafeCell;
@@ -41,13 +41,16 @@ unsafe impl<J: Job> Sync for OpCell<J> {}
 
 impl<J: Job> OpCell<J> {
     /// A new op record of `engine`, placed in a slab slot.
+    #[inline(always)]
     pub(crate) fn place(engine: EngineRef, meta: Meta, deps: DepList, job: J, epoch: EpochRef) -> Typed<J> {
-        let record = TaskRef::new(Self {
+        let make = || Self {
             header: Header::new(meta, deps, engine),
             slot: ResultSlot::new(),
             job: UnsafeCell::new(Some(job)),
             epoch: UnsafeCell::new(Some(epoch)),
-        });
+        };
+        // SAFETY: `task_vtable::<J>()` holds an `OpCell<J>`'s functions.
+        let record = unsafe { TaskRef::new(make, |cell| &cell.header, task_vtable::<J>()) };
         Typed(record, PhantomData)
     }
 }
@@ -89,6 +92,33 @@ impl<J: Job> Typed<J> {
     }
 }
 
+/// An `OpCell<J>`'s functions: a static, promoted from the constant.
+fn task_vtable<J: Job>() -> &'static TaskVtable {
+    // SAFETY (of each function's block): the vtable is reached only through
+    // the header of an `OpCell<J>` (`place`), with a reference to it.
+    &TaskVtable {
+        execute: |task| {
+            // SAFETY: see above.
+            unsafe { cell_of::<J>(task) }.execute(task);
+        },
+        // SAFETY: see above.
+        try_execute: |task| unsafe { cell_of::<J>(task) }.try_execute(task),
+        // SAFETY: see above.
+        is_started: |task| unsafe { cell_of::<J>(task) }.slot.is_started(),
+        // SAFETY: see above.
+        publish: |task| unsafe { cell_of::<J>(task) }.publish_now(),
+        // SAFETY: see above.
+        complete: |task| unsafe { cell_of::<J>(task) }.complete(task, true),
+        // SAFETY: see above.
+        abandon: |task, err| unsafe { cell_of::<J>(task) }.abandon(task, err),
+        // SAFETY: see above.
+        resolve_early: |task, err, pass_on| unsafe { cell_of::<J>(task) }.resolve_now(task, err, pass_on),
+        // SAFETY: see above.
+        is_resolved_early: |task| unsafe { cell_of::<J>(task) }.slot.is_early(),
+        dealloc: dealloc::<OpCell<J>>,
+    }
+}
+
 /// The handle's functions for an `OpCell<J>`: a static, promoted from the
 /// constant.
 fn slot_vtable<J: Job>() -> &'static SlotVtable<J::Output> {
@@ -99,7 +129,8 @@ fn slot_vtable<J: Job>() -> &'static SlotVtable<J::Output> {
 ///
 /// # Safety
 ///
-/// `task`'s record is an `OpCell<J>` (a [`SlotRef`] made for it).
+/// `task`'s record is an `OpCell<J>` (its vtable, or a [`SlotRef`], made
+/// for it).
 unsafe fn cell_of<J: Job>(task: &TaskRef) -> &OpCell<J> {
     // SAFETY: the header is the cell's first field (`repr(C)`), and the
     // record is an `OpCell<J>` (the contract), alive while `task` is.
@@ -176,11 +207,8 @@ impl<J: Job> OpCell<J> {
     }
 }
 
-impl<J: Job> Task for OpCell<J> {
-    fn header(&self) -> &Header {
-        &self.header
-    }
-
+impl<J: Job> OpCell<J> {
+    /// See `TaskVtable::execute`.
     fn execute(&self, this: &TaskRef) {
         debug_assert!(std::ptr::addr_eq(this.as_ptr().as_ptr(), self), "`this` is this record");
         // Read once, before the start's claim (an acquire) would make the
@@ -202,6 +230,7 @@ impl<J: Job> Task for OpCell<J> {
         self.run_claimed(this, job, watched);
     }
 
+    /// See `TaskVtable::try_execute`.
     fn try_execute(&self, this: &TaskRef) -> bool {
         let watched = self.header.meta.watched();
         // A cancelled group's op is left to its queue, which resolves it.
@@ -215,18 +244,7 @@ impl<J: Job> Task for OpCell<J> {
         true
     }
 
-    fn is_started(&self) -> bool {
-        self.slot.is_started()
-    }
-
-    fn publish(&self) {
-        self.publish_now();
-    }
-
-    fn complete(&self, this: &TaskRef) {
-        OpCell::complete(self, this, true);
-    }
-
+    /// See `TaskVtable::abandon`.
     fn abandon(&self, this: &TaskRef, err: Error) {
         // SAFETY: the start is claimed once; only its claimer reads `job`.
         let job = self.slot.start().then(|| self.job.with_mut(|job| unsafe { (*job).take() }));
@@ -237,14 +255,6 @@ impl<J: Job> Task for OpCell<J> {
         };
         let _ = catch_unwind(AssertUnwindSafe(|| job.vetoed(&err)));
         self.store(this, Err(err));
-    }
-
-    fn resolve_early(&self, this: &TaskRef, err: Error, pass_on: bool) -> bool {
-        self.resolve_now(this, err, pass_on)
-    }
-
-    fn is_resolved_early(&self) -> bool {
-        self.slot.is_early()
     }
 }
 
@@ -264,7 +274,13 @@ impl<J: Job> OpCell<J> {
                 let _ = catch_unwind(AssertUnwindSafe(|| job.vetoed(&err)));
                 self.store(this, Err(err));
             }
-            None => job.start(Running { task: this, slot: self }),
+            None => {
+                debug_assert!(std::ptr::addr_eq(this.as_ptr().as_ptr(), self), "`this` is this record");
+                // SAFETY: `this` is this record, an `OpCell<J>`, whose slot
+                // functions these are.
+                let slot = unsafe { SlotBorrow::new(this, slot_vtable::<J>()) };
+                job.start(Running { task: this, slot });
+            }
         }
         if watched {
             self.header.watch_ended(None);
@@ -307,8 +323,11 @@ impl<J: Job> OpCell<J> {
     }
 }
 
-impl<J: Job> OpSlot<J::Output> for OpCell<J> {
-    fn store(&self, this: &TaskRef, result: Result<J::Output, Error>) {
+impl<J: Job> OpCell<J> {
+    /// Stores the body's result; the first call wins. Releases the body's
+    /// live count, so the op may complete inside this call. `this` is a
+    /// reference to this very record, held until the call returns.
+    pub(crate) fn store(&self, this: &TaskRef, result: Result<J::Output, Error>) {
         if self.header.meta.watched() {
             self.header.watch_ended(result.as_ref().err());
         }
@@ -329,12 +348,6 @@ impl<J: Job> OpSlot<J::Output> for OpCell<J> {
             self.header.record_outcome(Ok(()));
         }
         self.release_body(this, false);
-    }
-
-    fn to_owned(&self, this: &TaskRef) -> SlotRef<J::Output> {
-        assert!(std::ptr::addr_eq(this.as_ptr().as_ptr(), self), "`this` is this record");
-        // SAFETY: `this` is this record (just checked), an `OpCell<J>`.
-        unsafe { SlotRef::new(this.clone(), slot_vtable::<J>()) }
     }
 }
 

@@ -17,27 +17,17 @@ use std::task::{Context, Poll};
 
 use super::body::{token_left_by_own_body, waits_for_current_body};
 use super::record::Header;
-use super::record::{HandleKind, Help, Task, TaskRef, Wait};
+use super::record::{HandleKind, Help, TaskRef, Wait};
 use crate::error::{BoxError, Error, Kind, panic_message};
 use crate::may_block::{Instead, refuse_blocking};
-
-/// The body-facing side of a typed op (its record's own type).
-pub(crate) trait OpSlot<R>: Task {
-    /// Stores the body's result; the first call wins. Releases the body's
-    /// live count, so the op may complete inside this call. `this` is a
-    /// reference to this very record, held until the call returns.
-    fn store(&self, this: &TaskRef, result: Result<R, Error>);
-
-    /// An owned, typed reference to this record, given `this`, a reference
-    /// to it.
-    fn to_owned(&self, this: &TaskRef) -> SlotRef<R>;
-}
 
 /// The functions of a record whose result is an `R`, for its handle and
 /// its completion token. Each takes a reference to a record of the type
 /// they were made for.
 pub(crate) struct SlotVtable<R> {
-    /// See [`OpSlot::store`].
+    /// Stores the body's result; the first call wins. Releases the body's
+    /// live count, so the op may complete inside this call (the reference
+    /// is held until it returns).
     pub(crate) store: unsafe fn(&TaskRef, Result<R, Error>),
     /// Takes the result once the op has completed, else keeps the waker.
     pub(crate) poll_result: unsafe fn(&TaskRef, &mut Context<'_>) -> Poll<Result<R, Error>>,
@@ -69,8 +59,8 @@ impl<R: 'static> SlotRef<R> {
         &self.task
     }
 
-    /// Stores the op's result (see [`OpSlot::store`]) and lets go of the
-    /// reference.
+    /// Stores the op's result (see [`SlotVtable::store`]) and lets go of
+    /// the reference.
     pub(crate) fn store(self, result: Result<R, Error>) {
         // SAFETY: the vtable is the record's own (`new`'s contract).
         unsafe { (self.vtable.store)(&self.task, result) }
@@ -92,6 +82,36 @@ impl<R: 'static> SlotRef<R> {
 impl<R: 'static> Clone for SlotRef<R> {
     fn clone(&self) -> Self {
         Self { task: self.task.clone(), vtable: self.vtable }
+    }
+}
+
+/// A [`SlotRef`] borrowed from the thread that runs the op: what its body
+/// stores through, taking no count of its own.
+pub(crate) struct SlotBorrow<'a, R: 'static> {
+    task: &'a TaskRef,
+    vtable: &'static SlotVtable<R>,
+}
+
+impl<'a, R: 'static> SlotBorrow<'a, R> {
+    /// # Safety
+    ///
+    /// `vtable`'s functions are those of `task`'s record type.
+    #[inline]
+    pub(crate) unsafe fn new(task: &'a TaskRef, vtable: &'static SlotVtable<R>) -> Self {
+        Self { task, vtable }
+    }
+
+    /// Stores the body's result (see [`SlotVtable::store`]).
+    #[inline]
+    pub(crate) fn store(&self, result: Result<R, Error>) {
+        // SAFETY: the vtable is the record's own (`new`'s contract).
+        unsafe { (self.vtable.store)(self.task, result) }
+    }
+
+    /// An owned reference, for a body that stores its result later.
+    pub(crate) fn to_owned(&self) -> SlotRef<R> {
+        // SAFETY: as above.
+        unsafe { SlotRef::new(self.task.clone(), self.vtable) }
     }
 }
 

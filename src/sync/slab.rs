@@ -8,9 +8,10 @@
 //! a completion on the same thread take and give back a slot with no
 //! atomic operation; a thread whose magazines are both full or both empty
 //! trades a whole magazine with the depot, under its lock, once per
-//! [`MAGAZINE`] slots (Bonwick's magazines). A new chunk goes out in
-//! magazines of [`FIRST_TAKE`] slots, so that a thread that pushes once and
-//! then idles holds few free slots. Any record whose layout falls
+//! [`MAGAZINE`] slots (Bonwick's magazines). A thread's first takes of a
+//! class are small (1, 2, 4… slots, up to a magazine), so that a thread
+//! that pushes a few ops and then idles holds about as many free slots as
+//! it took. Any record whose layout falls
 //! in a class reuses a slot of that class, whatever its body.
 //!
 //! A slot's memory goes back to the allocator only with its whole chunk,
@@ -43,8 +44,6 @@ pub(crate) const CLASSES: usize = 16;
 pub(crate) const MAX_SLOT: usize = CLASSES * SLOT_ALIGN;
 /// Slots per magazine, and per chunk.
 pub(crate) const MAGAZINE: usize = 32;
-/// Slots per magazine carved from a new chunk.
-pub(crate) const FIRST_TAKE: usize = 8;
 
 /// Where a layout's memory comes from: a slab class, or the allocator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,7 +86,7 @@ impl Magazine {
 
     /// An empty magazine that allocates nothing until it is given a slot
     /// (a thread's, before it frees a record).
-    fn none() -> Self {
+    const fn none() -> Self {
         Self(Vec::new())
     }
 
@@ -155,11 +154,15 @@ fn depot() -> std::sync::MutexGuard<'static, Depot> {
 }
 
 impl Depot {
-    /// A magazine of free slots of `class`: one given back, else a new
-    /// chunk's.
-    fn take(&mut self, class: usize) -> Magazine {
+    /// A magazine of at most `want` free slots of `class` (at least one):
+    /// one given back, else a new chunk's; what is left of either stays.
+    fn take(&mut self, class: usize, want: usize) -> Magazine {
         self.taken += 1;
-        if let Some(magazine) = self.full[class].pop() {
+        if let Some(mut magazine) = self.full[class].pop() {
+            if magazine.0.len() > want {
+                let rest = magazine.0.split_off(want);
+                self.full[class].push(Magazine(rest));
+            }
             return magazine;
         }
         let layout = Chunk::layout(class);
@@ -170,12 +173,13 @@ impl Depot {
         self.chunks.insert(at, Chunk { base, class });
         let slot = layout.size() / MAGAZINE;
         // SAFETY: each offset is within the chunk just allocated.
-        let slots: Vec<NonNull<u8>> = (0..MAGAZINE).map(|k| unsafe { base.add(k * slot) }).collect();
-        // The caller takes the first few; the rest wait in the depot.
-        let mut parts = slots.chunks(FIRST_TAKE).map(|part| Magazine(part.to_vec()));
-        let first = parts.next().expect("a chunk has slots");
-        self.full[class].extend(parts);
-        first
+        let mut slots: Vec<NonNull<u8>> = (0..MAGAZINE).map(|k| unsafe { base.add(k * slot) }).collect();
+        // The caller takes what it wants; the rest waits in the depot.
+        let rest = slots.split_off(want.clamp(1, MAGAZINE));
+        if !rest.is_empty() {
+            self.full[class].push(Magazine(rest));
+        }
+        Magazine(slots)
     }
 }
 
@@ -183,28 +187,65 @@ impl Depot {
 struct Cache {
     loaded: [Magazine; CLASSES],
     previous: [Magazine; CLASSES],
+    /// Refills from the depot so far, per class (saturating): the size of
+    /// the next ([`Cache::want`]).
+    refills: [u8; CLASSES],
 }
 
 impl Cache {
-    fn new() -> Self {
+    const fn new() -> Self {
         Self {
-            loaded: std::array::from_fn(|_| Magazine::none()),
-            previous: std::array::from_fn(|_| Magazine::none()),
+            loaded: [const { Magazine::none() }; CLASSES],
+            previous: [const { Magazine::none() }; CLASSES],
+            refills: [0; CLASSES],
         }
     }
 
+    /// Slots the next refill of `class` takes: 1, 2, 4… then a magazine.
+    fn want(&mut self, class: usize) -> usize {
+        let n = self.refills[class];
+        self.refills[class] = n.saturating_add(1);
+        1usize.checked_shl(n.into()).unwrap_or(MAGAZINE).min(MAGAZINE)
+    }
+
+    /// A slot from the loaded magazine: the common case, inlined.
+    #[inline]
     fn take(&mut self, class: usize) -> NonNull<u8> {
-        if self.loaded[class].0.is_empty() {
-            if self.previous[class].0.is_empty() {
-                self.loaded[class] = depot().take(class);
-            } else {
-                std::mem::swap(&mut self.loaded[class], &mut self.previous[class]);
-            }
+        match self.loaded[class].0.pop() {
+            Some(slot) => slot,
+            None => self.refill(class),
+        }
+    }
+
+    /// The loaded magazine is empty: the one before, else the depot's.
+    #[cold]
+    #[inline(never)]
+    fn refill(&mut self, class: usize) -> NonNull<u8> {
+        if self.previous[class].0.is_empty() {
+            let want = self.want(class);
+            self.loaded[class] = depot().take(class, want);
+        } else {
+            std::mem::swap(&mut self.loaded[class], &mut self.previous[class]);
         }
         self.loaded[class].0.pop().expect("a magazine with slots")
     }
 
+    /// A slot into the loaded magazine: the common case, inlined.
+    #[inline]
     fn give(&mut self, class: usize, slot: NonNull<u8>) {
+        let loaded = &mut self.loaded[class].0;
+        if loaded.len() < MAGAZINE && loaded.len() < loaded.capacity() {
+            loaded.push(slot);
+        } else {
+            self.give_slow(class, slot);
+        }
+    }
+
+    /// The loaded magazine is full (or has no room yet): the one before
+    /// takes its place, the full one going to the depot.
+    #[cold]
+    #[inline(never)]
+    fn give_slow(&mut self, class: usize, slot: NonNull<u8>) {
         if self.loaded[class].is_full() {
             if self.previous[class].is_full() {
                 let full = std::mem::replace(&mut self.previous[class], Magazine::empty());
@@ -212,7 +253,9 @@ impl Cache {
             }
             std::mem::swap(&mut self.loaded[class], &mut self.previous[class]);
         }
-        self.loaded[class].0.push(slot);
+        let loaded = &mut self.loaded[class].0;
+        loaded.reserve_exact(MAGAZINE - loaded.len());
+        loaded.push(slot);
     }
 }
 
@@ -232,22 +275,36 @@ impl Drop for Cache {
 }
 
 thread_local! {
-    static CACHE: RefCell<Cache> = RefCell::new(Cache::new());
+    static CACHE: RefCell<Cache> = const { RefCell::new(Cache::new()) };
 }
 
 /// Memory for a record of `layout`: a slot of its class, or the
 /// allocator's for a larger one. Never null; aborts as the allocator does
-/// when memory runs out.
+/// when memory runs out. Inlined, so that a record type's class is a
+/// constant.
+#[inline]
 pub(crate) fn alloc(layout: Layout) -> NonNull<u8> {
     let Some(class) = SizeClass::of(layout).index() else {
-        // SAFETY: a record's layout has a size above zero (its header).
-        let p = unsafe { std::alloc::alloc(layout) };
-        return NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        return alloc_large(layout);
     };
-    // A thread whose cache is gone (it is ending) takes from the depot.
-    CACHE
-        .try_with(|cache| cache.borrow_mut().take(class))
-        .unwrap_or_else(|_| depot().take(class).0.pop().expect("a new magazine has slots"))
+    match CACHE.try_with(|cache| cache.borrow_mut().take(class)) {
+        Ok(slot) => slot,
+        Err(_) => alloc_ending(class),
+    }
+}
+
+/// A record larger than the largest slot: the allocator's.
+#[cold]
+fn alloc_large(layout: Layout) -> NonNull<u8> {
+    // SAFETY: a record's layout has a size above zero (its header).
+    let p = unsafe { std::alloc::alloc(layout) };
+    NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout))
+}
+
+/// A thread whose cache is gone (it is ending) takes from the depot.
+#[cold]
+fn alloc_ending(class: usize) -> NonNull<u8> {
+    depot().take(class, 1).0.pop().expect("a new magazine has slots")
 }
 
 /// Gives back the memory of a record of `layout`.
@@ -256,16 +313,22 @@ pub(crate) fn alloc(layout: Layout) -> NonNull<u8> {
 ///
 /// `slot` came from [`alloc`] with the same `layout`, its record is
 /// dropped, and nothing reaches it any more.
+#[inline]
 pub(crate) unsafe fn free(slot: NonNull<u8>, layout: Layout) {
     let Some(class) = SizeClass::of(layout).index() else {
         // SAFETY: the allocator's memory of this layout (the contract).
         unsafe { std::alloc::dealloc(slot.as_ptr(), layout) };
         return;
     };
-    let given = CACHE.try_with(|cache| cache.borrow_mut().give(class, slot));
-    if given.is_err() {
-        depot().full[class].push(Magazine(vec![slot]));
+    if CACHE.try_with(|cache| cache.borrow_mut().give(class, slot)).is_err() {
+        free_ending(class, slot);
     }
+}
+
+/// A thread whose cache is gone (it is ending) gives to the depot.
+#[cold]
+fn free_ending(class: usize, slot: NonNull<u8>) {
+    depot().full[class].push(Magazine(vec![slot]));
 }
 
 /// Gives back to the allocator every chunk all of whose slots wait in the

@@ -15,7 +15,7 @@ use crate::engine::shared::Shared;
 use crate::error::{Error, Kind};
 use crate::op::job::{Job, Running};
 use crate::op::op_handle::SlotRef;
-use crate::op::{DepList, Header, Task, TaskRef};
+use crate::op::{DepList, Header, TaskRef};
 use crate::sync::small::SmallList;
 use crate::var::Access;
 
@@ -153,11 +153,10 @@ impl Run {
         let header = segment.header();
         let (meta, engine) = (header.meta.clone(), header.engine.clone());
         let shared = self.shared.clone();
-        // The segment's placement; it is run, never completed, as a task.
-        let task = TaskRef::new(ResumeTask {
-            header: Header::new(meta, DepList::new(), engine),
-            run: std::sync::Mutex::new(Some(self)),
-        });
+        // The segment's placement; it is run, never completed, as a task
+        // (dropped unrun, the run completes its members with an error).
+        let task =
+            TaskRef::continuation(Header::new(meta, DepList::new(), engine), Box::new(move || self.go()));
         shared.dispatcher.dispatch_pushed(task);
     }
 
@@ -201,61 +200,4 @@ impl Drop for Run {
 
 fn error_of(errors: &[(u64, Error)], var: u64) -> Option<&Error> {
     errors.iter().find(|(id, _)| *id == var).map(|(_, err)| err)
-}
-
-/// The rest of a segment, run on a worker once the guards of a member
-/// that outlived its body are gone. `repr(C)`, its header first, as every
-/// record.
-#[repr(C)]
-struct ResumeTask {
-    header: Header,
-    run: std::sync::Mutex<Option<Run>>,
-}
-
-impl ResumeTask {
-    fn take(&self) -> Option<Run> {
-        self.run.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
-    }
-}
-
-impl Task for ResumeTask {
-    fn header(&self) -> &Header {
-        &self.header
-    }
-
-    fn execute(&self, _this: &TaskRef) {
-        if let Some(run) = self.take() {
-            run.go();
-        }
-    }
-
-    fn publish(&self) {}
-
-    /// Never reached: a resume task hands out no guards, and it is never
-    /// queued on a var, so nothing but its `execute` finishes it.
-    fn complete(&self, _this: &TaskRef) {
-        unreachable!("a resume task has no guard to outlive it")
-    }
-
-    fn abandon(&self, _this: &TaskRef, _err: Error) {
-        drop(self.take());
-    }
-
-    /// Never on a var's queue: nothing to resolve.
-    fn resolve_early(&self, _this: &TaskRef, _err: Error, _pass_on: bool) -> bool {
-        false
-    }
-
-    fn is_resolved_early(&self) -> bool {
-        false
-    }
-
-    /// In no group: never run out of turn.
-    fn try_execute(&self, _this: &TaskRef) -> bool {
-        false
-    }
-
-    fn is_started(&self) -> bool {
-        false
-    }
 }

@@ -1,5 +1,5 @@
 //! An op's completion, in one place: once the body has stored its outcome
-//! (`OpSlot::store`, in `../op_cell.rs`) and every guard is gone, the op
+//! (`OpCell::store`, in `../op_cell.rs`) and every guard is gone, the op
 //! releases its vars, dispatches what became ready and publishes its
 //! result ([`OpCell::complete`]); nothing of it returns to another file.
 //! The live count that decides who completes, and how the body's reference
@@ -12,14 +12,14 @@
 
 #![allow(unsafe_code)]
 
+#[cfg(doc)]
+use super::super::LiveRef;
 use super::super::job::Job;
 use super::super::record::{Header, LeftOnVars, ReadyList, TaskRef};
 use super::OpCell;
 use crate::sync::atomic::Ordering;
 use crate::sync::small;
 use crate::var::Grant as _;
-#[cfg(doc)]
-use {super::super::LiveRef, super::super::op_handle::OpSlot};
 
 impl<J: Job> OpCell<J> {
     /// Releases the body's live count, once its result is stored: the call

@@ -22,7 +22,7 @@ use super::OpCell;
 use crate::error::Error;
 
 impl<J: Job> OpCell<J> {
-    /// Resolves the op now, unstarted: see `Task::resolve_early`.
+    /// Resolves the op now, unstarted: see `TaskVtable::resolve_early`.
     pub(super) fn resolve_now(&self, this: &TaskRef, err: Error, pass_on: bool) -> bool {
         debug_assert!(std::ptr::addr_eq(this.as_ptr().as_ptr(), self), "`this` is this record");
         if !self.slot.start_early() {
@@ -58,7 +58,7 @@ impl<J: Job> OpCell<J> {
         true
     }
 
-    /// An op resolved early (`Task::resolve_early`) is let through by its
+    /// An op resolved early (`TaskVtable::resolve_early`) is let through by its
     /// vars (or its segment): it completes on them now if the resolution
     /// has ended, else the resolution's end completes it.
     pub(super) fn through_early(&self, this: &TaskRef) {

@@ -11,7 +11,6 @@ use super::OpCell;
 use crate::device::{Device, Lane};
 use crate::op::LiveRef;
 use crate::op::job::{Job, Running};
-use crate::op::op_handle::OpSlot;
 use crate::op::record::engine_core::test_engine;
 use crate::op::record::{DepList, Exec, Flags, HandleKind, Meta, PackedDevice};
 use crate::sync::epoch::Tracker;

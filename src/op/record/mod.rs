@@ -18,10 +18,9 @@ pub(in crate::op) use errors::LeftOnVars;
 pub(crate) use group::{GroupCore, REASON as GROUP_REASON};
 pub(crate) use host::{Help, ReadyList, Wait, note_cancelling};
 pub(crate) use profile::now_ns;
-pub(crate) use task_ref::{TaskRef, TaskVtable, let_go};
+pub(crate) use task_ref::{TaskRef, TaskVtable, dealloc, let_go};
 
 use crate::device::{Device, Lane};
-use crate::error::Error;
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use crate::sync::countdown::Countdown;
 use crate::var::inbox::{Link, Linked};
@@ -275,6 +274,7 @@ pub(crate) struct Header {
 }
 
 impl Header {
+    #[inline(always)]
     pub(crate) fn new(meta: Meta, deps: DepList, engine: EngineRef) -> Self {
         Self {
             refs: AtomicUsize::new(0),
@@ -305,58 +305,6 @@ impl Header {
     pub(crate) fn ready_at(&self) -> u32 {
         self.ready_at.load(Ordering::Relaxed)
     }
-}
-
-/// The typed side of an op, as the engine sees it: what a record's
-/// [`TaskVtable`] calls. A record type is `repr(C)` with its [`Header`]
-/// first ([`TaskRef::new`] checks it).
-pub(crate) trait Task: Send + Sync + 'static {
-    fn header(&self) -> &Header;
-
-    /// Runs the body, or stores the veto as its result. Called once, when
-    /// the op is ready, on the thread its `Exec` chose, by the holder of
-    /// `this`, a reference to this very record: a sync body runs on the
-    /// caller's reference, so running an op takes none of its own.
-    fn execute(&self, this: &TaskRef);
-
-    /// Runs the body here if the op has not started (nor been resolved):
-    /// true then. For a ready op taken out of turn by a wait for its group
-    /// (`engine::group`), while its queue entry still holds it: that
-    /// entry's later `execute` finds it started and does nothing.
-    fn try_execute(&self, this: &TaskRef) -> bool;
-
-    /// Whether the op has started, or been resolved (its start claimed).
-    fn is_started(&self) -> bool;
-
-    /// Makes the stored result visible to the handle and wakes it, then
-    /// releases the op's count in its epoch. Called once, after the op's
-    /// vars are released.
-    fn publish(&self);
-
-    /// Completes the op once its last guard is gone (the [`LiveRef`]
-    /// whose drop released the live count to zero): its vars released, the
-    /// ops that became ready dispatched, its result published. `this` is
-    /// the reference the live count owned.
-    ///
-    /// [`LiveRef`]: super::LiveRef
-    fn complete(&self, this: &TaskRef);
-
-    /// Completes an op that will not run with `err`, instead of
-    /// [`execute`](Self::execute) (its body is dropped unrun).
-    fn abandon(&self, this: &TaskRef, err: Error);
-
-    /// Resolves an op that has not started, before its vars let it through
-    /// (a cancelling shutdown, an abort through its handle): its body is
-    /// dropped unrun, its handle resolves with `err` and it leaves its
-    /// `wait_for_all` epoch now; it stays queued on its vars, and completes
-    /// on them once they let it through. With `pass_on`, as a vetoed op:
-    /// `err` is recorded for `wait_for_all` and left on the vars it writes;
-    /// without, the op leaves no trace on its vars, as if never pushed.
-    /// False if it had started.
-    fn resolve_early(&self, this: &TaskRef, err: Error, pass_on: bool) -> bool;
-
-    /// Whether it was resolved early (it waits only to leave its vars).
-    fn is_resolved_early(&self) -> bool;
 }
 
 impl Linked for TaskRef {

@@ -1,8 +1,8 @@
 //! The one handle to an op record: [`TaskRef`], a counted pointer to its
 //! [`Header`], 8 bytes, in every queue, var inbox, group and runner. The
 //! record lives in a slot of the slab (`sync/slab.rs`); its type is known
-//! only to its static [`TaskVtable`], made per record type from its
-//! [`Task`] implementation, which the header points to.
+//! only to its static [`TaskVtable`], one per record type (an op's,
+//! `../op_cell.rs`; a continuation's, below), which the header points to.
 //!
 //! Why `unsafe`: the count lives in the header and the record's memory
 //! is the slab's, so the pointer is raw, as tokio's task and rayon's
@@ -18,36 +18,52 @@ use std::alloc::Layout;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 
-use super::{Header, Task};
+use super::Header;
 use crate::error::{Error, panic_message};
 use crate::sync::atomic::{Ordering, fence};
 use crate::sync::slab;
+use crate::sync::{Mutex, lock};
 
-/// The functions of one record type, reached from its header.
+/// The functions of one record type, reached from its header. Each is
+/// given a reference to a record of that type, held for the call.
 pub(crate) struct TaskVtable {
-    execute: unsafe fn(&TaskRef),
-    try_execute: unsafe fn(&TaskRef) -> bool,
-    is_started: unsafe fn(&TaskRef) -> bool,
-    publish: unsafe fn(&TaskRef),
-    complete: unsafe fn(&TaskRef),
-    abandon: unsafe fn(&TaskRef, Error),
-    resolve_early: unsafe fn(&TaskRef, Error, bool) -> bool,
-    is_resolved_early: unsafe fn(&TaskRef) -> bool,
+    /// Runs the body, or stores the veto as its result. Called once, when
+    /// the op is ready, on the thread its `Exec` chose: a sync body runs
+    /// on the caller's reference, so running an op takes none of its own.
+    pub(crate) execute: unsafe fn(&TaskRef),
+    /// Runs the body here if the op has not started (nor been resolved):
+    /// true then. For a ready op taken out of turn by a wait for its group
+    /// (`engine::group`), while its queue entry still holds it: that
+    /// entry's later `execute` finds it started and does nothing.
+    pub(crate) try_execute: unsafe fn(&TaskRef) -> bool,
+    /// Whether the op has started, or been resolved (its start claimed).
+    pub(crate) is_started: unsafe fn(&TaskRef) -> bool,
+    /// Makes the stored result visible to the handle and wakes it, then
+    /// releases the op's count in its epoch. Called once, after the op's
+    /// vars are released.
+    pub(crate) publish: unsafe fn(&TaskRef),
+    /// Completes the op once its last guard is gone (the `LiveRef` whose
+    /// drop released the live count to zero): its vars released, the ops
+    /// that became ready dispatched, its result published. The reference
+    /// is the one the live count owned.
+    pub(crate) complete: unsafe fn(&TaskRef),
+    /// Completes an op that will not run with the error, instead of
+    /// `execute` (its body is dropped unrun).
+    pub(crate) abandon: unsafe fn(&TaskRef, Error),
+    /// Resolves an op that has not started, before its vars let it through
+    /// (a cancelling shutdown, an abort through its handle): its body is
+    /// dropped unrun, its handle resolves with the error and it leaves its
+    /// `wait_for_all` epoch now; it stays queued on its vars, and completes
+    /// on them once they let it through. With `pass_on` (the flag), as a
+    /// vetoed op: the error is recorded for `wait_for_all` and left on the
+    /// vars it writes; without, the op leaves no trace on its vars, as if
+    /// never pushed. False if it had started.
+    pub(crate) resolve_early: unsafe fn(&TaskRef, Error, bool) -> bool,
+    /// Whether it was resolved early (it waits only to leave its vars).
+    pub(crate) is_resolved_early: unsafe fn(&TaskRef) -> bool,
     /// Drops the record in place and gives its slot back (its last
-    /// reference went).
-    dealloc: unsafe fn(NonNull<Header>),
-}
-
-/// The record of type `T` behind `task`.
-///
-/// # Safety
-///
-/// `task`'s record was placed by [`TaskRef::new::<T>`] (its vtable is
-/// `T`'s, so this is how every vtable function reaches its record).
-unsafe fn typed<T: Task>(task: &TaskRef) -> &T {
-    // SAFETY: the record is a `T` whose header is at its start (checked
-    // by `TaskRef::new`), alive while `task` holds its count.
-    unsafe { task.0.cast::<T>().as_ref() }
+    /// reference went): [`dealloc`] of its type.
+    pub(crate) dealloc: unsafe fn(NonNull<Header>),
 }
 
 /// The vtable a header holds until [`TaskRef::new`] places its record:
@@ -80,64 +96,6 @@ fn unplaced_dealloc(_: NonNull<Header>) {
     unreachable!("a record is placed before it is freed")
 }
 
-/// `T`'s vtable: a static, promoted from the constant.
-fn vtable<T: Task>() -> &'static TaskVtable {
-    &TaskVtable {
-        execute: execute::<T>,
-        try_execute: try_execute::<T>,
-        is_started: is_started::<T>,
-        publish: publish::<T>,
-        complete: complete::<T>,
-        abandon: abandon::<T>,
-        resolve_early: resolve_early::<T>,
-        is_resolved_early: is_resolved_early::<T>,
-        dealloc: dealloc::<T>,
-    }
-}
-
-// The vtable's functions. Safety (of each): `task`'s record was placed by
-// `TaskRef::new::<T>` (a vtable is reached only through its own record).
-
-unsafe fn execute<T: Task>(task: &TaskRef) {
-    // SAFETY: the functions' contract, above.
-    unsafe { typed::<T>(task) }.execute(task);
-}
-
-unsafe fn try_execute<T: Task>(task: &TaskRef) -> bool {
-    // SAFETY: as above.
-    unsafe { typed::<T>(task) }.try_execute(task)
-}
-
-unsafe fn is_started<T: Task>(task: &TaskRef) -> bool {
-    // SAFETY: as above.
-    unsafe { typed::<T>(task) }.is_started()
-}
-
-unsafe fn publish<T: Task>(task: &TaskRef) {
-    // SAFETY: as above.
-    unsafe { typed::<T>(task) }.publish();
-}
-
-unsafe fn complete<T: Task>(task: &TaskRef) {
-    // SAFETY: as above.
-    unsafe { typed::<T>(task) }.complete(task);
-}
-
-unsafe fn abandon<T: Task>(task: &TaskRef, err: Error) {
-    // SAFETY: as above.
-    unsafe { typed::<T>(task) }.abandon(task, err);
-}
-
-unsafe fn resolve_early<T: Task>(task: &TaskRef, err: Error, pass_on: bool) -> bool {
-    // SAFETY: as above.
-    unsafe { typed::<T>(task) }.resolve_early(task, err, pass_on)
-}
-
-unsafe fn is_resolved_early<T: Task>(task: &TaskRef) -> bool {
-    // SAFETY: as above.
-    unsafe { typed::<T>(task) }.is_resolved_early()
-}
-
 /// Drops a `T` record in place and gives its slot back, even if a
 /// destructor of what it held panics.
 ///
@@ -145,7 +103,7 @@ unsafe fn is_resolved_early<T: Task>(task: &TaskRef) -> bool {
 ///
 /// `header` is a `T` record's, placed by [`TaskRef::new::<T>`], whose last
 /// reference went: nothing reaches it any more.
-unsafe fn dealloc<T: Task>(header: NonNull<Header>) {
+pub(crate) unsafe fn dealloc<T>(header: NonNull<Header>) {
     struct Free(NonNull<u8>, Layout);
     impl Drop for Free {
         fn drop(&mut self) {
@@ -163,34 +121,58 @@ unsafe fn dealloc<T: Task>(header: NonNull<Header>) {
 pub(crate) struct TaskRef(NonNull<Header>);
 
 // SAFETY: a record is shared through its counts, and every record type is
-// `Task`, hence `Send + Sync`.
+// `Send + Sync` (`TaskRef::new`'s bound).
 unsafe impl Send for TaskRef {}
 // SAFETY: as above.
 unsafe impl Sync for TaskRef {}
 
 impl TaskRef {
-    /// Places `record` in a slab slot: its first reference.
+    /// Places the record `make` makes in a slab slot: its first reference.
+    /// The slot is taken first, so that the record is written straight
+    /// into it (`make` inlined), not built on the stack and copied.
+    ///
+    /// # Safety
+    ///
+    /// `vtable`'s functions are `T`'s: each may be called with a reference
+    /// to a `T` record.
     ///
     /// # Panics
     ///
     /// If `T`'s header is not at its start (a `repr(C)` record with its
-    /// header first): checked here, at no cost once inlined.
+    /// header first, `header` giving it): checked here, at no cost once
+    /// inlined.
     #[inline]
-    pub(crate) fn new<T: Task>(record: T) -> Self {
+    pub(crate) unsafe fn new<T: Send + Sync + 'static>(
+        make: impl FnOnce() -> T,
+        header: impl FnOnce(&T) -> &Header,
+        vtable: &'static TaskVtable,
+    ) -> Self {
         let slot = slab::alloc(Layout::new::<T>()).cast::<T>();
+        // A panic in `make` gives the slot back.
+        struct Unwritten(NonNull<u8>, Layout);
+        impl Drop for Unwritten {
+            fn drop(&mut self) {
+                // SAFETY: the slot from `slab::alloc` with this layout,
+                // never written.
+                unsafe { slab::free(self.0, self.1) }
+            }
+        }
+        let unwritten = Unwritten(slot.cast(), Layout::new::<T>());
+        let record = make();
+        std::mem::forget(unwritten);
         // SAFETY: a fresh slot of `T`'s layout, ours alone.
         unsafe { slot.as_ptr().write(record) };
         // The header's address, for the check only: the reference carries
         // the slot's own pointer, which may write the whole record.
         // SAFETY: just written.
-        let at = std::ptr::from_ref(unsafe { slot.as_ref() }.header());
+        let at = std::ptr::from_ref(header(unsafe { slot.as_ref() }));
         assert!(std::ptr::addr_eq(at, slot.as_ptr()), "a record's header is at its start");
         let header = slot.cast::<Header>();
         // SAFETY: the header is ours alone until this returns; its
         // vtable and count are set before anyone reads them.
         unsafe {
             let h = header.as_ptr();
-            (*h).vtable = vtable::<T>();
+            (*h).vtable = vtable;
             (*h).refs.store(1, Ordering::Relaxed);
         }
         Self(header)
@@ -252,50 +234,50 @@ impl TaskRef {
         self.header().vtable
     }
 
-    /// See [`Task::execute`].
+    /// See [`TaskVtable::execute`].
     #[inline]
     pub(crate) fn execute(&self) {
         // SAFETY: the vtable is this record's own (the type's invariant).
         unsafe { (self.vtable().execute)(self) }
     }
 
-    /// See [`Task::try_execute`].
+    /// See [`TaskVtable::try_execute`].
     pub(crate) fn try_execute(&self) -> bool {
         // SAFETY: as above.
         unsafe { (self.vtable().try_execute)(self) }
     }
 
-    /// See [`Task::is_started`].
+    /// See [`TaskVtable::is_started`].
     pub(crate) fn is_started(&self) -> bool {
         // SAFETY: as above.
         unsafe { (self.vtable().is_started)(self) }
     }
 
-    /// See [`Task::publish`].
+    /// See [`TaskVtable::publish`].
     pub(crate) fn publish(&self) {
         // SAFETY: as above.
         unsafe { (self.vtable().publish)(self) }
     }
 
-    /// See [`Task::complete`].
+    /// See [`TaskVtable::complete`].
     pub(crate) fn complete(&self) {
         // SAFETY: as above.
         unsafe { (self.vtable().complete)(self) }
     }
 
-    /// See [`Task::abandon`].
+    /// See [`TaskVtable::abandon`].
     pub(crate) fn abandon(&self, err: Error) {
         // SAFETY: as above.
         unsafe { (self.vtable().abandon)(self, err) }
     }
 
-    /// See [`Task::resolve_early`].
+    /// See [`TaskVtable::resolve_early`].
     pub(crate) fn resolve_early(&self, err: Error, pass_on: bool) -> bool {
         // SAFETY: as above.
         unsafe { (self.vtable().resolve_early)(self, err, pass_on) }
     }
 
-    /// See [`Task::is_resolved_early`].
+    /// See [`TaskVtable::is_resolved_early`].
     pub(crate) fn is_resolved_early(&self) -> bool {
         // SAFETY: as above.
         unsafe { (self.vtable().is_resolved_early)(self) }
@@ -330,6 +312,65 @@ impl Drop for TaskRef {
 impl std::fmt::Debug for TaskRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("TaskRef").field(&self.header().meta.name).finish()
+    }
+}
+
+/// A record that runs a closure once on a worker: the rest of a bulk
+/// segment, resumed once a member's guards are gone (`engine::bulk`). It is
+/// never queued on a var, hands out no guard and is in no group.
+#[repr(C)]
+struct Continuation {
+    header: Header,
+    run: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Continuation {
+    fn take(&self) -> Option<Box<dyn FnOnce() + Send>> {
+        lock(&self.run).take()
+    }
+}
+
+/// The continuation behind `task`.
+///
+/// # Safety
+///
+/// `task`'s record is a `Continuation`.
+unsafe fn continuation_of(task: &TaskRef) -> &Continuation {
+    // SAFETY: the header is its first field (`repr(C)`), and the record is
+    // one (the contract), alive while `task` is.
+    unsafe { task.0.cast::<Continuation>().as_ref() }
+}
+
+// A continuation's functions. Safety (of each): `task`'s record is a
+// `Continuation` (its own vtable).
+static CONTINUATION: TaskVtable = TaskVtable {
+    execute: |task| {
+        // SAFETY: the functions' contract, above.
+        if let Some(run) = unsafe { continuation_of(task) }.take() {
+            run();
+        }
+    },
+    try_execute: |_| false,
+    is_started: |_| false,
+    publish: |_| {},
+    complete: |_| unreachable!("a continuation has no guard to outlive it"),
+    abandon: |task, _| {
+        // SAFETY: as above.
+        drop(unsafe { continuation_of(task) }.take());
+    },
+    resolve_early: |_, _, _| false,
+    is_resolved_early: |_| false,
+    dealloc: dealloc::<Continuation>,
+};
+
+impl TaskRef {
+    /// A record of `header` (its placement) that runs `run` once where it
+    /// is dispatched; dropped unrun if it is abandoned.
+    pub(crate) fn continuation(header: Header, run: Box<dyn FnOnce() + Send>) -> Self {
+        // SAFETY: `CONTINUATION` holds a continuation's functions.
+        unsafe {
+            Self::new(|| Continuation { header, run: Mutex::new(Some(run)) }, |c| &c.header, &CONTINUATION)
+        }
     }
 }
 
