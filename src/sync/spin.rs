@@ -1,5 +1,5 @@
 //! A lock for short critical sections on the path of pushes: the epoch
-//! tracker's count and spare record list (`epoch.rs`), which every push enters,
+//! tracker's count of pushed ops (`epoch.rs`), which every push enters,
 //! and a feed's spill (`exec/feed.rs`), which a push enters while its ring
 //! is full.
 //!
@@ -12,8 +12,8 @@
 //! holder lets go.
 //!
 //! Only for sections of a few dozen instructions that run no user code and
-//! take other locks only as briefly held (the tracker takes an epoch's link
-//! and, once in a while, the spare records's list): a thread preempted while
+//! take other locks only as briefly held (the tracker takes an epoch's
+//! link): a thread preempted while
 //! holding it makes the others yield until it runs again. Var locks stay
 //! `std` mutexes: a pushing thread holds them across a multi-var append,
 //! and when it is preempted there (three threads on two cores), workers

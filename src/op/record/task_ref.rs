@@ -9,8 +9,9 @@
 //! `JobRef` are. It replaced `Arc<dyn Task>` (a 16-byte fat pointer, the
 //! `Arc`'s two counts before the header, and spare records rebuilt through
 //! a downcast): PERFORMANCE.md, *The lean record*. The counts follow
-//! `Arc`'s orderings; checked by Miri (`task_ref/tests.rs`) and by the
-//! loom models of the op's completion (`../op_cell/loom_tests.rs`).
+//! `Arc`'s orderings: modelled by loom (`task_ref/loom_tests.rs`, which
+//! fails with a relaxed decrement, and the op's completion,
+//! `../op_cell/loom_tests.rs`) and checked by Miri (`task_ref/tests.rs`).
 
 #![allow(unsafe_code)]
 
@@ -383,5 +384,7 @@ pub(crate) fn let_go(task: TaskRef) {
     }
 }
 
+#[cfg(all(test, depengine_loom))]
+mod loom_tests;
 #[cfg(all(test, not(depengine_loom)))]
 mod tests;
