@@ -59,7 +59,7 @@ enum Class {
     /// An op's body, result and epoch, claimed through its state word.
     StateWord,
     /// The lean op record: a counted raw pointer to a header, a vtable per
-    /// body type, slab memory (`op/task/README.md`).
+    /// body type, slab memory (`op/README.md`).
     Record,
     /// Not needed for what the code does, only for how fast: each file
     /// names the measurement that keeps it (capped: see
@@ -85,9 +85,6 @@ const UNSAFE_FILES: &[(&str, Class)] = &[
     ("op/slot.rs", Class::StateWord),            // an op's result slot, a state word instead of a lock
     ("op/op_cell.rs", Class::StateWord),         // an op's body and epoch, claimed once
     ("op/op_cell/early.rs", Class::StateWord),   // the same, by a resolution before the op starts
-    ("op/task/mod.rs", Class::Record),           // `TaskRef`: a counted pointer to a header
-    ("op/task/cell.rs", Class::Record),          // the typed record behind its vtable
-    ("op/task/cold.rs", Class::Record),          // the cold box behind an atomic pointer
     ("op/record/engine_core.rs", Class::Record), // the engine's counted core, up through its hooks
     ("engine/shared/hooks.rs", Class::Record),   // the hooks: the core as the start of the engine's `Arc`
     ("sync/slab.rs", Class::Record),             // records' memory in size classes

@@ -429,3 +429,25 @@ fn abort_and_cancel_on_drop_cancel_ops_that_have_not_started() {
         });
     }
 }
+
+/// An op's counts have 16 bits each: an op may declare a var up to
+/// `MAX_DECLARATIONS` times (one guard each), and a push of more is refused,
+/// by an op and by an acquire alike.
+#[test]
+fn declarations_past_the_bound_are_refused() {
+    let engine = Engine::new();
+    let v = engine.var(1u64);
+    let at_bound = vec![&v; Engine::MAX_DECLARATIONS];
+    let sum = engine
+        .op("at the bound")
+        .read_all(at_bound)
+        .run(|(all,), ()| Ok(all.iter().map(|g| **g).sum::<u64>()));
+    assert_eq!(sum.blocking_wait().unwrap(), Engine::MAX_DECLARATIONS as u64);
+    let past = vec![&v; Engine::MAX_DECLARATIONS + 1];
+    let err = engine.op("past it").read_all(past).run(|_, ()| Ok(())).blocking_wait().unwrap_err();
+    assert!(err.is_invalid_argument() && err.to_string().contains("at most"), "{err}");
+    let past = vec![&v; Engine::MAX_DECLARATIONS + 1];
+    let err = engine.acquire().read_all(past).push().blocking_wait().unwrap_err();
+    assert!(err.is_invalid_argument(), "{err}");
+    engine.wait_for_all().blocking_wait().unwrap();
+}

@@ -60,6 +60,19 @@ struct EngineHandle {
 }
 
 impl Engine {
+    /// The most var declarations one op or acquire may make (each var of a
+    /// `read_all`/`write_all` list counts, duplicates too): a push of more is
+    /// refused with [`ErrorKind::InvalidArgument`](crate::ErrorKind).
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let v = engine.var(0u8);
+    /// let many = vec![&v; depengine::Engine::MAX_DECLARATIONS + 1];
+    /// let err = engine.op("wide").read_all(many).run(|_, ()| Ok(())).blocking_wait().unwrap_err();
+    /// assert!(err.is_invalid_argument());
+    /// ```
+    pub const MAX_DECLARATIONS: usize = crate::op::MAX_DECLS;
+
     /// An engine with the default settings: a CPU pool as wide as the
     /// machine, and no `DEPENGINE_*` environment variable read (an engine a
     /// library makes for itself obeys nothing set for another program; an

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use super::record::state::MAX_DECLS;
 use super::{Decl, DepList, LiveRef, TaskRef};
 use crate::error::Error;
 use crate::var::{Access, ReadGuard, Var, WriteGuard};
@@ -269,7 +270,9 @@ tuple_append!(A B C D E F G H I J K);
 
 /// Sorts an op's declarations by var id, in place, and merges duplicates:
 /// repeated reads become one read, a read and a write become a write. Vars
-/// of another engine than `owner` are refused, and so is a typed op that
+/// of another engine than `owner` are refused, as are more than
+/// [`MAX_DECLS`] declarations (each count of the op's state word has 16
+/// bits), and so is a typed op that
 /// declares one var twice with a write: it would receive two guards on the
 /// var, one of them exclusive.
 #[inline]
@@ -291,6 +294,12 @@ fn normalize_many(decls: &mut DepList, name: &str, owner: *const ()) -> Result<(
     }
     if decls.len() == 1 {
         return Ok(());
+    }
+    if decls.len() > MAX_DECLS {
+        return Err(Error::invalid(format!(
+            "op `{name}` makes {} declarations; an op makes at most {MAX_DECLS}",
+            decls.len()
+        )));
     }
     decls.sort_by_key(|d| d.var.id());
     if !decls.windows(2).any(|w| w[0].var.id() == w[1].var.id()) {

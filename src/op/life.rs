@@ -60,14 +60,14 @@ pub(crate) fn submit(task: TaskRef, mut dispatch: impl FnMut(TaskRef)) -> Result
                 let cells = header.deps.iter().map(|d| (d.var.cell(), d.access));
                 crate::var::append_all(cells, &task, &mut collect)
             }?;
-            (granted == deps || header.pending.release(granted)).then_some(task)
+            (granted == deps || header.state.let_through(granted)).then_some(task)
         }
     };
     if others.is_empty() {
         small::discard(others);
     } else {
         for op in others {
-            if op.header().pending.release(1) {
+            if op.header().state.let_through(1) {
                 if let Some(profile) = op.header().profile() {
                     profile.ready();
                 }
@@ -106,7 +106,7 @@ impl LiveRef {
     /// Takes one more live count on `task`; its holder must keep the op
     /// from completing meanwhile (the body has not stored its result).
     pub(crate) fn new(task: &TaskRef) -> Self {
-        task.header().live.add(1);
+        task.header().state.acquire_live();
         Self(task.as_ptr())
     }
 
@@ -132,7 +132,7 @@ impl LiveRef {
 
 impl Drop for LiveRef {
     fn drop(&mut self) {
-        if self.header().live.release(1) {
+        if self.header().state.release_live() {
             // SAFETY: the count reached zero here, so the body had released
             // its own count: `release_body` made its reference the live
             // count's (`TaskRef::into_raw` of a reference to this record,

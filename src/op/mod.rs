@@ -33,12 +33,9 @@ mod life;
 pub(crate) mod op_cell;
 pub(crate) mod op_handle;
 pub(crate) mod record;
-// The lean record, rebuilt alongside the one above until the op path
-// moves onto it (`task/README.md`).
 mod slot;
-#[allow(dead_code)]
-pub(crate) mod task;
 
 pub(crate) use life::{LiveRef, submit};
+pub(crate) use record::state::MAX_DECLS;
 pub(crate) use record::{Decl, DepList, Exec, Flags, HandleKind, Header, Meta, PackedDevice, TaskRef};
 pub(crate) use record::{Help, ReadyList, let_go, note_cancelling};

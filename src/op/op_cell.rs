@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 use super::job::{Job, Running};
 use super::op_handle::{SlotBorrow, SlotRef, SlotVtable};
 use super::record::{DepList, EngineRef, GROUP_REASON, Header, Meta, TaskRef, TaskVtable, dealloc};
-use super::slot::{Published, ResultSlot};
+use super::slot::{self, Published, ResultSlot};
 use crate::error::{Error, Kind};
 use crate::sync::cell::UnsafeCell;
 use crate::sync::epoch::EpochRef;
@@ -104,7 +104,7 @@ fn task_vtable<J: Job>() -> &'static TaskVtable {
         // SAFETY: see above.
         try_execute: |task| unsafe { cell_of::<J>(task) }.try_execute(task),
         // SAFETY: see above.
-        is_started: |task| unsafe { cell_of::<J>(task) }.slot.is_started(),
+        is_started: |task| slot::is_started(&task.header().state),
         // SAFETY: see above.
         publish: |task| unsafe { cell_of::<J>(task) }.publish_now(),
         // SAFETY: see above.
@@ -113,8 +113,7 @@ fn task_vtable<J: Job>() -> &'static TaskVtable {
         abandon: |task, err| unsafe { cell_of::<J>(task) }.abandon(task, err),
         // SAFETY: see above.
         resolve_early: |task, err, pass_on| unsafe { cell_of::<J>(task) }.resolve_now(task, err, pass_on),
-        // SAFETY: see above.
-        is_resolved_early: |task| unsafe { cell_of::<J>(task) }.slot.is_early(),
+        is_resolved_early: |task| slot::is_early(&task.header().state),
         dealloc: dealloc::<OpCell<J>>,
     }
 }
@@ -146,12 +145,12 @@ unsafe fn slot_store<J: Job>(task: &TaskRef, result: Result<J::Output, Error>) {
 
 unsafe fn slot_poll<J: Job>(task: &TaskRef, cx: &mut Context<'_>) -> Poll<Result<J::Output, Error>> {
     // SAFETY: as above.
-    unsafe { cell_of::<J>(task) }.slot.poll(cx)
+    let cell = unsafe { cell_of::<J>(task) };
+    cell.slot.poll(&cell.header.state, cx)
 }
 
 unsafe fn slot_is_complete<J: Job>(task: &TaskRef) -> bool {
-    // SAFETY: as above.
-    unsafe { cell_of::<J>(task) }.slot.is_published()
+    slot::is_published(&task.header().state)
 }
 
 /// A record dropped unpublished (its push was refused after it was built)
@@ -176,7 +175,7 @@ impl<J: Job> OpCell<J> {
     /// releases the op's count in its epoch: the last step of
     /// [`complete`](Self::complete), and a nested op's, by its parent.
     fn publish_now(&self) {
-        if self.slot.is_resolving() {
+        if slot::is_resolving(&self.header.state) {
             // Its resolution publishes it (`resolve_now`), once it has
             // stored the result and noted that the op lingers: a completion
             // on its vars or a bulk segment reaching it first must not. The
@@ -187,7 +186,7 @@ impl<J: Job> OpCell<J> {
         }
         // Not resolved early: this is the op's one publication, by the
         // `complete` whose release of the live count reached zero (a
-        // `Countdown` reports zero exactly once).
+        // state word reports a count's zero exactly once).
         // SAFETY: so only this call reads `epoch`.
         let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
         if self.header.meta.watched() {
@@ -199,7 +198,7 @@ impl<J: Job> OpCell<J> {
         self.header.engine.done(self.header.meta.counted());
         // Nobody reads a detached op's result: the slot is left alone.
         if !self.header.meta.detached()
-            && let Published::First(Some(waker)) = self.slot.publish()
+            && let Published::First(Some(waker)) = self.slot.publish(&self.header.state)
         {
             waker.wake();
         }
@@ -218,11 +217,11 @@ impl<J: Job> OpCell<J> {
             return;
         }
         // SAFETY: the start is claimed once; only its claimer reads `job`.
-        let job = self.slot.start().then(|| self.job.with_mut(|job| unsafe { (*job).take() }));
+        let job = slot::start(&self.header.state).then(|| self.job.with_mut(|job| unsafe { (*job).take() }));
         let Some(Some(job)) = job else {
             // Resolved early: it leaves its vars now. Else it was run out
             // of turn by its group's wait (`try_execute`): nothing is left.
-            if self.slot.is_resolving() {
+            if slot::is_resolving(&self.header.state) {
                 self.through_early(this);
             }
             return;
@@ -234,11 +233,13 @@ impl<J: Job> OpCell<J> {
     fn try_execute(&self, this: &TaskRef) -> bool {
         let watched = self.header.meta.watched();
         // A cancelled group's op is left to its queue, which resolves it.
-        if self.slot.is_started() || self.header.group().is_some_and(|link| link.core.is_cancelled()) {
+        if slot::is_started(&self.header.state)
+            || self.header.group().is_some_and(|link| link.core.is_cancelled())
+        {
             return false;
         }
         // SAFETY: the start is claimed once; only its claimer reads `job`.
-        let job = self.slot.start().then(|| self.job.with_mut(|job| unsafe { (*job).take() }));
+        let job = slot::start(&self.header.state).then(|| self.job.with_mut(|job| unsafe { (*job).take() }));
         let Some(Some(job)) = job else { return false };
         self.run_claimed(this, job, watched);
         true
@@ -247,7 +248,7 @@ impl<J: Job> OpCell<J> {
     /// See `TaskVtable::abandon`.
     fn abandon(&self, this: &TaskRef, err: Error) {
         // SAFETY: the start is claimed once; only its claimer reads `job`.
-        let job = self.slot.start().then(|| self.job.with_mut(|job| unsafe { (*job).take() }));
+        let job = slot::start(&self.header.state).then(|| self.job.with_mut(|job| unsafe { (*job).take() }));
         let Some(Some(job)) = job else {
             // Resolved early: it will not run, as asked.
             self.through_early(this);
@@ -337,7 +338,7 @@ impl<J: Job> OpCell<J> {
         // user's type, whose drop may panic) is stored all the same, so that
         // it is dropped with the record, where such a panic is contained.
         if !(self.header.meta.detached() && result.is_ok())
-            && let Err(ignored) = self.slot.store(result)
+            && let Err(ignored) = self.slot.store(&self.header.state, result)
         {
             drop(ignored);
             return;

@@ -1,5 +1,6 @@
 //! An op's result slot: the body's result, the handle's waker and the op's
-//! start claim, kept in step by one state word instead of a lock.
+//! start claim, kept in step by the low bits of the op's state word
+//! (`record/state.rs`) instead of a lock.
 //!
 //! Each bit of the word is set once (only a registration sets and clears
 //! `REGISTERING`), and each owns a part of the slot:
@@ -27,27 +28,15 @@
 
 use std::task::{Context, Poll, Waker};
 
-use crate::sync::atomic::{AtomicU16, Ordering};
+use super::record::state::{
+    EARLY, PUBLISHED, REGISTERING, RESOLVING, STARTED, STORED, State, TAKEN, THROUGH, WAKER,
+};
+use crate::sync::atomic::Ordering;
 use crate::sync::cell::UnsafeCell;
 
-const STARTED: u16 = 1;
-const STORED: u16 = 1 << 1;
-const PUBLISHED: u16 = 1 << 2;
-const TAKEN: u16 = 1 << 3;
-const WAKER: u16 = 1 << 4;
-const REGISTERING: u16 = 1 << 5;
-/// Set by a cancelling shutdown once it has resolved the op before it ran
-/// (it claimed `STARTED`): see `mark_early`.
-const EARLY: u16 = 1 << 6;
-/// Set by the `execute` that finds `STARTED` taken: the op's vars have let
-/// it through.
-const THROUGH: u16 = 1 << 7;
-/// Set with `STARTED`, in one step, by the claim of an early resolution:
-/// from then on anyone can tell the op will not run.
-const RESOLVING: u16 = 1 << 8;
-
+/// The result and the waker; their bits are in the op's state word, which
+/// every call is given (the header's: one word per op).
 pub(crate) struct ResultSlot<T> {
-    state: AtomicU16,
     value: UnsafeCell<Option<T>>,
     waker: UnsafeCell<Option<Waker>>,
 }
@@ -59,7 +48,7 @@ pub(crate) struct ResultSlot<T> {
 // `REGISTERING` while `PUBLISHED` is unset, and by the one `publish` that
 // saw `WAKER` without `REGISTERING` (after which no poll touches it). So
 // sharing a slot only moves a `T` (and wakers, which are `Send`) between
-// threads.
+// threads. Every call on one slot is given the same word (its record's).
 unsafe impl<T: Send> Sync for ResultSlot<T> {}
 
 /// What [`ResultSlot::publish`] found.
@@ -70,56 +59,64 @@ pub(crate) enum Published {
     Again,
 }
 
+/// Whether the start was claimed (by a runner or a resolution).
+#[inline]
+pub(crate) fn is_started(state: &State) -> bool {
+    state.has(STARTED)
+}
+
+/// Claims the start of the op: true for the first call only.
+#[inline]
+pub(crate) fn start(state: &State) -> bool {
+    state.set(STARTED, Ordering::Relaxed) & STARTED == 0
+}
+
+/// Claims the start of the op for an early resolution, marking it as such
+/// in the same step: true if the op had not started.
+pub(crate) fn start_early(state: &State) -> bool {
+    state.update(Ordering::Relaxed, |s| (s & STARTED == 0).then_some(s | STARTED | RESOLVING)).is_ok()
+}
+
+/// Whether an early resolution claimed the op (it will not run).
+#[inline]
+pub(crate) fn is_resolving(state: &State) -> bool {
+    state.load(Ordering::Relaxed) & RESOLVING != 0
+}
+
+/// An op resolved early (its start claimed by the resolver) has two things
+/// left to happen before it completes on its vars: the resolution ends
+/// (`mark_early`) and its vars let it through (`mark_through`). Each
+/// returns whether the other had happened: the call that comes second
+/// completes the op.
+pub(crate) fn mark_early(state: &State) -> bool {
+    state.set(EARLY, Ordering::AcqRel) & THROUGH != 0
+}
+
+/// Whether the op was resolved early (the resolution has ended).
+pub(crate) fn is_early(state: &State) -> bool {
+    state.has(EARLY)
+}
+
+/// See [`mark_early`].
+pub(crate) fn mark_through(state: &State) -> bool {
+    state.set(THROUGH, Ordering::AcqRel) & EARLY != 0
+}
+
+/// Whether the value is published.
+#[inline]
+pub(crate) fn is_published(state: &State) -> bool {
+    state.has(PUBLISHED)
+}
+
 impl<T> ResultSlot<T> {
     pub(crate) fn new() -> Self {
-        Self { state: AtomicU16::new(0), value: UnsafeCell::new(None), waker: UnsafeCell::new(None) }
-    }
-
-    /// Whether the start was claimed (by a runner or a resolution).
-    pub(crate) fn is_started(&self) -> bool {
-        self.state.load(Ordering::Acquire) & STARTED != 0
-    }
-
-    /// Claims the start of the op: true for the first call only.
-    pub(crate) fn start(&self) -> bool {
-        self.state.fetch_or(STARTED, Ordering::Relaxed) & STARTED == 0
-    }
-
-    /// Claims the start of the op for an early resolution, marking it as
-    /// such in the same step: true if the op had not started.
-    pub(crate) fn start_early(&self) -> bool {
-        let claim = |s: u16| (s & STARTED == 0).then_some(s | STARTED | RESOLVING);
-        self.state.fetch_update(Ordering::Relaxed, Ordering::Relaxed, claim).is_ok()
-    }
-
-    /// Whether an early resolution claimed the op (it will not run).
-    #[inline]
-    pub(crate) fn is_resolving(&self) -> bool {
-        self.state.load(Ordering::Relaxed) & RESOLVING != 0
-    }
-
-    /// An op resolved early (its start claimed by the resolver) has two
-    /// things left to happen before it completes on its vars: the
-    /// resolution ends (`mark_early`) and its vars let it through
-    /// (`mark_through`). Each returns whether the other had happened: the
-    /// call that comes second completes the op.
-    pub(crate) fn mark_early(&self) -> bool {
-        self.state.fetch_or(EARLY, Ordering::AcqRel) & THROUGH != 0
-    }
-
-    /// Whether the op was resolved early (the resolution has ended).
-    pub(crate) fn is_early(&self) -> bool {
-        self.state.load(Ordering::Acquire) & EARLY != 0
-    }
-
-    /// See [`mark_early`](Self::mark_early).
-    pub(crate) fn mark_through(&self) -> bool {
-        self.state.fetch_or(THROUGH, Ordering::AcqRel) & EARLY != 0
+        Self { value: UnsafeCell::new(None), waker: UnsafeCell::new(None) }
     }
 
     /// Stores `value` unless a value was stored already; gives it back then.
-    pub(crate) fn store(&self, value: T) -> Result<(), T> {
-        if self.state.fetch_or(STORED, Ordering::Relaxed) & STORED != 0 {
+    #[inline]
+    pub(crate) fn store(&self, state: &State, value: T) -> Result<(), T> {
+        if state.set(STORED, Ordering::Relaxed) & STORED != 0 {
             return Err(value);
         }
         // SAFETY: this call claimed `STORED`; the value is read only after
@@ -130,8 +127,9 @@ impl<T> ResultSlot<T> {
 
     /// Makes the stored value readable. The caller must have stored one,
     /// in a call that happens-before this one.
-    pub(crate) fn publish(&self) -> Published {
-        let prev = self.state.fetch_or(PUBLISHED, Ordering::AcqRel);
+    #[inline]
+    pub(crate) fn publish(&self, state: &State) -> Published {
+        let prev = state.set(PUBLISHED, Ordering::AcqRel);
         if prev & PUBLISHED != 0 {
             return Published::Again;
         }
@@ -144,26 +142,21 @@ impl<T> ResultSlot<T> {
         Published::First(self.waker.with_mut(|waker| unsafe { (*waker).take() }))
     }
 
-    /// Whether the value is published.
-    pub(crate) fn is_published(&self) -> bool {
-        self.state.load(Ordering::Acquire) & PUBLISHED != 0
-    }
-
     /// The value once published; else registers `cx`'s waker for `publish`.
     ///
     /// # Panics
     ///
     /// If the value was taken already.
-    pub(crate) fn poll(&self, cx: &mut Context<'_>) -> Poll<T> {
-        if self.is_published() {
-            return Poll::Ready(self.take());
+    pub(crate) fn poll(&self, state: &State, cx: &mut Context<'_>) -> Poll<T> {
+        if is_published(state) {
+            return Poll::Ready(self.take(state));
         }
         // Cloned (and a displaced waker dropped) outside the claim: a
         // waker's code must not run while `REGISTERING` is held.
         let waker = cx.waker().clone();
-        let prev = self.state.fetch_or(REGISTERING, Ordering::Acquire);
+        let prev = state.set(REGISTERING, Ordering::Acquire);
         if prev & PUBLISHED != 0 {
-            return Poll::Ready(self.take());
+            return Poll::Ready(self.take(state));
         }
         if prev & REGISTERING != 0 {
             // Another poll is registering (the engine never polls one op
@@ -179,21 +172,18 @@ impl<T> ResultSlot<T> {
                 _ => (*slot).replace(waker),
             }
         });
-        let prev = self
-            .state
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| Some((s & !REGISTERING) | WAKER))
-            .unwrap_or_else(|s| s);
+        let prev = state.update(Ordering::AcqRel, |s| Some((s & !REGISTERING) | WAKER)).unwrap_or_else(|s| s);
         drop(displaced);
         if prev & PUBLISHED != 0 {
             // Published while registering: `publish` left the waker alone.
-            return Poll::Ready(self.take());
+            return Poll::Ready(self.take(state));
         }
         Poll::Pending
     }
 
     /// Takes the value; the caller has seen `PUBLISHED` with `Acquire`.
-    fn take(&self) -> T {
-        let prev = self.state.fetch_or(TAKEN, Ordering::Acquire);
+    fn take(&self, state: &State) -> T {
+        let prev = state.set(TAKEN, Ordering::Acquire);
         assert!(prev & TAKEN == 0, "op handle polled after it returned its result");
         // SAFETY: published, so the store's write happens-before this read
         // and no one writes the value again; this call claimed `TAKEN`.

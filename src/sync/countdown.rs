@@ -42,16 +42,9 @@ impl Countdown {
 
     /// The outstanding events. Acquire: when it reads one, the writes of
     /// every releaser so far happen-before what the caller does next.
+    #[cfg(test)]
     pub(crate) fn get(&self) -> usize {
         self.0.load(Ordering::Acquire) as usize
-    }
-
-    /// Releases the one outstanding event without a read-modify-write. For
-    /// a caller that holds it and knows nobody else can add or release
-    /// any more (it read one with [`get`](Self::get)).
-    pub(crate) fn release_sole(&self) {
-        debug_assert_eq!(self.get(), 1, "countdown: release_sole with others outstanding");
-        self.0.store(0, Ordering::Relaxed);
     }
 }
 

@@ -10,14 +10,14 @@ pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
 #[cfg(not(depengine_loom))]
 pub(crate) mod atomic {
     pub(crate) use std::sync::atomic::{
-        AtomicBool, AtomicPtr, AtomicU8, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+        AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
     };
 }
 
 #[cfg(depengine_loom)]
 pub(crate) mod atomic {
     pub(crate) use loom::sync::atomic::{
-        AtomicBool, AtomicPtr, AtomicU8, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+        AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
     };
 }
 

@@ -15,6 +15,7 @@
 #[cfg(doc)]
 use super::super::LiveRef;
 use super::super::job::Job;
+use super::super::record::state::VARS_GONE;
 use super::super::record::{Header, LeftOnVars, ReadyList, TaskRef};
 use super::OpCell;
 use crate::sync::atomic::Ordering;
@@ -35,15 +36,15 @@ impl<J: Job> OpCell<J> {
     /// its own). It is taken here before the release, so that the guard
     /// cannot take back one not yet given. Without guards, nothing but this
     /// call can reach the count (no guard can be made once the body has
-    /// returned), so it releases it with a plain store.
+    /// returned), so its release is sure to reach zero.
     #[inline]
     pub(super) fn release_body(&self, this: &TaskRef, late: bool) {
-        let live = &self.header.live;
+        let state = &self.header.state;
         // Acquire: the writes made through guards already dropped happen
         // before the completion below.
-        if live.get() > 1 {
+        if state.live() > 1 {
             let passed = this.clone().into_raw();
-            if !live.release(1) {
+            if !state.release_live() {
                 return;
             }
             // SAFETY: the guards were dropped meanwhile, and this call
@@ -53,7 +54,8 @@ impl<J: Job> OpCell<J> {
             drop(unsafe { TaskRef::from_raw(passed) });
             self.complete(this, true);
         } else {
-            live.release_sole();
+            let last = state.release_live();
+            debug_assert!(last, "no guard can be made once the body has returned");
             self.complete(this, late);
         }
     }
@@ -75,7 +77,7 @@ impl<J: Job> OpCell<J> {
         } else {
             // A GPU op whose vars went early (`release_vars_early`) has
             // them no more.
-            if !header.deps.is_empty() && !header.vars_gone.load(Ordering::Relaxed) {
+            if !header.deps.is_empty() && !header.vars_gone() {
                 release_vars(this, None);
             }
             true
@@ -96,7 +98,7 @@ impl<J: Job> OpCell<J> {
 fn release_vars_with_errors(task: &TaskRef) -> bool {
     let header = task.header();
     let left_on_vars = header.left_on_vars();
-    if !header.deps.is_empty() && !header.vars_gone.load(Ordering::Relaxed) {
+    if !header.deps.is_empty() && !header.vars_gone() {
         release_vars(task, left_on_vars.as_deref());
     }
     left_on_vars.as_ref().is_none_or(|left| left.is_ok())
@@ -114,7 +116,7 @@ pub(crate) fn release_vars_early(task: &TaskRef) -> bool {
     if header.meta.nested() || header.left_on_vars().is_some() {
         return false;
     }
-    header.vars_gone.store(true, Ordering::Relaxed);
+    header.state.set(VARS_GONE, Ordering::Relaxed);
     release_vars(task, None);
     true
 }
@@ -131,7 +133,7 @@ fn release_vars(task: &TaskRef, left_on_vars: Option<&LeftOnVars>) {
     for dep in header.deps.iter() {
         let carry = left_on_vars.and_then(|c| c.on(dep.var.id()));
         dep.var.cell().complete(who, dep.access, carry, &mut |op: TaskRef| {
-            if op.header().pending.release(1) {
+            if op.header().state.let_through(1) {
                 ready.push(op);
             }
         });

@@ -17,7 +17,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use super::super::job::Job;
 use super::super::record::TaskRef;
-use super::super::slot::Published;
+use super::super::slot::{self, Published};
 use super::OpCell;
 use crate::error::Error;
 
@@ -25,7 +25,7 @@ impl<J: Job> OpCell<J> {
     /// Resolves the op now, unstarted: see `TaskVtable::resolve_early`.
     pub(super) fn resolve_now(&self, this: &TaskRef, err: Error, pass_on: bool) -> bool {
         debug_assert!(std::ptr::addr_eq(this.as_ptr().as_ptr(), self), "`this` is this record");
-        if !self.slot.start_early() {
+        if !slot::start_early(&self.header.state) {
             return false;
         }
         // SAFETY: this call claimed the start (`ResultSlot::start`), which
@@ -48,10 +48,10 @@ impl<J: Job> OpCell<J> {
         if pass_on {
             self.header.record_outcome(Err(&err));
         }
-        let _ = self.slot.store(Err(err));
+        let _ = self.slot.store(&self.header.state, Err(err));
         self.header.engine.lingers();
         self.publish_resolved();
-        if self.slot.mark_early() {
+        if slot::mark_early(&self.header.state) {
             self.release_body(this, true);
             self.gone();
         }
@@ -62,7 +62,7 @@ impl<J: Job> OpCell<J> {
     /// vars (or its segment): it completes on them now if the resolution
     /// has ended, else the resolution's end completes it.
     pub(super) fn through_early(&self, this: &TaskRef) {
-        if self.slot.mark_through() {
+        if slot::mark_through(&self.header.state) {
             self.release_body(this, false);
             self.gone();
         }
@@ -80,7 +80,7 @@ impl<J: Job> OpCell<J> {
         let waker = if self.header.meta.detached() {
             None
         } else {
-            let Published::First(waker) = self.slot.publish() else {
+            let Published::First(waker) = self.slot.publish(&self.header.state) else {
                 unreachable!("an op resolved early is published by its resolution alone");
             };
             waker

@@ -49,13 +49,13 @@ fn the_body_and_its_last_guard_complete_the_op_once() {
         let record = OpCell::place(engine.clone(), meta(), DepList::new(), Body, epoch);
         let (cell, task) = (record.cell(), record.task().clone());
         // The body has started and handed out a guard.
-        assert!(cell.slot.start());
+        assert!(crate::op::slot::start(&cell.header.state));
         let guard = LiveRef::new(&task);
         let other = loom::thread::spawn(move || drop(guard));
         cell.store(&task, Ok(7));
         other.join().unwrap();
         assert_eq!(engine.counts.completed.get(), 1, "completed once");
-        assert!(cell.slot.is_published(), "published");
+        assert!(crate::op::slot::is_published(&cell.header.state), "published");
         // `record` and `task`, no more: the reference the body passed to
         // the live count was taken back and dropped exactly once.
         assert_eq!(task.count(), 2);

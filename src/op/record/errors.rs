@@ -7,6 +7,7 @@
 //! state itself lives in the op's cold box (`cold.rs`).
 
 use super::Header;
+use super::state::SAW_ERROR;
 use crate::error::{Error, Kind};
 use crate::sync::atomic::Ordering;
 use crate::sync::lock;
@@ -26,7 +27,7 @@ impl Header {
             let mut errors = lock(&self.cold().errors);
             errors.rare().seen_on.push((var, err.clone()));
             errors.seen.get_or_insert(err);
-            self.has_errors.store(true, Ordering::Release);
+            self.state.set(SAW_ERROR, Ordering::Release);
         }
     }
 
@@ -41,7 +42,7 @@ impl Header {
     #[inline]
     pub(crate) fn veto(&self) -> Option<Error> {
         let maybe_cancelled = self.meta.cancellable() && super::host::any_cancelling();
-        if !maybe_cancelled && !self.has_errors.load(Ordering::Acquire) {
+        if !maybe_cancelled && !self.state.has(SAW_ERROR) {
             return None;
         }
         self.veto_checked()
@@ -55,7 +56,7 @@ impl Header {
             let reason = "the engine was shut down in cancel mode";
             return Some(Error::new(Kind::Cancelled { op: self.meta.name.clone(), reason }));
         }
-        if self.meta.no_skip() || self.meta.clears_error() || !self.has_errors.load(Ordering::Acquire) {
+        if self.meta.no_skip() || self.meta.clears_error() || !self.state.has(SAW_ERROR) {
             return None;
         }
         let seen = lock(&self.cold().errors).seen.clone()?;
@@ -65,7 +66,7 @@ impl Header {
     /// The error a var carried when this op was let through (for
     /// `wait_for_var`: the error it took).
     pub(crate) fn seen_error(&self) -> Option<Error> {
-        if !self.has_errors.load(Ordering::Acquire) {
+        if !self.state.has(SAW_ERROR) {
             return None;
         }
         lock(&self.cold().errors).seen.clone()
@@ -74,7 +75,7 @@ impl Header {
     /// Takes the errors its vars carried when it was let through, var by
     /// var (for an op that runs others: a bulk segment).
     pub(crate) fn take_seen_on_vars(&self) -> Vec<(u64, Error)> {
-        if !self.has_errors.load(Ordering::Acquire) {
+        if !self.state.has(SAW_ERROR) {
             return Vec::new();
         }
         lock(&self.cold().errors)
@@ -88,12 +89,12 @@ impl Header {
     /// through (for an op run by another, which holds its vars).
     pub(crate) fn see(&self, err: Error) {
         lock(&self.cold().errors).seen.get_or_insert(err);
-        self.has_errors.store(true, Ordering::Release);
+        self.state.set(SAW_ERROR, Ordering::Release);
     }
 
     /// The error this op passes on to the vars it writes.
     pub(crate) fn carry(&self) -> Option<Error> {
-        if !self.has_errors.load(Ordering::Acquire) {
+        if !self.state.has(SAW_ERROR) {
             return None;
         }
         lock(&self.cold().errors).rare.as_ref().and_then(|rare| rare.carry.clone())
@@ -112,7 +113,7 @@ impl Header {
             return;
         }
         lock(&self.cold().errors).rare().carry_on = carry;
-        self.has_errors.store(true, Ordering::Release);
+        self.state.set(SAW_ERROR, Ordering::Release);
     }
 
     /// What its completion leaves on the vars it writes: `None` if nothing,
@@ -126,19 +127,19 @@ impl Header {
         let err = Error::panicked_without_payload(self.meta.name.clone(), message);
         self.engine.keep_failure(&err);
         lock(&self.cold().errors).rare().poisoned.push((var, err));
-        self.has_errors.store(true, Ordering::Release);
+        self.state.set(SAW_ERROR, Ordering::Release);
     }
 
     /// Whether the op saw or holds an error: the one bit the error-free
     /// path reads.
     #[inline]
     pub(in crate::op) fn has_errors(&self) -> bool {
-        self.has_errors.load(Ordering::Acquire)
+        self.state.has(SAW_ERROR)
     }
 
     #[inline]
     pub(in crate::op) fn left_on_vars(&self) -> Option<Box<LeftOnVars>> {
-        if !self.has_errors.load(Ordering::Acquire) {
+        if !self.state.has(SAW_ERROR) {
             return None;
         }
         self.left_on_vars_locked()
@@ -160,7 +161,7 @@ impl Header {
     /// none), else its own failure (unless it does not poison: then its own
     /// failure stays with its handle and `wait_for_all`).
     pub(crate) fn record_outcome(&self, result: Result<(), &Error>) {
-        if result.is_ok() && !self.has_errors.load(Ordering::Acquire) {
+        if result.is_ok() && !self.state.has(SAW_ERROR) {
             return;
         }
         let mut errors = lock(&self.cold().errors);
@@ -170,7 +171,7 @@ impl Header {
             _ => return,
         };
         errors.rare().carry.get_or_insert(carry);
-        self.has_errors.store(true, Ordering::Release);
+        self.state.set(SAW_ERROR, Ordering::Release);
     }
 }
 

@@ -263,7 +263,7 @@ impl GroupCore {
     /// and not started, for a wait for the group to run out of turn.
     pub(crate) fn ready_ops(&self, max: usize) -> Vec<TaskRef> {
         let ops: Vec<TaskRef> = lock(&self.state).ops.values().cloned().collect();
-        ops.into_iter().filter(|op| op.header().pending.get() == 0 && !op.is_started()).take(max).collect()
+        ops.into_iter().filter(|op| op.header().state.pending() == 0 && !op.is_started()).take(max).collect()
     }
 
     /// The engine whose ops may join, if it lives.

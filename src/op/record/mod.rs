@@ -11,6 +11,7 @@ mod group;
 mod host;
 mod nest;
 mod profile;
+pub(crate) mod state;
 mod task_ref;
 
 pub(crate) use engine_core::{EngineCore, EngineRef, Hooks};
@@ -18,11 +19,11 @@ pub(in crate::op) use errors::LeftOnVars;
 pub(crate) use group::{GroupCore, REASON as GROUP_REASON};
 pub(crate) use host::{Help, ReadyList, Wait, note_cancelling};
 pub(crate) use profile::now_ns;
+pub(crate) use state::State;
 pub(crate) use task_ref::{TaskRef, TaskVtable, dealloc, let_go};
 
 use crate::device::{Device, Lane};
-use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use crate::sync::countdown::Countdown;
+use crate::sync::atomic::{AtomicU32, Ordering};
 use crate::var::inbox::{Link, Linked};
 use crate::var::{Access, AnyVar};
 use cold::ColdCell;
@@ -242,20 +243,11 @@ pub(crate) type DepList = crate::sync::small::SmallList<Decl, 4>;
 /// or two cache lines of it instead of three.
 #[repr(C)]
 pub(crate) struct Header {
-    /// The [`TaskRef`]s to the record (see `task_ref.rs`).
-    refs: AtomicUsize,
+    /// Its flags and its counts: deps not yet let through, the body's and
+    /// the guards' live counts, the [`TaskRef`]s to it (`state.rs`).
+    pub(crate) state: State,
     /// The record type's functions, set as the record is placed.
     vtable: &'static TaskVtable,
-    /// Deps not yet let through (see `life::submit`).
-    pub(super) pending: Countdown,
-    /// One for the body until it stores its result, plus one per live guard.
-    pub(super) live: Countdown,
-    /// Whether the op saw or holds an error (in its cold box): the common,
-    /// error-free path reads only this bit.
-    pub(super) has_errors: AtomicBool,
-    /// A GPU op let its vars go at enqueue (`op_cell::release_vars_early`):
-    /// its completion leaves them alone. In the padding before `link`.
-    pub(super) vars_gone: AtomicBool,
     /// Until the op is ready, when it was pushed, on the explainer's
     /// coarse clock (`sync::coarse`, milliseconds, wrapping); once it is
     /// queued on a pool, when that was, in the pool's ticks, while timing
@@ -277,12 +269,8 @@ impl Header {
     #[inline(always)]
     pub(crate) fn new(meta: Meta, deps: DepList, engine: EngineRef) -> Self {
         Self {
-            refs: AtomicUsize::new(0),
+            state: State::new(deps.len()),
             vtable: &task_ref::UNPLACED,
-            pending: Countdown::new(deps.len()),
-            live: Countdown::new(1),
-            has_errors: AtomicBool::new(false),
-            vars_gone: AtomicBool::new(false),
             ready_at: AtomicU32::new(crate::sync::coarse::now_ms() as u32),
             link: Link::new(),
             cold: cold::at_push(&meta),
@@ -305,6 +293,33 @@ impl Header {
     pub(crate) fn ready_at(&self) -> u32 {
         self.ready_at.load(Ordering::Relaxed)
     }
+
+    /// A GPU op let its vars go at enqueue (`op_cell::release_vars_early`):
+    /// its completion leaves them alone. `Relaxed`: read by whoever
+    /// completes the op, after the poller saw the event that the setter
+    /// registered after setting it.
+    #[inline]
+    pub(in crate::op) fn vars_gone(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & state::VARS_GONE != 0
+    }
+}
+
+/// A header of a CPU op of the test engine named `name`, with no deps and
+/// no flag set (unit tests and models of the record alone).
+#[cfg(test)]
+pub(crate) fn test_header(name: &'static str) -> Header {
+    let meta = Meta {
+        device: PackedDevice::new(Device::Cpu(0)).expect("CPU 0 packs"),
+        priority: 0,
+        lane: Lane::Normal,
+        exec: Exec::Inline,
+        flags: Flags::new(0),
+        handle: HandleKind::Detached,
+        repairs: false,
+        profiled: false,
+        name: name.into(),
+    };
+    Header::new(meta, DepList::new(), engine_core::test_engine())
 }
 
 impl Linked for TaskRef {

@@ -66,7 +66,7 @@ impl Header {
     /// Of a nested op whose body has stored its result: whether it has
     /// completed (no guard outlived the body, or the last one is gone).
     pub(crate) fn nested_done(&self) -> bool {
-        self.live.get() == 0
+        self.state.live() == 0
     }
 
     /// Of a nested op that had not completed when its body returned: runs

@@ -169,13 +169,10 @@ impl TaskRef {
         let at = std::ptr::from_ref(header(unsafe { slot.as_ref() }));
         assert!(std::ptr::addr_eq(at, slot.as_ptr()), "a record's header is at its start");
         let header = slot.cast::<Header>();
-        // SAFETY: the header is ours alone until this returns; its
-        // vtable and count are set before anyone reads them.
-        unsafe {
-            let h = header.as_ptr();
-            (*h).vtable = vtable;
-            (*h).refs.store(1, Ordering::Relaxed);
-        }
+        // SAFETY: the header is ours alone until this returns; its vtable
+        // is set before anyone reads it (its word holds this one reference
+        // from the start).
+        unsafe { (*header.as_ptr()).vtable = vtable };
         Self(header)
     }
 
@@ -208,7 +205,7 @@ impl TaskRef {
     #[inline]
     pub(crate) unsafe fn clone_from_raw(header: NonNull<Header>) -> Self {
         // SAFETY: the record lives (the contract).
-        unsafe { header.as_ref() }.refs.fetch_add(1, Ordering::Relaxed);
+        unsafe { header.as_ref() }.state.ref_inc();
         Self(header)
     }
 
@@ -227,7 +224,7 @@ impl TaskRef {
     /// Counts held on the record (tests).
     #[cfg(test)]
     pub(crate) fn count(&self) -> usize {
-        self.header().refs.load(Ordering::Acquire)
+        self.header().state.refs()
     }
 
     #[inline]
@@ -290,7 +287,7 @@ impl Clone for TaskRef {
     fn clone(&self) -> Self {
         // Relaxed, as `Arc`'s: a count can be taken only by a holder of
         // one, which keeps the record alive meanwhile.
-        self.header().refs.fetch_add(1, Ordering::Relaxed);
+        self.header().state.ref_inc();
         Self(self.0)
     }
 }
@@ -300,7 +297,7 @@ impl Drop for TaskRef {
     fn drop(&mut self) {
         // Release, then an acquire fence before the drop, as `Arc`'s: every
         // use through another reference happens before the record's drop.
-        if self.header().refs.fetch_sub(1, Ordering::Release) != 1 {
+        if !self.header().state.ref_dec() {
             return;
         }
         fence(Ordering::Acquire);

@@ -9,17 +9,17 @@ use std::sync::Arc;
 #[test]
 fn early_resolution_and_let_through_complete_once() {
     loom::model(|| {
-        let slot = Arc::new(ResultSlot::new());
+        let slot = Arc::new((ResultSlot::new(), State::new(0)));
         let through = {
             let slot = slot.clone();
             loom::thread::spawn(
-                move || if slot.start() { (true, false) } else { (false, slot.mark_through()) },
+                move || if start(&slot.1) { (true, false) } else { (false, mark_through(&slot.1)) },
             )
         };
-        let (resolved, completes) = if slot.start_early() {
-            slot.store(1u32).unwrap();
-            let _ = slot.publish();
-            (true, slot.mark_early())
+        let (resolved, completes) = if start_early(&slot.1) {
+            slot.0.store(&slot.1, 1u32).unwrap();
+            let _ = slot.0.publish(&slot.1);
+            (true, mark_early(&slot.1))
         } else {
             (false, false)
         };
@@ -27,7 +27,7 @@ fn early_resolution_and_let_through_complete_once() {
         assert!(resolved != ran, "one side claims the start");
         if resolved {
             assert!(completes != through_completes, "exactly one side completes the op");
-            assert!(slot.is_published());
+            assert!(is_published(&slot.1));
         } else {
             assert!(!through_completes);
         }
@@ -40,12 +40,12 @@ fn early_resolution_and_let_through_complete_once() {
 #[test]
 fn no_lost_wake_up() {
     loom::model(|| {
-        let slot = Arc::new(ResultSlot::new());
+        let slot = Arc::new((ResultSlot::new(), State::new(0)));
         let completer = {
             let slot = slot.clone();
             loom::thread::spawn(move || {
-                slot.store(7u32).unwrap();
-                if let Published::First(Some(waker)) = slot.publish() {
+                slot.0.store(&slot.1, 7u32).unwrap();
+                if let Published::First(Some(waker)) = slot.0.publish(&slot.1) {
                     waker.wake();
                 }
             })
@@ -53,16 +53,16 @@ fn no_lost_wake_up() {
         let (first, w1) = counting_waker();
         let (second, w2) = counting_waker();
         let mut last = (&second, &w2);
-        let mut got = slot.poll(&mut Context::from_waker(&w1));
+        let mut got = slot.0.poll(&slot.1, &mut Context::from_waker(&w1));
         if got.is_pending() {
-            got = slot.poll(&mut Context::from_waker(&w2));
+            got = slot.0.poll(&slot.1, &mut Context::from_waker(&w2));
         } else {
             last = (&first, &w1);
         }
         completer.join().unwrap();
         if got.is_pending() {
             assert_eq!(last.0.get(), 1, "the last registered waker was not woken");
-            got = slot.poll(&mut Context::from_waker(last.1));
+            got = slot.0.poll(&slot.1, &mut Context::from_waker(last.1));
         }
         assert_eq!(got, Poll::Ready(7));
     });
@@ -73,16 +73,16 @@ fn no_lost_wake_up() {
 #[test]
 fn one_store_wins() {
     loom::model(|| {
-        let slot = Arc::new(ResultSlot::new());
+        let slot = Arc::new((ResultSlot::new(), State::new(0)));
         let other = {
             let slot = slot.clone();
-            loom::thread::spawn(move || slot.store(2u32).is_ok())
+            loom::thread::spawn(move || slot.0.store(&slot.1, 2u32).is_ok())
         };
-        let mine = slot.store(1u32).is_ok();
+        let mine = slot.0.store(&slot.1, 1u32).is_ok();
         let theirs = other.join().unwrap();
         assert!(mine ^ theirs);
-        assert!(matches!(slot.publish(), Published::First(None)));
-        let got = slot.poll(&mut Context::from_waker(Waker::noop()));
+        assert!(matches!(slot.0.publish(&slot.1), Published::First(None)));
+        let got = slot.0.poll(&slot.1, &mut Context::from_waker(Waker::noop()));
         assert_eq!(got, Poll::Ready(if mine { 1 } else { 2 }));
     });
 }

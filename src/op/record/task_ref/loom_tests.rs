@@ -8,11 +8,8 @@ use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 
-use super::super::engine_core::test_engine;
-use super::super::{DepList, Flags, HandleKind, Header, Meta, PackedDevice};
+use super::super::{Header, test_header};
 use super::TaskRef;
-use crate::device::{Device, Lane};
-use crate::op::Exec;
 
 /// Counts its drops, and reads what the record's users wrote.
 struct Dropped(Arc<AtomicUsize>, Arc<UnsafeCell<u32>>);
@@ -32,18 +29,7 @@ impl Drop for Dropped {
 }
 
 fn header() -> Header {
-    let meta = Meta {
-        device: PackedDevice::new(Device::Cpu(0)).expect("CPU 0 packs"),
-        priority: 0,
-        lane: Lane::Normal,
-        exec: Exec::Inline,
-        flags: Flags::new(0),
-        handle: HandleKind::Detached,
-        repairs: false,
-        profiled: false,
-        name: "modelled".into(),
-    };
-    Header::new(meta, DepList::new(), test_engine())
+    test_header("modelled")
 }
 
 #[test]

@@ -4,11 +4,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
 
-use super::super::engine_core::test_engine;
-use super::super::{DepList, Flags, HandleKind, Header, Meta, PackedDevice};
+use super::super::{Header, test_header};
 use super::{TaskRef, let_go};
-use crate::device::{Device, Lane};
-use crate::op::Exec;
 
 /// Counts its drops; panics in its drop if asked to.
 struct Dropped(Arc<AtomicUsize>, bool);
@@ -21,18 +18,7 @@ impl Drop for Dropped {
 }
 
 fn header() -> Header {
-    let meta = Meta {
-        device: PackedDevice::new(Device::Cpu(0)).unwrap(),
-        priority: 0,
-        lane: Lane::Normal,
-        exec: Exec::Inline,
-        flags: Flags::new(0),
-        handle: HandleKind::Detached,
-        repairs: false,
-        profiled: false,
-        name: "probe".into(),
-    };
-    Header::new(meta, DepList::new(), test_engine())
+    test_header("probe")
 }
 
 /// A continuation that counts its runs, holding a value that counts its
