@@ -89,6 +89,7 @@ const UNSAFE_FILES: &[(&str, Class)] = &[
     ("engine/shared/hooks.rs", Class::Record),   // the hooks: the core as the start of the engine's `Arc`
     ("sync/slab.rs", Class::Record),             // records' memory in size classes
     ("op/record/task_ref.rs", Class::Record),    // `TaskRef` of the op path: a counted pointer to a header
+    ("op/record/cold.rs", Class::Record),        // the cold box behind one atomic pointer
     ("op/op_handle.rs", Class::Record),          // a handle's typed functions of its record
     ("sync/prefetch.rs", Class::Performance),    // the prefetch instruction
     ("sync/epoch.rs", Class::Performance),       // counted epoch references

@@ -278,7 +278,8 @@ tuple_append!(A B C D E F G H I J K);
 #[inline]
 pub(crate) fn normalize(decls: &mut DepList, name: &str, owner: *const ()) -> Result<(), Error> {
     // One var of this engine, the common case: nothing to sort or merge.
-    if let [only] = &decls[..]
+    if decls.len() == 1
+        && let Some(only) = decls.first()
         && std::ptr::addr_eq(Arc::as_ptr(only.var.owner()), owner)
     {
         return Ok(());
@@ -301,13 +302,20 @@ fn normalize_many(decls: &mut DepList, name: &str, owner: *const ()) -> Result<(
             decls.len()
         )));
     }
-    decls.sort_by_key(|d| d.var.id());
-    if !decls.windows(2).any(|w| w[0].var.id() == w[1].var.id()) {
+    decls.sort_by_var_id();
+    if !decls.any_repeated() {
         return Ok(());
     }
-    let mut deps = DepList::new();
+    merge_repeated(decls, name)
+}
+
+/// Merges the repeated declarations of a sorted list (see [`normalize`]).
+#[cold]
+fn merge_repeated(decls: &mut DepList, name: &str) -> Result<(), Error> {
+    let all = std::mem::take(decls).into_vec();
+    let mut deps: Vec<Decl> = Vec::with_capacity(all.len());
     let mut typed = (0usize, false); // typed declarations of the current var, any a write
-    for d in decls.drain(..) {
+    for d in all {
         let is_write = d.access == Access::Write;
         match deps.last_mut() {
             Some(last) if last.var.id() == d.var.id() => {
@@ -331,6 +339,6 @@ fn normalize_many(decls: &mut DepList, name: &str, owner: *const ()) -> Result<(
             }
         }
     }
-    *decls = deps;
+    *decls = DepList::from_vec(deps);
     Ok(())
 }

@@ -45,7 +45,7 @@ pub(crate) fn submit(task: TaskRef, mut dispatch: impl FnMut(TaskRef)) -> Result
     let mut collect = |op| others.push(op);
     let ready = match deps {
         1 if !header.meta.deletes() => {
-            let dep = &header.deps[0];
+            let dep = header.deps.first().expect("one var");
             let (cell, access): (*const _, _) = (dep.var.cell(), dep.access);
             // SAFETY: the record `task` refers to holds the var, so the cell
             // lives as long as `task` does; the call does not need it to

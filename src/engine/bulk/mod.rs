@@ -69,7 +69,7 @@ pub(super) struct Bulk {
 struct Open {
     members: Members,
     /// The members' vars, one entry per var, a write if any member writes it.
-    deps: DepList,
+    deps: Vec<Decl>,
     /// Where each var is in `deps`.
     index: VarIndex,
     /// The members' device and priority.
@@ -247,7 +247,15 @@ impl Shared {
         // it: neither step fails. Should one, `Segment`'s drop completes
         // the members with an error.
         let pushed = self
-            .build(opts, Role::Segment, deps, Segment::new(members, self.clone()), Body::Async, true, false)
+            .build(
+                opts,
+                Role::Segment,
+                DepList::from_vec(deps),
+                Segment::new(members, self.clone()),
+                Body::Async,
+                true,
+                false,
+            )
             .and_then(|record| {
                 let record = record.into_task();
                 let watched = super::shared::watched(&record);

@@ -165,9 +165,8 @@ impl Run {
         let Some(segment) = self.segment.take() else { return };
         let header = segment.header();
         for &(id, n) in self.writes.iter().filter(|(_, n)| *n > 1) {
-            // The segment's deps are sorted by var id.
-            if let Ok(k) = header.deps.binary_search_by_key(&id, |d| d.var.id()) {
-                header.deps[k].var.cell().add_writes(n - 1);
+            if let Some(dep) = header.deps.iter().find(|d| d.var.id() == id) {
+                dep.var.cell().add_writes(n - 1);
             }
         }
         header.carry_on_vars(std::mem::take(&mut self.errors));

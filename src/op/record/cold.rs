@@ -8,9 +8,19 @@
 //! The cell is filled at push (span, profile: the pusher holds the record
 //! alone) or later by whichever thread first needs the errors (a var's
 //! completion granting it with an error, the op's own failure, a nested
-//! op's handoff); a `OnceLock` makes that race safe without `unsafe`. It is
-//! emptied only with the record held alone (`strip`, drop).
+//! op's handoff): one `compare_exchange` on a null pointer publishes the
+//! box, and the loser of a race drops its own. It is freed only with the
+//! record.
+//!
+//! Why `unsafe`: the cell is one pointer, 8 bytes, where a `OnceLock` of
+//! the box took 16; those 8 take a one-var op's record from 200 bytes to
+//! 192, a slab slot of three cache lines instead of four (PERFORMANCE.md,
+//! *The lean record*). Checked by Miri (`op::` unit tests, which fill and
+//! race it through the error paths).
 
+#![allow(unsafe_code)]
+
+use std::ptr::NonNull;
 use std::sync::OnceLock;
 
 use super::group::GroupLink;
@@ -19,9 +29,61 @@ use super::profile::OpProfile;
 use super::{Header, Meta};
 use crate::error::Error;
 use crate::sync::Mutex;
+use crate::sync::atomic::{AtomicPtr, Ordering};
 
-/// The header's cell for the cold box.
-pub(crate) type ColdCell = OnceLock<Box<Cold>>;
+/// The header's cell for the cold box: null, or the box it owns.
+pub(crate) struct ColdCell(AtomicPtr<Cold>);
+
+impl ColdCell {
+    fn empty() -> Self {
+        Self(AtomicPtr::new(std::ptr::null_mut()))
+    }
+
+    fn holding(cold: Box<Cold>) -> Self {
+        Self(AtomicPtr::new(Box::into_raw(cold)))
+    }
+
+    /// The box, if one was made. `Acquire`: what was written into it before
+    /// it was published is visible.
+    #[inline]
+    pub(super) fn get(&self) -> Option<&Cold> {
+        let cold = NonNull::new(self.0.load(Ordering::Acquire))?;
+        // SAFETY: a published box lives as long as the cell (freed only by
+        // its drop, with the record's), and is only read through it.
+        Some(unsafe { cold.as_ref() })
+    }
+
+    /// The box, made by `make` now if there is none yet.
+    pub(super) fn get_or_init(&self, make: impl FnOnce() -> Box<Cold>) -> &Cold {
+        if let Some(cold) = self.get() {
+            return cold;
+        }
+        let mine = Box::into_raw(make());
+        let null = std::ptr::null_mut();
+        let published = match self.0.compare_exchange(null, mine, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => mine,
+            Err(theirs) => {
+                // SAFETY: `mine` was never published: still this call's.
+                drop(unsafe { Box::from_raw(mine) });
+                theirs
+            }
+        };
+        // SAFETY: published, it lives as long as the cell (see `get`).
+        unsafe { &*published }
+    }
+}
+
+impl Drop for ColdCell {
+    fn drop(&mut self) {
+        // `&mut self`: the record's drop, ordered after every use of it by
+        // its count's last release (a plain load, on loom's atomics too).
+        let cold = self.0.load(Ordering::Relaxed);
+        if !cold.is_null() {
+            // SAFETY: the cell owns its box, and nothing else reaches it.
+            drop(unsafe { Box::from_raw(cold) });
+        }
+    }
+}
 
 /// What only some ops carry.
 pub(crate) struct Cold {
@@ -82,7 +144,7 @@ pub(super) fn at_push(meta: &Meta) -> ColdCell {
     // and its fields formatted for the `log` crate, on every push.
     let span = tracing::enabled!(target: "depengine::op", tracing::Level::TRACE);
     if !span && !meta.profiled() {
-        return OnceLock::new();
+        return ColdCell::empty();
     }
     watched(meta, span)
 }
@@ -92,11 +154,10 @@ pub(super) fn at_push(meta: &Meta) -> ColdCell {
 fn watched(meta: &Meta, span: bool) -> ColdCell {
     let span = if span { op_span(meta) } else { None };
     let profile = meta.profiled().then(OpProfile::new);
-    let cell = OnceLock::new();
-    if span.is_some() || profile.is_some() {
-        let _ = cell.set(Box::new(Cold { span, profile, ..Cold::default() }));
+    if span.is_none() && profile.is_none() {
+        return ColdCell::empty();
     }
-    cell
+    ColdCell::holding(Box::new(Cold { span, profile, ..Cold::default() }))
 }
 
 /// The op's span, if a subscriber wants it.

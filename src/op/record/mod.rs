@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 
 mod cold;
+mod deps;
 pub(crate) mod engine_core;
 mod errors;
 mod group;
@@ -14,6 +15,7 @@ mod profile;
 pub(crate) mod state;
 mod task_ref;
 
+pub(crate) use deps::{Decl, DepList};
 pub(crate) use engine_core::{EngineCore, EngineRef, Hooks};
 pub(in crate::op) use errors::LeftOnVars;
 pub(crate) use group::{GroupCore, REASON as GROUP_REASON};
@@ -24,8 +26,8 @@ pub(crate) use task_ref::{TaskRef, TaskVtable, dealloc, let_go};
 
 use crate::device::{Device, Lane};
 use crate::sync::atomic::{AtomicU32, Ordering};
+use crate::var::Access;
 use crate::var::inbox::{Link, Linked};
-use crate::var::{Access, AnyVar};
 use cold::ColdCell;
 
 /// Where an op's body runs once it is ready.
@@ -221,19 +223,6 @@ impl Meta {
     }
 }
 
-/// One declared access, before normalisation.
-#[derive(Clone)]
-pub(crate) struct Decl {
-    pub(crate) var: AnyVar,
-    pub(crate) access: Access,
-    /// Declared through the typed API: the op receives a guard for it.
-    pub(crate) typed: bool,
-}
-
-/// An op's declarations; after normalisation, its deps: sorted by var id,
-/// one per var. Inline for up to four vars.
-pub(crate) type DepList = crate::sync::small::SmallList<Decl, 4>;
-
 /// The erased part of every op, at the start of its record.
 ///
 /// Laid out in declaration order: what a worker completing another op reads
@@ -332,7 +321,7 @@ impl Linked for TaskRef {
     fn sole_access(&self) -> Access {
         let deps = &self.header().deps;
         debug_assert_eq!(deps.len(), 1, "only ops with one var go through an inbox");
-        deps[0].access
+        deps.first().expect("one var").access
     }
 }
 
