@@ -206,8 +206,8 @@ struct ReadmeDoctests;
 struct EscapesThatDoNotCompile;
 
 pub use device::{Device, Lane};
+pub use engine::OpHandle;
 pub use engine::{Engine, EngineBuilder, OpGroup, ShutdownMode};
 pub use error::{BoxError, Error, ErrorKind, Result};
-pub use op::op_handle::OpHandle;
 pub use scope::scope;
 pub use var::{AnyVar, ReadGuard, Var, WriteGuard};

@@ -83,24 +83,21 @@ const UNSAFE_FILES: &[(&str, Class)] = &[
     ("var/data.rs", Class::GateData),            // a var's data, checked by its borrow count
     ("var/guard.rs", Class::GateData),           // guards reaching a var's data
     ("op/slot.rs", Class::StateWord),            // an op's result slot, a state word instead of a lock
-    ("op/op_cell.rs", Class::StateWord),         // an op's body and epoch, claimed once
-    ("op/op_cell/early.rs", Class::StateWord),   // the same, by a resolution before the op starts
-    ("op/record/engine_core.rs", Class::Record), // the engine's counted core, up through its hooks
-    ("engine/shared/hooks.rs", Class::Record),   // the hooks: the core as the start of the engine's `Arc`
-    ("sync/slab.rs", Class::Record),             // records' memory in size classes
-    ("op/record/task_ref.rs", Class::Record),    // `TaskRef` of the op path: a counted pointer to a header
-    ("op/record/cold.rs", Class::Record),        // the cold box behind one atomic pointer
-    ("op/op_handle.rs", Class::Record),          // a handle's typed functions of its record
-    ("sync/prefetch.rs", Class::Performance),    // the prefetch instruction
-    ("sync/epoch.rs", Class::Performance),       // counted epoch references
-    ("var/inbox.rs", Class::Performance),        // the lock-free inbox, linked through its records
-    ("var/var_cell.rs", Class::Performance),     // a one-var append whose var may go meanwhile
-    ("var/handle.rs", Class::Performance),       // an untyped handle sharing its var's one count
-    ("op/op_cell/complete.rs", Class::Performance), // the body's reference passed to the last guard
-    ("op/life.rs", Class::Performance),          // the one-var append of a push
-    ("op/body.rs", Class::Performance),          // the body running on this thread, by address
-    ("exec/feed.rs", Class::Performance),        // a pushing thread's ring of ops
-    ("exec/feed/slots.rs", Class::Performance),  // the ring's memory, mapped by hand
+    ("op/op_cell.rs", Class::StateWord), // an op's body and epoch, claimed once; its reference passed to the last guard
+    ("op/engine_core.rs", Class::Record), // the engine's counted core, up through its hooks
+    ("engine/shared/hooks.rs", Class::Record), // the hooks: the core as the start of the engine's `Arc`
+    ("sync/slab.rs", Class::Record),     // records' memory in size classes
+    ("op/task_ref.rs", Class::Record),   // `TaskRef` of the op path: a counted pointer to a header
+    ("op/cold.rs", Class::Record),       // the cold box behind one atomic pointer
+    ("sync/prefetch.rs", Class::Performance), // the prefetch instruction
+    ("sync/epoch.rs", Class::Performance), // counted epoch references
+    ("var/inbox.rs", Class::Performance), // the lock-free inbox, linked through its records
+    ("var/var_cell.rs", Class::Performance), // a one-var append whose var may go meanwhile
+    ("var/handle.rs", Class::Performance), // an untyped handle sharing its var's one count
+    ("op/life.rs", Class::Performance),  // the one-var append of a push
+    ("op/job.rs", Class::Performance),   // the body running on this thread, by address
+    ("exec/feed.rs", Class::Performance), // a pushing thread's ring of ops
+    ("exec/feed/slots.rs", Class::Performance), // the ring's memory, mapped by hand
 ];
 
 /// The most `unsafe` blocks the performance class may hold: a new one for
@@ -460,7 +457,7 @@ fn the_checker_catches_imports_against_the_layers() {
 
 /// Folders whose files name one another in one direction only: no file
 /// circle, so that each file can be read after the files it names.
-const NO_FILE_CIRCLES: &[&str] = &["var", "gpu", "op", "op/record"];
+const NO_FILE_CIRCLES: &[&str] = &["var", "gpu", "op"];
 
 /// The siblings (file stems of `folder`) that `code`, a file of it, names:
 /// `super::x`, `self::x`, `crate::<folder>::x`, or `x` in a `use super::{..}`

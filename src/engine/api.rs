@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::{Arc, Weak};
 
+use super::OpHandle;
 use super::acquire::AcquireBuilder;
 use super::config::{Config, Settings};
 use super::engine_builder::EngineBuilder;
@@ -16,8 +17,7 @@ use crate::may_block::{Instead, refuse_blocking};
 use crate::op::Decl;
 use crate::op::DepList;
 use crate::op::access::{AsVar, var_of};
-use crate::op::body::{current_body_holds, inside_op_of};
-use crate::op::op_handle::OpHandle;
+use crate::op::job::{current_body_holds, inside_op_of};
 use crate::var::{Access, Owner, Var};
 
 /// Var ids are unique across engines: they order lock acquisition.

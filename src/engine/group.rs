@@ -1,6 +1,6 @@
 //! Op groups: a request's ops (or a batch's, a job's) waited for,
 //! cancelled and counted as one. The books themselves are the op layer's
-//! (`op::record::group`); this is their public face.
+//! (`op::group`); this is their public face.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use super::api::Engine;
+use super::block_helping;
 use super::shared::Shared;
 use crate::error::Error;
 use crate::may_block::{Instead, refuse_blocking};
+use crate::op::GroupCore;
 use crate::op::Help;
-use crate::op::body::{in_cancelled_group, in_user_body, inside_group, waits_for_current_body};
-use crate::op::op_handle::block_helping;
-use crate::op::record::GroupCore;
+use crate::op::job::{in_cancelled_group, in_user_body, inside_group, waits_for_current_body};
 use crate::sync::atomic::{AtomicBool, Ordering};
 
 /// A group of ops: waited for, cancelled and counted as one, as Tokio's

@@ -28,6 +28,7 @@ mod engine_builder;
 mod group;
 mod jobs;
 mod op_builder;
+mod op_handle;
 mod op_set;
 mod options;
 mod queues;
@@ -39,13 +40,15 @@ mod throttle;
 mod watchdog;
 
 /// The completion token of an async op ([`OpBuilder::run_async`]).
-pub use crate::op::op_handle::Completion;
+pub use crate::op::slot::Completion;
 pub use acquire::AcquireBuilder;
 pub use api::{Engine, Profiler, ShutdownMode, WaitForAll, WeakEngine};
 pub use config::{EngineKind, Settings};
 pub use engine_builder::EngineBuilder;
 pub use group::{GroupCancelled, GroupCounts, GroupWait, OpGroup, is_cancelled};
 pub use op_builder::{GroupSlot, InGroup, OpBuilder};
+pub use op_handle::OpHandle;
+pub(crate) use op_handle::block_helping;
 pub use op_set::{JoinNext, OpSet};
 #[cfg(feature = "mpi")]
 pub(crate) use recorder::name_profiles_by_rank;

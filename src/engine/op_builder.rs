@@ -9,13 +9,14 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::shared::{Body, OpOptions, Role, Shared};
 
+use super::OpHandle;
 use crate::error::{BoxError, Error, Kind};
 use crate::op::Decl;
 use crate::op::DepList;
+use crate::op::GroupCore;
 use crate::op::access::{Append, AsVar, Decls, Item, Reading, Writing, held_of};
 use crate::op::job::{AsyncJob, FutureJob, Job, SyncJob};
-use crate::op::op_handle::{Completion, OpHandle};
-use crate::op::record::GroupCore;
+use crate::op::slot::Completion;
 use crate::var::{Access, AnyVar};
 
 /// Builds an op: what it reads and writes, where it runs, then its body.

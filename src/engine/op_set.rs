@@ -12,9 +12,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
+use super::{OpHandle, block_helping};
 use crate::error::Error;
 use crate::may_block::{Instead, refuse_blocking};
-use crate::op::op_handle::{OpHandle, block_helping};
 use crate::sync::{Mutex, lock};
 
 /// A set of ops' handles whose results come out one by one, in the order

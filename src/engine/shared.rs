@@ -15,13 +15,13 @@ use super::throttle;
 use super::watchdog::Watchdog;
 use crate::error::{Error, Kind};
 use crate::exec::{Dispatcher, Runs};
+use crate::op::EngineCore;
 use crate::op::access::normalize;
 use crate::op::job::Job;
 use crate::op::op_cell::{OpCell, Typed};
-use crate::op::op_handle::SlotRef;
-use crate::op::record::EngineCore;
-use crate::op::record::{GROUP_REASON, GroupCore};
+use crate::op::slot::SlotRef;
 use crate::op::{DepList, Exec, Flags, HandleKind, Meta, PackedDevice, ReadyList, TaskRef, submit};
+use crate::op::{GROUP_REASON, GroupCore};
 use crate::sync::coarse::Keeper;
 use crate::sync::epoch::Tracker;
 use crate::sync::latch::Latch;
@@ -42,7 +42,7 @@ pub(super) struct Intake {
 
 /// The engine's allocation. `repr(C)` with its core first: a record's
 /// `EngineRef` points to the core, which is this struct's address (see
-/// `op::record::engine_core`).
+/// `op::engine_core`).
 #[repr(C)]
 pub(crate) struct Shared {
     /// What every op reaches of its engine: its counts, the bound's

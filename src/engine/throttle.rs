@@ -204,7 +204,7 @@ fn hold(engine: &impl Progress, target: u64, mut need: u64, mut patience: Durati
 /// Whether this thread may wait for ops to complete: not in async code, on
 /// an engine thread or inside an op's body.
 fn may_wait_here() -> bool {
-    !crate::op::body::in_user_body()
+    !crate::op::job::in_user_body()
         && !crate::may_block::is_engine_thread()
         && !crate::may_block::runs_async_code()
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::shared::Shared;
 use crate::explain::{Pending, PendingOp, PendingVar};
 use crate::op::TaskRef;
-use crate::op::record::now_ns;
+use crate::op::now_ns;
 
 /// An op's key in a report: its record's address.
 fn key(op: &TaskRef) -> usize {

@@ -31,7 +31,7 @@ fn may_run_on_pusher(task: &TaskRef) -> bool {
 /// with `inline_when_idle` asked).
 #[cold]
 fn may_run_here_now(task: &TaskRef) -> bool {
-    !crate::op::body::in_user_body()
+    !crate::op::job::in_user_body()
         && (task.header().meta.exec == Exec::InlineWhenIdle || tokio::runtime::Handle::try_current().is_err())
 }
 

@@ -47,7 +47,7 @@ use super::this_thread;
 use super::worker::Worker;
 use crate::may_block;
 use crate::op::TaskRef;
-use crate::op::body::in_user_body;
+use crate::op::job::in_user_body;
 
 static NEXT_POOL_ID: AtomicUsize = AtomicUsize::new(1);
 

@@ -12,7 +12,7 @@
 //!   pool ([`FEEDS`], `feed.rs`).
 //!
 //! Whether user code is running on this thread is the op layer's to know
-//! (`op::body::in_user_body`): an op made ready there must not wait in the
+//! (`op::job::in_user_body`): an op made ready there must not wait in the
 //! next slot of a worker that is busy with that very body.
 
 use std::cell::{Cell, RefCell};

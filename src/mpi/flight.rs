@@ -17,7 +17,7 @@ use mpi::topology::SimpleCommunicator;
 use super::raw::{self, Buffers, Code, FloatReductions, Request};
 use super::sig::{self, Signature};
 use super::{CollectiveError, Element, RankFailure, Reduce, mpi_count};
-use crate::op::op_handle::Completion;
+use crate::engine::Completion;
 use crate::var::{ReadGuard, WriteGuard};
 
 /// A collective as the comm thread sees it, whatever its element type.

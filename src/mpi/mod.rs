@@ -55,9 +55,9 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 
 use crate::device::Lane;
+use crate::engine::OpHandle;
 use crate::engine::{Engine, OpBuilder};
 use crate::error::Error;
-use crate::op::op_handle::OpHandle;
 use crate::var::{ReadGuard, Var, WriteGuard};
 use comm_thread::Msg;
 use flight::{Flight, Typed, What};

@@ -38,10 +38,10 @@ use cudarc::nccl::{NcclType, result, sys};
 
 use super::{Collectives, Element, Reduce};
 use crate::device::{Device, Lane};
+use crate::engine::OpHandle;
 use crate::engine::{Engine, OpBuilder};
 use crate::error::{BoxError, Error};
 use crate::gpu::{Gpu, GpuBuffer, GpuContext, GpuElement};
-use crate::op::op_handle::OpHandle;
 use crate::var::Var;
 
 /// What a GPU collective's buffers may hold: the element types of the MPI

@@ -1,6 +1,9 @@
-//! An op's life after it is built: appended to its vars (submit), and kept
-//! from completing by its guards ([`LiveRef`]); the completion itself is
-//! `op_cell/complete.rs`. `README.md` beside this file has the states and
+//! An op's life after it is built: appended to its vars (submit), kept
+//! from completing by its guards ([`LiveRef`]), and completed on its vars:
+//! once the body has stored its outcome (`OpCell::store`, `op_cell.rs`)
+//! and every guard is gone, the op releases each var, dispatches what
+//! became ready and publishes its result (`OpCell::complete`, which calls
+//! [`release_vars`] here). `README.md` beside this file has the states and
 //! who owns the record in each.
 //!
 //! Why `unsafe`: a guard's live count keeps its op's record alive without a
@@ -14,8 +17,10 @@
 
 use std::ptr::NonNull;
 
-use super::record::{Header, TaskRef, prefetch_hot};
+use super::task_ref::VARS_GONE;
+use super::{Header, LeftOnVars, ReadyList, TaskRef, prefetch_hot};
 use crate::error::Error;
+use crate::sync::atomic::Ordering;
 use crate::sync::small::{self, SmallList};
 use crate::var::{Grant, VarCell};
 
@@ -195,5 +200,85 @@ impl Grant for TaskRef {
         // SAFETY: the caller guarantees the record is alive, and `held`
         // came from a `TaskRef`'s pointer.
         unsafe { TaskRef::clone_from_raw(held.0) }
+    }
+}
+
+/// [`release_vars`] for an op that saw or holds an error, which it may
+/// leave on the vars it writes; whether it completes with none to pass on.
+#[cold]
+#[inline(never)]
+pub(super) fn release_vars_with_errors(task: &TaskRef) -> bool {
+    let header = task.header();
+    let left_on_vars = header.left_on_vars();
+    if !header.deps.is_empty() && !header.vars_gone() {
+        release_vars(task, left_on_vars.as_deref());
+    }
+    left_on_vars.as_ref().is_none_or(|left| left.is_ok())
+}
+
+/// Lets a running GPU op's vars go before it completes (early release, see
+/// `gpu/README.md`): each var completed in turn, as [`OpCell::complete`]
+/// would, and the ops that became ready dispatched; the op itself completes
+/// later, and then leaves the vars alone (`vars_gone`: read by whoever
+/// completes the op, after the poller saw the event that this thread
+/// registered after setting it). Refused (false) for an op that carries an
+/// error to its vars: it releases them at completion, with the error.
+pub(crate) fn release_vars_early(task: &TaskRef) -> bool {
+    let header = task.header();
+    if header.meta.nested() || header.left_on_vars().is_some() {
+        return false;
+    }
+    header.state.set(VARS_GONE, Ordering::Relaxed);
+    release_vars(task, None);
+    true
+}
+
+/// Completes the op on each of its vars in turn (one lock at a time),
+/// leaving on each what `left_on_vars` says, and dispatches the ops that
+/// became ready: let through on a var here, and on every other var already.
+/// Not generic: one copy for every kind of op.
+#[inline(never)]
+pub(super) fn release_vars(task: &TaskRef, left_on_vars: Option<&LeftOnVars>) {
+    let header = task.header();
+    let who = task.held();
+    let mut ready = ReadyList::new();
+    for dep in header.deps.iter() {
+        let carry = left_on_vars.and_then(|c| c.on(dep.var.id()));
+        dep.var.cell().complete(who, dep.access, carry, &mut |op: TaskRef| {
+            if op.header().state.let_through(1) {
+                ready.push(op);
+            }
+        });
+    }
+    // What a profiled op released (an op released by one that is not
+    // profiled counts as ready when it starts).
+    if header.meta.profiled() && !ready.is_empty() {
+        profile_released(header, &ready);
+    }
+    if !ready.is_empty() {
+        header.engine.dispatch_ready(&mut ready);
+    }
+    small::discard(ready);
+}
+
+/// Profiled ops in `ready` are ready: their last dependency was released
+/// by `by`.
+#[cold]
+fn profile_released(by: &Header, ready: &ReadyList) {
+    for op in ready {
+        let Some(profile) = op.header().profile() else { continue };
+        profile.ready();
+        if let Some(by) = by.profile() {
+            by.released(profile.seq);
+        }
+    }
+}
+
+/// Completes a nested op: its parent holds its vars and publishes it (see
+/// `engine_core.rs`); a parent waiting for its guards goes on.
+pub(super) fn complete_nested(header: &Header, after_guards: bool) {
+    header.in_span(|| tracing::trace!(target: "depengine::op", ok = header.carry().is_none(), "finished"));
+    if let Some(then) = after_guards.then(|| header.nested_finished()).flatten() {
+        then();
     }
 }

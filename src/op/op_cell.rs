@@ -1,10 +1,22 @@
 //! The typed op record: one allocation holding the header, the body until it
-//! runs, and the result until the handle takes it.
+//! runs, and the result until the handle takes it; its run, its store, the
+//! release of the body's live count that completes it (the completion's
+//! var side is `life.rs`'s), and its early resolution.
+//!
+//! Early resolution: an op that has not started is resolved at once (a
+//! cancelling shutdown, a GPU's sticky fault, its group's cancel) though
+//! its vars let it through only later. The protocol and why each op leaves
+//! its vars exactly once, in push order: `README.md`, *Resolved early*. The
+//! word's bits it relies on (`EARLY`, `THROUGH`) are claimed in `slot.rs`;
+//! the engine's core counts such ops (`EngineCore::lingers` / `gone`),
+//! which keeps a shutdown waiting until every one has left its vars.
 //!
 //! Why `unsafe`: the body and the epoch sit in `UnsafeCell`s claimed once
-//! through the result slot's state word (`slot.rs`), which the record shares
-//! rather than adding a lock. Measured with the slot: PERFORMANCE.md, *One
-//! state word per op*; modelled: `slot/loom_tests.rs`.
+//! through the state word (`slot.rs`), which the record shares rather than
+//! adding a lock (PERFORMANCE.md, *One state word per op*; modelled:
+//! `slot/loom_tests.rs`); and the body's reference passes to the live count
+//! by `TaskRef::into_raw`, so that a guard holds no reference of its own
+//! (PERFORMANCE.md, *Guards hold no reference to their op*).
 
 #![allow(unsafe_code)]
 
@@ -13,9 +25,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::task::{Context, Poll};
 
 use super::job::{Job, Running};
-use super::op_handle::{SlotBorrow, SlotRef, SlotVtable};
-use super::record::{DepList, EngineRef, GROUP_REASON, Header, Meta, TaskRef, TaskVtable, dealloc};
-use super::slot::{self, Published, ResultSlot};
+use super::life::{complete_nested, release_vars, release_vars_with_errors};
+use super::slot::{self, Published, ResultSlot, SlotBorrow, SlotRef, SlotVtable};
+use super::{DepList, EngineRef, GROUP_REASON, Header, Meta, TaskRef, TaskVtable, dealloc};
 use crate::error::{Error, Kind};
 use crate::sync::cell::UnsafeCell;
 use crate::sync::epoch::EpochRef;
@@ -293,7 +305,7 @@ impl<J: Job> OpCell<J> {
     /// through): true then. So no op starts once its group's cancel has
     /// set its flag, and in particular none whose dependency the cancel
     /// resolved, which its vars let through as the resolution ends, possibly
-    /// before the cancel reaches it (`record/group.rs`). False for any
+    /// before the cancel reaches it (`group.rs`). False for any
     /// other op, or one the cancel itself resolved (the start then finds it
     /// resolved, as any op resolved early).
     #[cold]
@@ -352,10 +364,170 @@ impl<J: Job> OpCell<J> {
     }
 }
 
-mod complete;
-mod early;
+impl<J: Job> OpCell<J> {
+    /// Resolves the op now, unstarted: see `TaskVtable::resolve_early`.
+    pub(super) fn resolve_now(&self, this: &TaskRef, err: Error, pass_on: bool) -> bool {
+        debug_assert!(std::ptr::addr_eq(this.as_ptr().as_ptr(), self), "`this` is this record");
+        if !slot::start_early(&self.header.state) {
+            return false;
+        }
+        // SAFETY: this call claimed the start (`ResultSlot::start`), which
+        // makes it the only one to touch the job.
+        let job = self.job.with_mut(|job| unsafe { (*job).take() });
+        if let Some(job) = job {
+            // Drops the body: a panic of its destructor is contained.
+            let _ = catch_unwind(AssertUnwindSafe(|| job.vetoed(&err)));
+        }
+        // What `store` does, but the op does not complete: its vars have
+        // not let it through.
+        if !self.header.meta.clears_error() {
+            self.header.engine.failed(&err, pass_on);
+        } else if pass_on {
+            self.header.engine.keep_failure(&err);
+        }
+        if self.header.meta.watched() {
+            self.header.watch_ended(Some(&err));
+        }
+        if pass_on {
+            self.header.record_outcome(Err(&err));
+        }
+        let _ = self.slot.store(&self.header.state, Err(err));
+        self.header.engine.lingers();
+        self.publish_resolved();
+        if slot::mark_early(&self.header.state) {
+            self.release_body(this, true);
+            self.gone();
+        }
+        true
+    }
 
-pub(crate) use complete::release_vars_early;
+    /// An op resolved early (`TaskVtable::resolve_early`) is let through by its
+    /// vars (or its segment): it completes on them now if the resolution
+    /// has ended, else the resolution's end completes it.
+    pub(super) fn through_early(&self, this: &TaskRef) {
+        if slot::mark_through(&self.header.state) {
+            self.release_body(this, false);
+            self.gone();
+        }
+    }
+
+    /// Publishes an op that an early resolution claimed, by the resolution
+    /// itself (every other publication of such an op returns at once: see
+    /// `publish_now`): it counts the op as done, but neither gives its slot
+    /// among the ops in flight back nor releases its epoch: [`gone`](Self::gone)
+    /// does both, once it has left its vars, so that a `wait_for_all`
+    /// resolves only once nothing it waited for is still queued anywhere.
+    #[cold]
+    fn publish_resolved(&self) {
+        // Nobody reads a detached op's result: the slot is left alone.
+        let waker = if self.header.meta.detached() {
+            None
+        } else {
+            let Published::First(waker) = self.slot.publish(&self.header.state) else {
+                unreachable!("an op resolved early is published by its resolution alone");
+            };
+            waker
+        };
+        // SAFETY: only the resolution, which claimed the start, publishes
+        // an op resolved early, once; the epoch is taken only by `gone`,
+        // which comes after this call (see there).
+        let in_epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).is_some() });
+        if in_epoch {
+            if self.header.meta.watched() {
+                self.header.watch_finished();
+            }
+            self.header.engine.done(false);
+        }
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// The op resolved early has left its vars: its slot among the ops in
+    /// flight goes back, then its epoch, so that a `wait_for_all` that
+    /// waited for it finds the slot free.
+    fn gone(&self) {
+        self.header.engine.gone(self.header.meta.counted());
+        // SAFETY: `gone` runs once, in the second of the resolution's end
+        // (`mark_early`) and the vars' let-through (`mark_through`), each
+        // of which follows `publish_resolved` (the resolution calls it
+        // before `mark_early`; a let-through that comes second follows
+        // `mark_early` through the state word's read-modify-write). So no
+        // other access to the epoch runs meanwhile.
+        let epoch = self.epoch.with_mut(|epoch| unsafe { (*epoch).take() });
+        drop(epoch);
+    }
+}
+
+impl<J: Job> OpCell<J> {
+    /// Releases the body's live count, once its result is stored: the call
+    /// that reaches zero completes the op. `this` is a reference to this
+    /// very record, held by the caller until this returns. `late`: the op
+    /// was resolved early and its resolution ended after its vars let it
+    /// through (for a nested op, as if a guard had outlived its body, since
+    /// its parent saw it unfinished and waits to be told).
+    ///
+    /// If guards are still alive, one of them completes the op: the live
+    /// count then owns a reference to the record, which the [`LiveRef`]
+    /// whose drop reaches zero takes back (so a guard holds no reference of
+    /// its own). It is taken here before the release, so that the guard
+    /// cannot take back one not yet given. Without guards, nothing but this
+    /// call can reach the count (no guard can be made once the body has
+    /// returned), so its release is sure to reach zero.
+    #[inline]
+    pub(super) fn release_body(&self, this: &TaskRef, late: bool) {
+        let state = &self.header.state;
+        // Acquire: the writes made through guards already dropped happen
+        // before the completion below.
+        if state.live() > 1 {
+            let passed = this.clone().into_raw();
+            if !state.release_live() {
+                return;
+            }
+            // SAFETY: the guards were dropped meanwhile, and this call
+            // reached zero, so no `LiveRef` took back `passed` (the
+            // reference made just above by `into_raw`): it is still this
+            // call's to drop.
+            drop(unsafe { TaskRef::from_raw(passed) });
+            self.complete(this, true);
+        } else {
+            let last = state.release_live();
+            debug_assert!(last, "no guard can be made once the body has returned");
+            self.complete(this, late);
+        }
+    }
+
+    /// Completes the op, whose body has finished and whose guards are gone:
+    /// each var completed in turn (one lock at a time), the ops that became
+    /// ready dispatched, the result published. `after_guards`: a guard
+    /// outlived the body. A nested op's parent holds its vars and publishes
+    /// it (`engine_core.rs`).
+    pub(super) fn complete(&self, this: &TaskRef, after_guards: bool) {
+        let header = &self.header;
+        if header.meta.nested() {
+            complete_nested(header, after_guards);
+            return;
+        }
+        // An error-free op reads one bit of the error path.
+        let ok = if header.has_errors() {
+            release_vars_with_errors(this)
+        } else {
+            // A GPU op whose vars went early (`release_vars_early`) has
+            // them no more.
+            if !header.deps.is_empty() && !header.vars_gone() {
+                release_vars(this, None);
+            }
+            true
+        };
+        // Most ops have no span: the event is logged without a closure then.
+        match header.span() {
+            Some(span) => span.in_scope(|| tracing::trace!(target: "depengine::op", ok, "finished")),
+            None => tracing::trace!(target: "depengine::op", ok, "finished"),
+        }
+        self.publish_now();
+    }
+}
+
 #[cfg(all(test, depengine_loom))]
 mod loom_tests;
 #[cfg(all(test, not(depengine_loom), target_pointer_width = "64"))]

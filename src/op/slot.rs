@@ -1,6 +1,6 @@
 //! An op's result slot: the body's result, the handle's waker and the op's
 //! start claim, kept in step by the low bits of the op's state word
-//! (`record/state.rs`) instead of a lock.
+//! (`task_ref.rs`) instead of a lock.
 //!
 //! Each bit of the word is set once (only a registration sets and clears
 //! `REGISTERING`), and each owns a part of the slot:
@@ -19,16 +19,29 @@
 //! A completing op thus pays one atomic read-modify-write to store, one to
 //! publish, and none for a waker nobody registered.
 //!
+//! The handle (`engine/op_handle.rs`) and an async op's completion token
+//! ([`Completion`]) reach the slot through a [`SlotRef`]: the record's
+//! reference and the static functions of its result's type.
+//!
 //! Why `unsafe`: the result and the waker sit in `UnsafeCell`s whose owner
-//! the state word decides, instead of a mutex locked three times per op.
+//! the state word decides, instead of a mutex locked three times per op;
+//! and a `SlotRef` calls functions of the record's own type through its
+//! reference (a typed `Arc<dyn …>` before the records moved to the slab:
+//! PERFORMANCE.md, *The lean record*), made only where the record's type
+//! is known (`op_cell.rs`).
 //! Measured: PERFORMANCE.md, *One state word per op*; modelled:
 //! `slot/loom_tests.rs`.
 
 #![allow(unsafe_code)]
 
+use std::cell::Cell;
+use std::fmt;
 use std::task::{Context, Poll, Waker};
 
-use super::record::state::{
+use super::{Header, TaskRef};
+use crate::error::{BoxError, Error, Kind};
+
+use super::task_ref::{
     EARLY, PUBLISHED, REGISTERING, RESOLVING, STARTED, STORED, State, TAKEN, THROUGH, WAKER,
 };
 use crate::sync::atomic::Ordering;
@@ -190,6 +203,228 @@ impl<T> ResultSlot<T> {
         let value = self.value.with_mut(|value| unsafe { (*value).take() });
         value.expect("a published op has a stored result")
     }
+}
+
+/// The functions of a record whose result is an `R`, for its handle and
+/// its completion token. Each takes a reference to a record of the type
+/// they were made for.
+pub(crate) struct SlotVtable<R> {
+    /// Stores the body's result; the first call wins. Releases the body's
+    /// live count, so the op may complete inside this call (the reference
+    /// is held until it returns).
+    pub(crate) store: unsafe fn(&TaskRef, Result<R, Error>),
+    /// Takes the result once the op has completed, else keeps the waker.
+    pub(crate) poll_result: unsafe fn(&TaskRef, &mut Context<'_>) -> Poll<Result<R, Error>>,
+    /// Whether the op has completed.
+    pub(crate) is_complete: unsafe fn(&TaskRef) -> bool,
+}
+
+/// A reference to a record whose result is an `R`, with its functions.
+pub(crate) struct SlotRef<R: 'static> {
+    task: TaskRef,
+    vtable: &'static SlotVtable<R>,
+}
+
+impl<R: 'static> SlotRef<R> {
+    /// # Safety
+    ///
+    /// `vtable`'s functions are those of `task`'s record type.
+    pub(crate) unsafe fn new(task: TaskRef, vtable: &'static SlotVtable<R>) -> Self {
+        Self { task, vtable }
+    }
+
+    #[inline]
+    pub(crate) fn header(&self) -> &Header {
+        self.task.header()
+    }
+
+    /// The erased reference.
+    pub(crate) fn task(&self) -> &TaskRef {
+        &self.task
+    }
+
+    /// Stores the op's result (see [`SlotVtable::store`]) and lets go of
+    /// the reference.
+    pub(crate) fn store(self, result: Result<R, Error>) {
+        // SAFETY: the vtable is the record's own (`new`'s contract).
+        unsafe { (self.vtable.store)(&self.task, result) }
+    }
+
+    /// Takes the result once the op has completed.
+    pub(crate) fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<R, Error>> {
+        // SAFETY: as above.
+        unsafe { (self.vtable.poll_result)(&self.task, cx) }
+    }
+
+    /// Whether the op has completed.
+    pub(crate) fn is_complete(&self) -> bool {
+        // SAFETY: as above.
+        unsafe { (self.vtable.is_complete)(&self.task) }
+    }
+}
+
+impl<R: 'static> Clone for SlotRef<R> {
+    fn clone(&self) -> Self {
+        Self { task: self.task.clone(), vtable: self.vtable }
+    }
+}
+
+/// A [`SlotRef`] borrowed from the thread that runs the op: what its body
+/// stores through, taking no count of its own.
+pub(crate) struct SlotBorrow<'a, R: 'static> {
+    task: &'a TaskRef,
+    vtable: &'static SlotVtable<R>,
+}
+
+impl<'a, R: 'static> SlotBorrow<'a, R> {
+    /// # Safety
+    ///
+    /// `vtable`'s functions are those of `task`'s record type.
+    #[inline]
+    pub(crate) unsafe fn new(task: &'a TaskRef, vtable: &'static SlotVtable<R>) -> Self {
+        Self { task, vtable }
+    }
+
+    /// Stores the body's result (see [`SlotVtable::store`]).
+    #[inline]
+    pub(crate) fn store(&self, result: Result<R, Error>) {
+        // SAFETY: the vtable is the record's own (`new`'s contract).
+        unsafe { (self.vtable.store)(self.task, result) }
+    }
+
+    /// An owned reference, for a body that stores its result later.
+    pub(crate) fn to_owned(&self) -> SlotRef<R> {
+        // SAFETY: as above.
+        unsafe { SlotRef::new(self.task.clone(), self.vtable) }
+    }
+}
+
+/// The completion token of an async op (MXNet's `on_complete`).
+///
+/// Signal it once, from any thread, at any time: the op completes when the
+/// token is signalled and every guard it received is dropped. A token
+/// dropped without being signalled completes the op with
+/// [`Error::is_completion_dropped`]; the engine never hangs on it.
+#[must_use = "an async op completes only when its Completion is signalled or dropped"]
+pub struct Completion<R: Send + 'static> {
+    slot: Option<SlotRef<R>>,
+}
+
+impl<R: Send + 'static> Completion<R> {
+    pub(crate) fn new(slot: SlotRef<R>) -> Self {
+        Self { slot: Some(slot) }
+    }
+
+    /// Completes the op with `result`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let h = engine.op("parse").run_async(|(), (), done: depengine::engine::Completion<u32>| {
+    ///     done.complete("42".parse::<u32>().map_err(Into::into));
+    /// });
+    /// assert_eq!(h.blocking_wait()?, 42);
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
+    pub fn complete(mut self, result: Result<R, BoxError>) {
+        let slot = self.slot.take().expect("completion present until signalled");
+        let op = slot.header().meta.name.clone();
+        slot.store(result.map_err(|source| Error::new(Kind::Failed { op, source })));
+    }
+
+    /// Completes the op successfully with `value`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let h = engine.op("async").run_async(|(), (), done| {
+    ///     std::thread::spawn(move || done.succeed("finished elsewhere"));
+    /// });
+    /// assert_eq!(h.blocking_wait()?, "finished elsewhere");
+    /// # Ok::<(), depengine::Error>(())
+    /// ```
+    pub fn succeed(self, value: R) {
+        self.complete(Ok(value));
+    }
+
+    /// Completes the op with an error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let engine = depengine::Engine::new();
+    /// let h = engine.op("async").run_async(|(), (), done: depengine::engine::Completion<()>| done.fail("device lost"));
+    /// let err = h.blocking_wait().unwrap_err();
+    /// assert!(err.is_failed());
+    /// assert_eq!(std::error::Error::source(&err).unwrap().to_string(), "device lost");
+    /// ```
+    pub fn fail(self, err: impl Into<BoxError>) {
+        self.complete(Err(err.into()));
+    }
+}
+
+impl<R: Send + 'static> Drop for Completion<R> {
+    /// Completes the op with [`Error::is_completion_dropped`], or as
+    /// panicked if the token is dropped by a panic of the code holding it.
+    /// Dropped by its own body on the thread running that body, it stores
+    /// nothing: whether that body then panics or returns decides
+    /// (`job::AsyncJob`), with the panic's own message. No body runs inside
+    /// someone else's unwinding (`exec::place`), so a token dropped while
+    /// this thread unwinds was dropped by that unwinding.
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            if token_left_by_own_body(slot.header()) {
+                return;
+            }
+            let op = slot.header().meta.name.clone();
+            let err = if std::thread::panicking() {
+                Error::panicked_without_payload(op, "panicked before signalling its completion".into())
+            } else {
+                Error::new(Kind::CompletionDropped { op })
+            };
+            slot.store(Err(err));
+        }
+    }
+}
+
+impl<R: Send + 'static> fmt::Debug for Completion<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.slot.as_ref().map(|s| s.header().meta.name.clone());
+        f.debug_tuple("Completion").field(&name).finish()
+    }
+}
+
+thread_local! {
+    /// Whether the body running on this thread dropped its own
+    /// [`Completion`] unsignalled.
+    static TOKEN_LEFT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Called by a [`Completion`] dropped unsignalled: if it is dropped by its
+/// own op's body, on the thread running it, the body's end decides what
+/// the op's result is (a panic, or a dropped token), and this returns true.
+pub(super) fn token_left_by_own_body(header: &Header) -> bool {
+    let own = std::ptr::eq(crate::may_block::BODY.with(Cell::get).cast::<Header>(), header);
+    if own {
+        TOKEN_LEFT.with(|left| left.set(true));
+    }
+    own
+}
+
+/// Runs `body`, an op's body given its own token, and returns whether it
+/// dropped that token unsignalled (`token_left_by_own_body`).
+pub(super) fn watching_token(body: impl FnOnce()) -> bool {
+    struct Leave(bool);
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            TOKEN_LEFT.with(|left| left.set(self.0));
+        }
+    }
+    let _leave = Leave(TOKEN_LEFT.with(|left| left.replace(false)));
+    body();
+    TOKEN_LEFT.with(Cell::get)
 }
 
 /// A waker that counts its wake-ups, on the atomics of the current build

@@ -24,7 +24,7 @@
 //! depot keeps [`IDLE_KEEP`] magazines per class and trims the rest.
 //!
 //! Why `unsafe`: the slab hands out raw memory, which the op records
-//! (`op::record::task_ref`) initialise and drop in place. Measured: PERFORMANCE.md,
+//! (`op::task_ref`) initialise and drop in place. Measured: PERFORMANCE.md,
 //! *The lean record*; checked by Miri (`slab/tests.rs`).
 
 #![allow(unsafe_code)]

@@ -14,7 +14,7 @@ use super::index::VarIndex;
 use crate::engine::shared::Shared;
 use crate::error::{Error, Kind};
 use crate::op::job::{Job, Running};
-use crate::op::op_handle::SlotRef;
+use crate::op::slot::SlotRef;
 use crate::op::{DepList, Header, TaskRef};
 use crate::sync::small::SmallList;
 use crate::var::Access;

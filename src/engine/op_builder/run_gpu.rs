@@ -2,11 +2,11 @@
 
 use super::{Body, GroupSlot, OpBuilder};
 use crate::device::Device;
+use crate::engine::OpHandle;
 use crate::error::{BoxError, Error};
 use crate::gpu::GpuContext;
 use crate::op::access::Item;
-use crate::op::gpu_job::GpuJob;
-use crate::op::op_handle::OpHandle;
+use crate::op::job::GpuJob;
 
 impl<Rd: Item, Wr: Item, G: GroupSlot> OpBuilder<'_, Rd, Wr, G> {
     /// Pushes a GPU op, to be placed on a GPU with

@@ -1,4 +1,4 @@
-//! The engine's hooks for its ops (`op::record::engine_core`): what an op
+//! The engine's hooks for its ops (`op::engine_core`): what an op
 //! calls up the layers, given its engine's core.
 //!
 //! Why `unsafe`: a record holds its engine as a pointer to the core, which
@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use super::Shared;
 use crate::op::ReadyList;
-use crate::op::record::engine_core::arc_counts;
-use crate::op::record::{EngineCore, EngineRef, Hooks};
+use crate::op::engine_core::arc_counts;
+use crate::op::{EngineCore, EngineRef, Hooks};
 
 /// The engine's core at the start of its `Arc`'s value (`repr(C)`, the
 /// core first): the engine behind `core`.
@@ -29,7 +29,7 @@ unsafe fn shared<'a>(core: NonNull<EngineCore>) -> &'a Shared {
     unsafe { core.cast::<Shared>().as_ref() }
 }
 
-/// The engine's hooks for its ops (`op::record::Hooks`): each is given the
+/// The engine's hooks for its ops (`op::Hooks`): each is given the
 /// core of a `Shared` held in an `Arc`, whose pointer (`Arc::as_ptr`) is
 /// the core's address.
 pub(super) static HOOKS: Hooks = Hooks {

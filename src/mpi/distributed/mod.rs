@@ -70,8 +70,8 @@ use std::sync::{Arc, Mutex};
 use super::Collectives;
 use super::comm_thread::Msg;
 use crate::engine::Engine;
+use crate::engine::OpHandle;
 use crate::error::Error;
-use crate::op::op_handle::OpHandle;
 use header::Header;
 use moves::{Moved, Mover};
 

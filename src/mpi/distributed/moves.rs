@@ -16,7 +16,7 @@ use super::transfer::{Incoming, Outgoing};
 use super::{DistVar, Plain, elem_mark};
 use crate::device::Lane;
 use crate::engine::Engine;
-use crate::op::op_handle::OpHandle;
+use crate::engine::OpHandle;
 
 /// What a push needs to move vars: the engine, the comm thread and this
 /// rank.

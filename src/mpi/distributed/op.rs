@@ -11,9 +11,9 @@ use super::moves::Moved;
 use super::slice::DistSlice;
 use super::{DistVar, Distribution, Plain, mix};
 use crate::engine::OpBuilder;
+use crate::engine::OpHandle;
 use crate::error::{BoxError, Error};
 use crate::op::access::{Append, Item, Reading, Writing};
-use crate::op::op_handle::OpHandle;
 use crate::var::Var;
 
 impl<'c> Distribution<'c> {

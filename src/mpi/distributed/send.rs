@@ -20,7 +20,7 @@ use super::error::TransferError;
 use super::header::{Header, one_message, tag};
 use super::slice::DistSlice;
 use super::{Plain, buffers};
-use crate::op::op_handle::Completion;
+use crate::engine::Completion;
 use crate::var::ReadGuard;
 
 /// The largest send taken for eager (see `Transfer::eager`): well under

@@ -31,7 +31,7 @@ use super::header::{HEADER_MAX, Header, one_message, tag};
 use super::slice::DistSlice;
 use super::transfer::{Receive, abandon_receive};
 use super::{Plain, buffers};
-use crate::op::op_handle::Completion;
+use crate::engine::Completion;
 use crate::var::WriteGuard;
 
 /// A message that arrived, and where its elements start.

@@ -24,7 +24,7 @@ use super::error::TransferError;
 use super::header::{HEADER_MAX, Header, tag};
 use super::send::sending_failure;
 use super::slice::DistSlice;
-use crate::op::op_handle::Completion;
+use crate::engine::Completion;
 use crate::var::{ReadGuard, WriteGuard};
 
 /// The owner's side: the var's elements, held by its read guard.

@@ -10,9 +10,9 @@ use std::task::{Context, Poll};
 use super::super::comm_thread::Msg;
 use super::error::TransferError;
 use super::{Distribution, Slots};
+use crate::engine::OpHandle;
 use crate::error::Error;
 use crate::may_block::{Instead, refuse_blocking};
-use crate::op::op_handle::OpHandle;
 
 /// [`Distribution::wait`]'s future: `.await` it, or call
 /// [`blocking_wait`](Self::blocking_wait) off the runtime's workers.

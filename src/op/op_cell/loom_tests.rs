@@ -1,5 +1,5 @@
 //! The completion of the code that ships (`complete.rs`), under loom (and a
-//! group's cancel racing an op's start, `../record/group.rs`): the
+//! group's cancel racing an op's start, `../group.rs`): the
 //! body's store and the drop of a guard that outlives it race to release
 //! the live count; the op must complete exactly once, after both, and the
 //! body's reference that passes to the guard must be dropped exactly once.
@@ -10,9 +10,9 @@ use std::sync::Arc;
 use super::OpCell;
 use crate::device::{Device, Lane};
 use crate::op::LiveRef;
+use crate::op::engine_core::test_engine;
 use crate::op::job::{Job, Running};
-use crate::op::record::engine_core::test_engine;
-use crate::op::record::{DepList, Exec, Flags, HandleKind, Meta, PackedDevice};
+use crate::op::{DepList, Exec, Flags, HandleKind, Meta, PackedDevice};
 use crate::sync::epoch::Tracker;
 
 /// A body the test stands in for: it stores through the slot itself.
@@ -73,7 +73,7 @@ impl Job for Stores {
     }
 }
 
-/// A group's cancel races its op's start (`record/group.rs`): the op either
+/// A group's cancel races its op's start (`group.rs`): the op either
 /// runs or is resolved as cancelled, never both; it is published once, and
 /// the group counts it in once and out once, as what it became.
 #[test]
@@ -81,7 +81,7 @@ fn a_groups_cancel_and_its_ops_start_count_the_op_once() {
     loom::model(|| {
         let engine = test_engine();
         let anchor: Arc<dyn std::any::Any + Send + Sync> = Arc::new(());
-        let group = crate::op::record::GroupCore::new(Cow::Borrowed("g"), Arc::downgrade(&anchor));
+        let group = crate::op::GroupCore::new(Cow::Borrowed("g"), Arc::downgrade(&anchor));
         let tracker = Tracker::<()>::new();
         let (epoch, ()) = tracker.enter(|_| ()).expect("the tracker is open");
         let meta = Meta { flags: Flags::new(Flags::WATCHED), ..meta() };

@@ -12,11 +12,19 @@
 //! object on every completion). The engine keeps the struct as the first
 //! field of its `repr(C)` allocation, so the pointer is the engine's.
 
+//!
+//! Nested ops, the one hook of bulk execution in the op layer, are here
+//! too: a nested op is run by a parent op instead of by the engine (a bulk
+//! segment runs its members), appended to no var, completed without
+//! releasing any and published by its parent; a guard that outlives its
+//! body holds the parent back through the handoff below. The argument:
+//! `README.md`, *Nested ops*.
+
 #![allow(unsafe_code)]
 
 use std::ptr::NonNull;
 
-use super::host::{Help, ReadyList, Wait};
+use super::{Header, Help, ReadyList, Wait};
 use crate::error::Error;
 use crate::profile::{OpRecord, Outcome};
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -346,5 +354,61 @@ pub(crate) fn test_engine() -> EngineRef {
     unsafe { EngineRef::from_raw(NonNull::new_unchecked(Arc::into_raw(engine).cast_mut()).cast()) }
 }
 
+/// A parent's continuation, run once its nested op completes.
+pub(crate) type Resume = Box<dyn FnOnce() + Send>;
+
+/// Kept under the nested op's error lock.
+#[derive(Default)]
+pub(crate) struct Handoff {
+    finished: bool,
+    then: Option<Resume>,
+}
+
+impl Handoff {
+    /// Leaves `then` to run when the op finishes; hands it back if it has
+    /// finished already (the caller runs it, once the lock is released).
+    pub(crate) fn then(&mut self, then: Resume) -> Option<Resume> {
+        if self.finished {
+            return Some(then);
+        }
+        self.then = Some(then);
+        None
+    }
+
+    /// Marks the op finished; takes the continuation left meanwhile, for
+    /// the caller to run once the lock is released.
+    pub(crate) fn finish(&mut self) -> Option<Resume> {
+        self.finished = true;
+        self.then.take()
+    }
+}
+
+impl Header {
+    /// Of a nested op whose body has stored its result: whether it has
+    /// completed (no guard outlived the body, or the last one is gone).
+    pub(crate) fn nested_done(&self) -> bool {
+        self.state.live() == 0
+    }
+
+    /// Of a nested op that had not completed when its body returned: runs
+    /// `then` once it has, on the thread that completes it (here if it has
+    /// meanwhile).
+    pub(crate) fn nested_then(&self, then: Resume) {
+        let back = lock(&self.cold().errors).handoff.then(then);
+        if let Some(then) = back {
+            then();
+        }
+    }
+
+    /// Of a nested op completing after its guards: marks it completed and
+    /// takes what its parent does next, if it waits for it.
+    pub(in crate::op) fn nested_finished(&self) -> Option<Resume> {
+        lock(&self.cold().errors).handoff.finish()
+    }
+}
+
 #[cfg(test)]
 mod tests;
+
+#[cfg(all(test, depengine_loom))]
+mod loom_tests;

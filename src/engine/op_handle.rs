@@ -1,13 +1,6 @@
-//! What the pusher holds: the op's handle, and the completion token of an
-//! async op, each through a [`SlotRef`]: the record's reference and the
-//! static functions of its result's type.
-//!
-//! Why `unsafe`: a `SlotRef` calls functions of the record's own type
-//! through its reference (a typed `Arc<dyn …>` before the records moved to
-//! the slab: PERFORMANCE.md, *The lean record*); it is made only where
-//! the record's type is known (`op_cell.rs`).
-
-#![allow(unsafe_code)]
+//! What the pusher holds: the op's handle, a future of its result through
+//! the record's [`SlotRef`] (`op/slot.rs`), and the blocking wait that
+//! helps while it waits.
 
 use std::fmt;
 use std::future::Future;
@@ -15,105 +8,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::body::{token_left_by_own_body, waits_for_current_body};
-use super::record::Header;
-use super::record::{HandleKind, Help, TaskRef, Wait};
-use crate::error::{BoxError, Error, Kind, panic_message};
+use crate::error::{Error, Kind, panic_message};
 use crate::may_block::{Instead, refuse_blocking};
-
-/// The functions of a record whose result is an `R`, for its handle and
-/// its completion token. Each takes a reference to a record of the type
-/// they were made for.
-pub(crate) struct SlotVtable<R> {
-    /// Stores the body's result; the first call wins. Releases the body's
-    /// live count, so the op may complete inside this call (the reference
-    /// is held until it returns).
-    pub(crate) store: unsafe fn(&TaskRef, Result<R, Error>),
-    /// Takes the result once the op has completed, else keeps the waker.
-    pub(crate) poll_result: unsafe fn(&TaskRef, &mut Context<'_>) -> Poll<Result<R, Error>>,
-    /// Whether the op has completed.
-    pub(crate) is_complete: unsafe fn(&TaskRef) -> bool,
-}
-
-/// A reference to a record whose result is an `R`, with its functions.
-pub(crate) struct SlotRef<R: 'static> {
-    task: TaskRef,
-    vtable: &'static SlotVtable<R>,
-}
-
-impl<R: 'static> SlotRef<R> {
-    /// # Safety
-    ///
-    /// `vtable`'s functions are those of `task`'s record type.
-    pub(crate) unsafe fn new(task: TaskRef, vtable: &'static SlotVtable<R>) -> Self {
-        Self { task, vtable }
-    }
-
-    #[inline]
-    pub(crate) fn header(&self) -> &Header {
-        self.task.header()
-    }
-
-    /// The erased reference.
-    pub(crate) fn task(&self) -> &TaskRef {
-        &self.task
-    }
-
-    /// Stores the op's result (see [`SlotVtable::store`]) and lets go of
-    /// the reference.
-    pub(crate) fn store(self, result: Result<R, Error>) {
-        // SAFETY: the vtable is the record's own (`new`'s contract).
-        unsafe { (self.vtable.store)(&self.task, result) }
-    }
-
-    /// Takes the result once the op has completed.
-    pub(crate) fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<R, Error>> {
-        // SAFETY: as above.
-        unsafe { (self.vtable.poll_result)(&self.task, cx) }
-    }
-
-    /// Whether the op has completed.
-    pub(crate) fn is_complete(&self) -> bool {
-        // SAFETY: as above.
-        unsafe { (self.vtable.is_complete)(&self.task) }
-    }
-}
-
-impl<R: 'static> Clone for SlotRef<R> {
-    fn clone(&self) -> Self {
-        Self { task: self.task.clone(), vtable: self.vtable }
-    }
-}
-
-/// A [`SlotRef`] borrowed from the thread that runs the op: what its body
-/// stores through, taking no count of its own.
-pub(crate) struct SlotBorrow<'a, R: 'static> {
-    task: &'a TaskRef,
-    vtable: &'static SlotVtable<R>,
-}
-
-impl<'a, R: 'static> SlotBorrow<'a, R> {
-    /// # Safety
-    ///
-    /// `vtable`'s functions are those of `task`'s record type.
-    #[inline]
-    pub(crate) unsafe fn new(task: &'a TaskRef, vtable: &'static SlotVtable<R>) -> Self {
-        Self { task, vtable }
-    }
-
-    /// Stores the body's result (see [`SlotVtable::store`]).
-    #[inline]
-    pub(crate) fn store(&self, result: Result<R, Error>) {
-        // SAFETY: the vtable is the record's own (`new`'s contract).
-        unsafe { (self.vtable.store)(self.task, result) }
-    }
-
-    /// An owned reference, for a body that stores its result later.
-    pub(crate) fn to_owned(&self) -> SlotRef<R> {
-        // SAFETY: as above.
-        unsafe { SlotRef::new(self.task.clone(), self.vtable) }
-    }
-}
+use crate::op::job::waits_for_current_body;
+use crate::op::slot::SlotRef;
+use crate::op::{HandleKind, Header, Help, Wait};
 
 /// How long a blocking wait watches for completion before parking.
 const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
@@ -422,7 +321,7 @@ fn let_go<R: 'static>(slot: SlotRef<R>) {
     }
 }
 
-/// A wait on a nested op: its parent may be held back (see `nest.rs`).
+/// A wait on a nested op: its parent may be held back (see `op/engine_core.rs`).
 fn release_held(header: &Header) {
     if header.meta.nested() {
         header.engine.wait(Wait::OnNested);
@@ -436,102 +335,5 @@ impl<R: 'static> fmt::Debug for OpHandle<R> {
             Inner::Refused(err) => f.debug_tuple("OpHandle").field(err).finish(),
             Inner::Done(name) => f.debug_tuple("OpHandle").field(name).finish(),
         }
-    }
-}
-
-/// The completion token of an async op (MXNet's `on_complete`).
-///
-/// Signal it once, from any thread, at any time: the op completes when the
-/// token is signalled and every guard it received is dropped. A token
-/// dropped without being signalled completes the op with
-/// [`Error::is_completion_dropped`]; the engine never hangs on it.
-#[must_use = "an async op completes only when its Completion is signalled or dropped"]
-pub struct Completion<R: Send + 'static> {
-    slot: Option<SlotRef<R>>,
-}
-
-impl<R: Send + 'static> Completion<R> {
-    pub(crate) fn new(slot: SlotRef<R>) -> Self {
-        Self { slot: Some(slot) }
-    }
-
-    /// Completes the op with `result`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let engine = depengine::Engine::new();
-    /// let h = engine.op("parse").run_async(|(), (), done: depengine::engine::Completion<u32>| {
-    ///     done.complete("42".parse::<u32>().map_err(Into::into));
-    /// });
-    /// assert_eq!(h.blocking_wait()?, 42);
-    /// # Ok::<(), depengine::Error>(())
-    /// ```
-    pub fn complete(mut self, result: Result<R, BoxError>) {
-        let slot = self.slot.take().expect("completion present until signalled");
-        let op = slot.header().meta.name.clone();
-        slot.store(result.map_err(|source| Error::new(Kind::Failed { op, source })));
-    }
-
-    /// Completes the op successfully with `value`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let engine = depengine::Engine::new();
-    /// let h = engine.op("async").run_async(|(), (), done| {
-    ///     std::thread::spawn(move || done.succeed("finished elsewhere"));
-    /// });
-    /// assert_eq!(h.blocking_wait()?, "finished elsewhere");
-    /// # Ok::<(), depengine::Error>(())
-    /// ```
-    pub fn succeed(self, value: R) {
-        self.complete(Ok(value));
-    }
-
-    /// Completes the op with an error.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let engine = depengine::Engine::new();
-    /// let h = engine.op("async").run_async(|(), (), done: depengine::engine::Completion<()>| done.fail("device lost"));
-    /// let err = h.blocking_wait().unwrap_err();
-    /// assert!(err.is_failed());
-    /// assert_eq!(std::error::Error::source(&err).unwrap().to_string(), "device lost");
-    /// ```
-    pub fn fail(self, err: impl Into<BoxError>) {
-        self.complete(Err(err.into()));
-    }
-}
-
-impl<R: Send + 'static> Drop for Completion<R> {
-    /// Completes the op with [`Error::is_completion_dropped`], or as
-    /// panicked if the token is dropped by a panic of the code holding it.
-    /// Dropped by its own body on the thread running that body, it stores
-    /// nothing: whether that body then panics or returns decides
-    /// (`job::AsyncJob`), with the panic's own message. No body runs inside
-    /// someone else's unwinding (`exec::place`), so a token dropped while
-    /// this thread unwinds was dropped by that unwinding.
-    fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            if token_left_by_own_body(slot.header()) {
-                return;
-            }
-            let op = slot.header().meta.name.clone();
-            let err = if std::thread::panicking() {
-                Error::panicked_without_payload(op, "panicked before signalling its completion".into())
-            } else {
-                Error::new(Kind::CompletionDropped { op })
-            };
-            slot.store(Err(err));
-        }
-    }
-}
-
-impl<R: Send + 'static> fmt::Debug for Completion<R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = self.slot.as_ref().map(|s| s.header().meta.name.clone());
-        f.debug_tuple("Completion").field(&name).finish()
     }
 }
