@@ -57,7 +57,7 @@ thread_local! {
     /// Running a thread start hook of the engine's pools.
     static IN_START_HOOK: Cell<bool> = const { Cell::new(false) };
     /// The op whose user body runs on this thread (its record's address,
-    /// kept by `op::body`), or null.
+    /// kept by `op::job`), or null.
     pub(crate) static BODY: Cell<*const ()> = const { Cell::new(std::ptr::null()) };
     /// Set by the probe's waker when it is woken.
     static WOKEN: Cell<bool> = const { Cell::new(false) };
