@@ -2,7 +2,7 @@
 //! [`Header`], 8 bytes, in every queue, var inbox, group and runner. The
 //! record lives in a slot of the slab (`sync/slab.rs`); its type is known
 //! only to its static [`TaskVtable`], one per record type (an op's,
-//! `../op_cell.rs`; a continuation's, below), which the header points to.
+//! `op_cell.rs`; a continuation's, below), which the header points to.
 //!
 //! Why `unsafe`: the count lives in the header and the record's memory
 //! is the slab's, so the pointer is raw, as tokio's task and rayon's

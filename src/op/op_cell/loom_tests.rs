@@ -1,4 +1,4 @@
-//! The completion of the code that ships (`complete.rs`), under loom (and a
+//! The completion of the code that ships (`op_cell.rs`, `life.rs`), under loom (and a
 //! group's cancel racing an op's start, `../group.rs`): the
 //! body's store and the drop of a guard that outlives it race to release
 //! the live count; the op must complete exactly once, after both, and the

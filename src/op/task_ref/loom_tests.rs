@@ -5,7 +5,7 @@
 //! that use.
 //!
 //! The word's counts racing each other and its flags, as they do in an
-//! engine (the slot's own protocol is modelled in `../../slot/loom_tests.rs`):
+//! engine (the slot's own protocol is modelled in `../slot/loom_tests.rs`):
 //! a step meant to happen once happens once, and no transition of one part
 //! of the word disturbs another, whatever the interleaving.
 
