@@ -300,7 +300,8 @@ impl Error {
         matches!(self.detail(), Kind::Panicked { .. })
     }
 
-    /// An async op's [`Completion`](crate::engine::Completion) was dropped unsignalled.
+    /// An async op's completion token (`engine::Completion`) was dropped
+    /// unsignalled.
     ///
     /// # Examples
     ///

@@ -495,7 +495,7 @@ impl DepList {
 
     /// Whether two neighbours declare the same var.
     pub(crate) fn any_repeated(&self) -> bool {
-        (1..self.len()).any(|i| self.get(i - 1).map(|d| d.var.id()) == self.get(i).map(|d| d.var.id()))
+        self.iter().zip(self.iter().skip(1)).any(|(a, b)| a.var.id() == b.var.id())
     }
 
     /// The declarations, owned, in order.

@@ -414,6 +414,8 @@ pub(crate) const SAW_ERROR: u64 = 1 << 9;
 /// A GPU op let its vars go at enqueue: its completion leaves them alone.
 pub(crate) const VARS_GONE: u64 = 1 << 10;
 
+/// The flag bits, below the counts.
+const FLAGS: u64 = 0x7FF;
 const PENDING_SHIFT: u32 = 16;
 const LIVE_SHIFT: u32 = 32;
 const REFS_SHIFT: u32 = 48;
@@ -441,7 +443,7 @@ fn pending(word: u64) -> usize {
 }
 
 #[inline]
-pub(crate) fn live(word: u64) -> usize {
+fn live(word: u64) -> usize {
     ((word >> LIVE_SHIFT) & COUNT) as usize
 }
 
@@ -483,7 +485,7 @@ impl State {
     /// Sets `flags`; the word before.
     #[inline]
     pub(crate) fn set(&self, flags: u64, order: Ordering) -> u64 {
-        debug_assert!(flags & !0x7FF == 0, "only flags are set");
+        debug_assert!(flags & !FLAGS == 0, "only flags are set");
         self.0.fetch_or(flags, order)
     }
 
@@ -493,7 +495,7 @@ impl State {
     #[inline]
     pub(crate) fn update(&self, order: Ordering, f: impl Fn(u64) -> Option<u64>) -> Result<u64, u64> {
         self.0.fetch_update(order, Ordering::Acquire, |w| {
-            f(w).inspect(|&n| debug_assert_eq!(n & !0x7FF, w & !0x7FF, "only flags change"))
+            f(w).inspect(|&n| debug_assert_eq!(n & !FLAGS, w & !FLAGS, "only flags change"))
         })
     }
 
@@ -577,7 +579,7 @@ impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let w = self.0.load(Ordering::Relaxed);
         f.debug_struct("State")
-            .field("flags", &format_args!("{:#05x}", w & 0x7FF))
+            .field("flags", &format_args!("{:#05x}", w & FLAGS))
             .field("pending", &pending(w))
             .field("live", &live(w))
             .field("refs", &refs(w))
