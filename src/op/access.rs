@@ -495,7 +495,7 @@ impl DepList {
 
     /// Whether two neighbours declare the same var.
     pub(crate) fn any_repeated(&self) -> bool {
-        self.iter().zip(self.iter().skip(1)).any(|(a, b)| a.var.id() == b.var.id())
+        (1..self.len()).any(|i| self.get(i - 1).map(|d| d.var.id()) == self.get(i).map(|d| d.var.id()))
     }
 
     /// The declarations, owned, in order.
