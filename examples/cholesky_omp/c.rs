@@ -23,7 +23,7 @@ unsafe extern "C" {
 pub const HAS_OMP: bool = cfg!(omp);
 
 /// The most rows a tile passed to C has (the OpenMP peer's bound too).
-const MAX_B: usize = 512;
+pub const MAX_B: usize = 512;
 
 /// A tile's row pointers, on the stack as the OpenMP peer keeps them (no
 /// allocation per kernel call), and its size.

@@ -27,38 +27,15 @@ mod c;
 #[path = "../tiled/kernels.rs"]
 mod kernels;
 
-use kernels::{lower_equal, put, residual, spd, take};
+use kernels::{Kernels, lower_equal, residual, sequential_with, spd};
 
-/// The sequential run: the C kernels in the order of `kernels::sequential`.
-fn sequential(m: &mut [f64], n: usize, b: usize) -> Result<(), String> {
-    let nt = n / b;
-    let mut pieces: Vec<Vec<&mut [f64]>> = m.chunks_mut(n).map(|row| row.chunks_mut(b).collect()).collect();
-    for k in 0..nt {
-        let mut kk = take(&mut pieces, (k, k), b);
-        c::potrf(kk.iter_mut().map(|r| &mut **r))?;
-        for i in k + 1..nt {
-            let mut x = take(&mut pieces, (i, k), b);
-            c::trsm(kk.iter().map(|r| &**r), x.iter_mut().map(|r| &mut **r));
-            put(&mut pieces, (i, k), b, x);
-        }
-        put(&mut pieces, (k, k), b, kk);
-        for i in k + 1..nt {
-            let a = take(&mut pieces, (i, k), b);
-            let mut ii = take(&mut pieces, (i, i), b);
-            c::syrk(a.iter().map(|r| &**r), ii.iter_mut().map(|r| &mut **r));
-            put(&mut pieces, (i, i), b, ii);
-            for j in k + 1..i {
-                let bt = take(&mut pieces, (j, k), b);
-                let mut ij = take(&mut pieces, (i, j), b);
-                c::gemm(a.iter().map(|r| &**r), bt.iter().map(|r| &**r), ij.iter_mut().map(|r| &mut **r));
-                put(&mut pieces, (i, j), b, ij);
-                put(&mut pieces, (j, k), b, bt);
-            }
-            put(&mut pieces, (i, k), b, a);
-        }
-    }
-    Ok(())
-}
+/// The C kernels, for `kernels::sequential_with`.
+const C_KERNELS: Kernels = Kernels {
+    potrf: |a| c::potrf(a.iter_mut().map(|r| &mut **r)),
+    trsm: |l, x| c::trsm(l.iter().copied(), x.iter_mut().map(|r| &mut **r)),
+    syrk: |a, cc| c::syrk(a.iter().copied(), cc.iter_mut().map(|r| &mut **r)),
+    gemm: |a, bt, cc| c::gemm(a.iter().copied(), bt.iter().copied(), cc.iter_mut().map(|r| &mut **r)),
+};
 
 /// The engine's run, as `examples/cholesky.rs` pushes it (no priorities:
 /// at small tiles they cost more than they gain there), with the C kernels.
@@ -123,6 +100,9 @@ fn main() -> BoxResult<()> {
             format!("the tile size ({b}) must divide n ({n}), and rounds ({rounds}) be at least 1").into()
         );
     }
+    if b > c::MAX_B {
+        return Err(format!("tiles of {b}: the C kernels take tiles of at most {} rows", c::MAX_B).into());
+    }
     let engine = depengine::EngineBuilder::from_env().build()?;
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     let a = spd(n);
@@ -132,7 +112,7 @@ fn main() -> BoxResult<()> {
         println!("OpenMP: not built (the C compiler takes no -fopenmp); the engine's runs alone");
     }
     for round in 0..rounds {
-        let (seq, want) = timed(&a, |m| sequential(m, n, b))?;
+        let (seq, want) = timed(&a, |m| sequential_with(&C_KERNELS, m, n, b))?;
         // OpenMP first in every other round, so that neither runs always
         // on a machine the other just warmed.
         let omp_first =

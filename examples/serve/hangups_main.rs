@@ -35,8 +35,8 @@ async fn main() {
     let mb = |b: u64| b as f64 / (1 << 20) as f64;
     println!(
         "secs={secs} clients={clients} hang_up_within_ms={} answered_ok={} answered_other={} hung_up={} \
-         cancelled_ops={} completed_ops={} entries={} appended={} unstaged={} rss_early_mb={:.1} rss_peak_mb={:.1} \
-         rss_end_mb={:.1} left={:?} pending={}",
+         cancelled_ops={} completed_ops={} entries={} appended={} unstaged={} rss_start_mb={:.1} rss_early_mb={:.1} \
+         rss_peak_mb={:.1} rss_end_mb={:.1} less_journal_early_mb={:.2} less_journal_end_mb={:.2} left={:?} pending={}",
         within.as_millis(),
         report.answered_ok,
         report.answered_other,
@@ -46,9 +46,12 @@ async fn main() {
         report.journal.entries,
         report.journal.appended,
         report.journal.unstaged,
+        mb(report.rss_start),
         mb(report.rss_early),
         mb(report.rss_peak),
         mb(report.rss_end),
+        mb(report.rss_less_journal().0),
+        mb(report.rss_less_journal().1),
         report.left,
         report.pending_explained,
     );

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Load figures for examples/serve (PERFORMANCE.md, "The service under
-# load"): wrk against each variant in turn, alternated round by round, at
+# Load figures for examples/serve (PERFORMANCE.md, "Four applications
+# against their anchors"): wrk against each variant in turn, alternated round by round, at
 # 1, 64 and 256 connections, reads only and reads with updates (one request
 # in 50 is an update), while a probe measures /health once every 5 ms.
 #
 #   examples/serve/load.sh [ROUNDS] [SECONDS] [VARIANTS...]
 #
-# A variant is one of serve's (`engine`, `rwlock`, `rwlock-blocking`),
-# optionally with an engine spin budget in microseconds: `engine@100`.
+# LOAD_CONNS (default "1 64 256") and LOAD_MIXES ("reads mixed") narrow
+# the runs.
+#
+# A variant is one of serve's (`engine`, `engine-pool`, `rwlock`,
+# `rwlock-blocking`), optionally with an engine spin budget in
+# microseconds (`engine@100`) and engine settings from the environment,
+# each as `+NAME=VALUE` for `DEPENGINE_NAME` (`engine+PUSHER_RUNS_AT=1`).
 # Needs wrk (Debian package `wrk`) and python3. Prints one line per run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -62,13 +67,15 @@ print(f"health_served_p99_ms<={upper * 1e3:.3f}")
 PY
 
 for round in $(seq 1 "$rounds"); do
-  for conns in 1 64 256; do
+  for conns in ${LOAD_CONNS:-1 64 256}; do
     threads=$(( conns < 2 ? 1 : 2 ))
-    for mix in reads mixed; do
+    for mix in ${LOAD_MIXES:-reads mixed}; do
       for variant in "${variants[@]}"; do
-        spin=()
-        [[ $variant == *@* ]] && spin=(env "DEPENGINE_SPIN_US=${variant#*@}")
-        "${spin[@]}" "$bin" --addr 127.0.0.1:3999 --variant "${variant%@*}" --max-in-flight 100000 2>/dev/null &
+        IFS=+ read -r -a parts <<<"$variant"
+        spin=(env)
+        for setting in "${parts[@]:1}"; do spin+=("DEPENGINE_$setting"); done
+        [[ ${parts[0]} == *@* ]] && spin+=("DEPENGINE_SPIN_US=${parts[0]#*@}")
+        "${spin[@]}" "$bin" --addr 127.0.0.1:3999 --variant "${parts[0]%@*}" --max-in-flight 100000 2>/dev/null &
         pid=$!
         for _ in $(seq 1 100); do curl -s 127.0.0.1:3999/health >/dev/null && break; sleep 0.05; done
         # Warm up (pools started, connections open).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A quiet service (PERFORMANCE.md, "A quiet service"): one client on one
+# A quiet service (PERFORMANCE.md, "Four applications against their anchors"): one client on one
 # keep-alive connection asks GET /predict once every GAP microseconds,
 # REQUESTS times, against each variant of examples/serve in turn,
 # alternated round by round. For each run it prints the client's latency

@@ -108,30 +108,52 @@ pub fn shared<'a>(rows: &'a [&mut [f64]]) -> Vec<&'a [f64]> {
     rows.iter().map(|r| &**r).collect()
 }
 
+/// A set of the four tile kernels, so that one sequential run serves every
+/// implementation of them (these in Rust, `cholesky_omp`'s in C).
+pub struct Kernels {
+    pub potrf: fn(Written<'_, '_>) -> Result<(), String>,
+    pub trsm: fn(Read<'_, '_>, Written<'_, '_>),
+    pub syrk: fn(Read<'_, '_>, Written<'_, '_>),
+    pub gemm: fn(Read<'_, '_>, Read<'_, '_>, Written<'_, '_>),
+}
+
+/// A tile's rows, read.
+pub type Read<'a, 'r> = &'a [&'r [f64]];
+/// A tile's rows, written.
+pub type Written<'a, 'r> = &'a mut [&'r mut [f64]];
+
+/// The kernels above.
+pub const RUST: Kernels = Kernels { potrf, trsm, syrk, gemm };
+
 /// The sequential run: the same kernels in the same order, on the
 /// matrix's rows cut into tile rows (disjoint slices of the one matrix, so
 /// the same layout as the engine's tiles).
 pub fn sequential(m: &mut [f64], n: usize, b: usize) -> Result<(), String> {
+    sequential_with(&RUST, m, n, b)
+}
+
+/// [`sequential`] with the kernels of `with`.
+pub fn sequential_with(with: &Kernels, m: &mut [f64], n: usize, b: usize) -> Result<(), String> {
     let nt = n / b;
     let mut pieces: Vec<Vec<&mut [f64]>> = m.chunks_mut(n).map(|row| row.chunks_mut(b).collect()).collect();
     for k in 0..nt {
         let mut kk = take(&mut pieces, (k, k), b);
-        potrf(&mut kk)?;
+        (with.potrf)(&mut kk)?;
         for i in k + 1..nt {
             let mut x = take(&mut pieces, (i, k), b);
-            trsm(&shared(&kk), &mut x);
+            (with.trsm)(&shared(&kk), &mut x);
             put(&mut pieces, (i, k), b, x);
         }
         put(&mut pieces, (k, k), b, kk);
         for i in k + 1..nt {
             let a = take(&mut pieces, (i, k), b);
             let mut ii = take(&mut pieces, (i, i), b);
-            syrk(&shared(&a), &mut ii);
+            (with.syrk)(&shared(&a), &mut ii);
             put(&mut pieces, (i, i), b, ii);
             for j in k + 1..i {
                 let bt = take(&mut pieces, (j, k), b);
                 let mut ij = take(&mut pieces, (i, j), b);
-                gemm(&shared(&a), &shared(&bt), &mut ij);
+                (with.gemm)(&shared(&a), &shared(&bt), &mut ij);
                 put(&mut pieces, (i, j), b, ij);
                 put(&mut pieces, (j, k), b, bt);
             }
