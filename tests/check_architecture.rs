@@ -85,19 +85,20 @@ const UNSAFE_FILES: &[(&str, Class)] = &[
     ("op/slot.rs", Class::StateWord),            // an op's result slot, a state word instead of a lock
     ("op/op_cell.rs", Class::StateWord), // an op's body and epoch, claimed once; its reference passed to the last guard
     ("op/engine_core.rs", Class::Record), // the engine's counted core, up through its hooks
-    ("engine/shared/hooks.rs", Class::Record), // the hooks: the core as the start of the engine's `Arc`
-    ("sync/slab.rs", Class::Record),     // records' memory in size classes
-    ("op/task_ref.rs", Class::Record),   // `TaskRef` of the op path: a counted pointer to a header
-    ("op/cold.rs", Class::Record),       // the cold box behind one atomic pointer
-    ("sync/prefetch.rs", Class::Performance), // the prefetch instruction
-    ("sync/epoch.rs", Class::Performance), // counted epoch references
-    ("var/inbox.rs", Class::Performance), // the lock-free inbox, linked through its records
-    ("var/var_cell.rs", Class::Performance), // a one-var append whose var may go meanwhile
-    ("var/handle.rs", Class::Performance), // an untyped handle sharing its var's one count
-    ("op/life.rs", Class::Performance),  // the one-var append of a push
-    ("op/job.rs", Class::Performance),   // the body running on this thread, by address
-    ("exec/feed.rs", Class::Performance), // a pushing thread's ring of ops
-    ("exec/feed/slots.rs", Class::Performance), // the ring's memory, mapped by hand
+    ("op/engine_core/deferred.rs", Class::Record), // a worker's releases of its engine's count, given back together
+    ("engine/shared/hooks.rs", Class::Record),     // the hooks: the core as the start of the engine's `Arc`
+    ("sync/slab.rs", Class::Record),               // records' memory in size classes
+    ("op/task_ref.rs", Class::Record),             // `TaskRef` of the op path: a counted pointer to a header
+    ("op/cold.rs", Class::Record),                 // the cold box behind one atomic pointer
+    ("sync/prefetch.rs", Class::Performance),      // the prefetch instruction
+    ("sync/epoch.rs", Class::Performance),         // counted epoch references
+    ("var/inbox.rs", Class::Performance),          // the lock-free inbox, linked through its records
+    ("var/var_cell.rs", Class::Performance),       // a one-var append whose var may go meanwhile
+    ("var/handle.rs", Class::Performance),         // an untyped handle sharing its var's one count
+    ("op/life.rs", Class::Performance),            // the one-var append of a push
+    ("op/job.rs", Class::Performance),             // the body running on this thread, by address
+    ("exec/feed.rs", Class::Performance),          // a pushing thread's ring of ops
+    ("exec/feed/slots.rs", Class::Performance),    // the ring's memory, mapped by hand
 ];
 
 /// The most `unsafe` blocks the performance class may hold: a new one for

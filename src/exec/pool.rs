@@ -211,6 +211,7 @@ impl Pool {
                             return;
                         }
                         this_thread::become_worker(&shared);
+                        crate::op::engine_core::deferred::defer_here();
                         let worker = Worker::new(&shared, k);
                         let _ = up.send(Ok(()));
                         drop(up);

@@ -12,6 +12,7 @@ use super::pool::PoolShared;
 use super::stats::WorkerStats;
 use super::this_thread;
 use crate::op::TaskRef;
+use crate::op::engine_core::deferred;
 
 /// How many ops a worker runs from its next slot before it takes from the
 /// queue again, if anything is queued (so that queued ops are never starved
@@ -50,6 +51,8 @@ pub(super) struct Worker<'a> {
     streak: u32,
     /// Times it found nothing to do.
     idles: u32,
+    /// Ops run, for settling the releases deferred (`op::engine_core::deferred`).
+    runs: u32,
     /// Ops it claimed from a feed together with the one it ran, to run
     /// next (ahead of the queues, behind its next slot and urgent ops).
     taken: VecDeque<TaskRef>,
@@ -65,6 +68,7 @@ impl<'a> Worker<'a> {
             view: FeedView::default(),
             streak: 0,
             idles: 0,
+            runs: 0,
             taken: VecDeque::with_capacity(TAKE_MORE),
         }
     }
@@ -75,7 +79,7 @@ impl<'a> Worker<'a> {
             match self.next() {
                 Next::Run(task) => self.run(task),
                 Next::Again => {}
-                Next::Exit => return,
+                Next::Exit => return deferred::settle(),
             }
         }
     }
@@ -126,6 +130,10 @@ impl<'a> Worker<'a> {
         // What the record held may run a user destructor (a result nobody
         // took): contained like the op itself.
         crate::op::let_go(task);
+        self.runs = self.runs.wrapping_add(1);
+        if self.runs.is_multiple_of(deferred::SETTLE_EVERY) {
+            deferred::settle();
+        }
     }
 
     /// [`run`](Self::run)'s body with timing metrics on: out of line, so
@@ -140,6 +148,8 @@ impl<'a> Worker<'a> {
 
     /// Nothing queued: waits.
     fn idle(&mut self) -> Next {
+        // No engine waits for its end on a worker that has nothing to run.
+        deferred::settle();
         // A look at the clock is not free: a sweep is considered once per
         // `SWEEP_IDLES` idle turns (and when parking for long).
         self.idles = self.idles.wrapping_add(1);

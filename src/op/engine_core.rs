@@ -25,6 +25,8 @@
 use std::ptr::NonNull;
 
 use super::{Header, Help, ReadyList, Wait};
+
+pub(crate) mod deferred;
 use crate::error::Error;
 use crate::profile::{OpRecord, Outcome};
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -310,6 +312,9 @@ impl Clone for EngineRef {
 
 impl Drop for EngineRef {
     fn drop(&mut self) {
+        if deferred::owe(self.0) {
+            return;
+        }
         let hooks = self.hooks;
         // SAFETY: this reference's count, given up once; the engine may go
         // with it, and nothing reads it after.
